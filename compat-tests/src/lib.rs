@@ -1,0 +1,1 @@
+//! Test harness: starts a Shardgate server for the driver tests.
