@@ -1,1 +1,219 @@
-//! (in progress)
+//! Open cursors: the rest of a query's results, served by `getMore`.
+//!
+//! A cursor keeps the lazy result stream the router returned, so a
+//! `getMore` continues where the last batch stopped without running the
+//! query again. Cursors idle for ten minutes are closed by a background
+//! task, as MongoDB does.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bson::{doc, Bson, Document};
+use dashmap::DashMap;
+use parking_lot::Mutex;
+
+use crate::commands::args::document_size;
+use crate::commands::ServerState;
+use crate::error::{Error, ErrorCode, Result};
+use crate::router::DocStream;
+
+/// A result stream that can tell whether anything is left.
+pub type CursorStream = std::iter::Peekable<DocStream>;
+
+/// How long a cursor may sit unused before it is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// Documents in a first batch when the client names no batch size.
+pub const DEFAULT_FIRST_BATCH: usize = 101;
+/// Bytes of documents in one batch (a reply must stay under 16 MiB).
+const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024 - 64 * 1024;
+
+pub struct OpenCursor {
+    /// The namespace it reads (`db.coll`), for `getMore` checks.
+    pub ns: String,
+    stream: CursorStream,
+    last_used: Instant,
+}
+
+#[derive(Default)]
+pub struct CursorRegistry {
+    cursors: DashMap<i64, Arc<Mutex<OpenCursor>>>,
+}
+
+/// One batch of results and whether the stream has more.
+pub struct Batch {
+    pub docs: Vec<Bson>,
+    pub exhausted: bool,
+}
+
+/// Pulls up to `max_docs` documents (and at most ~16 MiB) from a stream.
+pub fn next_batch(stream: &mut CursorStream, max_docs: Option<usize>) -> Result<Batch> {
+    let mut docs = Vec::new();
+    let mut bytes = 0usize;
+    loop {
+        if max_docs.is_some_and(|m| docs.len() >= m) {
+            let exhausted = stream.peek().is_none();
+            return Ok(Batch { docs, exhausted });
+        }
+        match stream.next() {
+            None => {
+                return Ok(Batch {
+                    docs,
+                    exhausted: true,
+                })
+            }
+            Some(doc) => {
+                let doc = doc?;
+                bytes += document_size(&doc);
+                docs.push(Bson::Document(doc));
+                if bytes >= MAX_BATCH_BYTES {
+                    let exhausted = stream.peek().is_none();
+                    return Ok(Batch { docs, exhausted });
+                }
+            }
+        }
+    }
+}
+
+impl CursorRegistry {
+    /// Keeps `stream` open and returns the new cursor's id.
+    pub fn open(&self, ns: String, stream: CursorStream) -> i64 {
+        let cursor = Arc::new(Mutex::new(OpenCursor {
+            ns,
+            stream,
+            last_used: Instant::now(),
+        }));
+        loop {
+            let id = rand::random::<i64>() & i64::MAX;
+            if id == 0 {
+                continue;
+            }
+            if let dashmap::mapref::entry::Entry::Vacant(v) = self.cursors.entry(id) {
+                v.insert(cursor);
+                return id;
+            }
+        }
+    }
+
+    /// Runs `f` on the cursor, then closes it if `f` says it is exhausted.
+    pub fn with_cursor<T>(
+        &self,
+        id: i64,
+        ns: &str,
+        f: impl FnOnce(&mut CursorStream) -> Result<(T, bool)>,
+    ) -> Result<T> {
+        let Some(cursor) = self.cursors.get(&id).map(|c| c.clone()) else {
+            return Err(Error::new(
+                ErrorCode::CursorNotFound,
+                format!("cursor id {id} not found"),
+            ));
+        };
+        let mut open = cursor.lock();
+        if open.ns != ns {
+            return Err(Error::new(
+                ErrorCode::Unauthorized,
+                format!(
+                    "Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}",
+                    open.ns
+                ),
+            ));
+        }
+        open.last_used = Instant::now();
+        let result = f(&mut open.stream);
+        let close = match &result {
+            Ok((_, exhausted)) => *exhausted,
+            Err(_) => true,
+        };
+        drop(open);
+        if close {
+            self.cursors.remove(&id);
+        }
+        result.map(|(t, _)| t)
+    }
+
+    /// Closes a cursor; true if it was open.
+    pub fn kill(&self, id: i64) -> bool {
+        self.cursors.remove(&id).is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.cursors.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cursors.is_empty()
+    }
+
+    fn reap(&self, idle: Duration) -> usize {
+        let before = self.cursors.len();
+        self.cursors.retain(|_, c| match c.try_lock() {
+            Some(open) => open.last_used.elapsed() < idle,
+            None => true,
+        });
+        before - self.cursors.len()
+    }
+}
+
+/// Closes idle cursors every minute until shutdown.
+pub async fn reap_idle(state: ServerState, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {
+                let n = state.cursors.reap(IDLE_TIMEOUT);
+                if n > 0 {
+                    tracing::info!(closed = n, "closed idle cursors");
+                }
+            }
+        }
+    }
+}
+
+/// The `cursor` sub-document of a `find`/`aggregate` reply.
+pub fn first_batch_reply(id: i64, ns: &str, docs: Vec<Bson>) -> Document {
+    doc! {"cursor": {"firstBatch": docs, "id": id, "ns": ns}}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(n: i32) -> CursorStream {
+        let s: DocStream = Box::new((0..n).map(|i| Ok(doc! {"_id": i})));
+        s.peekable()
+    }
+
+    #[test]
+    fn batches_follow_the_size_and_close_when_done() {
+        let reg = CursorRegistry::default();
+        let id = reg.open("t.c".into(), stream(25));
+        let mut seen = 0;
+        loop {
+            let (n, exhausted) = reg
+                .with_cursor(id, "t.c", |s| {
+                    let b = next_batch(s, Some(10))?;
+                    Ok(((b.docs.len(), b.exhausted), b.exhausted))
+                })
+                .unwrap();
+            seen += n;
+            if exhausted {
+                break;
+            }
+        }
+        assert_eq!(seen, 25);
+        assert!(reg.is_empty());
+        let e = reg.with_cursor(id, "t.c", |_| Ok(((), false))).unwrap_err();
+        assert_eq!(e.code, ErrorCode::CursorNotFound);
+    }
+
+    #[test]
+    fn idle_cursors_are_reaped_and_wrong_namespace_refused() {
+        let reg = CursorRegistry::default();
+        let id = reg.open("t.c".into(), stream(5));
+        let e = reg.with_cursor(id, "t.other", |_| Ok(((), false))).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unauthorized);
+        assert_eq!(reg.reap(Duration::from_secs(600)), 0);
+        assert_eq!(reg.reap(Duration::ZERO), 1);
+        assert!(!reg.kill(id));
+    }
+}

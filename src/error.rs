@@ -81,6 +81,15 @@ error_codes! {
     Location40352 = 40352,
     Location51270 = 51270,
     UnknownError = 8,
+    Location40571 = 40571,
+    Location40324 = 40324,
+    Location40415 = 40415,
+    Location15958 = 15958,
+    Location31253 = 31253,
+    Location31250 = 31250,
+    Location51091 = 51091,
+    Location16554 = 16554,
+    Location16608 = 16608,
 }
 
 /// A failure to report to the client as `{ok: 0, errmsg, code, codeName}`.

@@ -1,1 +1,30 @@
-fn main() {}
+//! The `shardgate` binary: parse flags, set up logging, run until a signal.
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use shardgate::config::Config;
+use shardgate::server;
+
+fn main() -> std::process::ExitCode {
+    let config = Config::parse();
+    let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::run(config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("shardgate stopped: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

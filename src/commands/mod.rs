@@ -1,1 +1,262 @@
-//! (in progress)
+//! The commands layer: one file per command (or tight family), one
+//! registry table, and the handling every command shares.
+//!
+//! [`handle`] takes a command document from the wire layer, checks the
+//! arguments common to all commands (`$db`, sessions, transactions),
+//! dispatches through [`registry::COMMANDS`], and turns the result into a
+//! reply: `{ok: 1, ...}` or `{ok: 0, errmsg, code, codeName}`, both with
+//! `$clusterTime` and `operationTime` as a mongos sends them.
+
+pub mod admin;
+pub mod aggregate;
+pub mod args;
+pub mod catalog;
+pub mod count;
+pub mod delete;
+pub mod distinct;
+pub mod find;
+pub mod find_and_modify;
+pub mod handshake;
+pub mod indexes;
+pub mod insert;
+pub mod registry;
+pub mod update;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bson::{doc, Binary, Bson, Document, Timestamp};
+use futures::future::BoxFuture;
+
+use crate::config::Config;
+use crate::cursor::CursorRegistry;
+use crate::error::{Error, ErrorCode, Result};
+use crate::router::SharedRouter;
+
+/// What every command can reach: the router, open cursors, counters.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct ServerState(Arc<StateInner>);
+
+pub struct StateInner {
+    pub router: SharedRouter,
+    pub cursors: CursorRegistry,
+    pub config: Config,
+    pub started: Instant,
+    pub counters: Counters,
+    cluster_time: AtomicU64,
+}
+
+impl std::ops::Deref for ServerState {
+    type Target = StateInner;
+    fn deref(&self) -> &StateInner {
+        &self.0
+    }
+}
+
+/// Counters for `serverStatus`.
+#[derive(Default)]
+pub struct Counters {
+    pub connections_current: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub next_connection_id: AtomicU64,
+    pub op_insert: AtomicU64,
+    pub op_query: AtomicU64,
+    pub op_update: AtomicU64,
+    pub op_delete: AtomicU64,
+    pub op_getmore: AtomicU64,
+    pub op_command: AtomicU64,
+}
+
+impl ServerState {
+    pub fn new(router: SharedRouter, config: Config) -> ServerState {
+        ServerState(Arc::new(StateInner {
+            router,
+            cursors: CursorRegistry::default(),
+            config,
+            started: Instant::now(),
+            counters: Counters::default(),
+            cluster_time: AtomicU64::new(0),
+        }))
+    }
+
+    /// The next cluster time: wall-clock seconds with an increment, never
+    /// going backwards.
+    pub fn tick_cluster_time(&self) -> Timestamp {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let floor = now << 32;
+        let mut prev = self.cluster_time.load(Ordering::Relaxed);
+        loop {
+            let next = (prev + 1).max(floor | 1);
+            match self.cluster_time.compare_exchange_weak(
+                prev,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Timestamp {
+                        time: (next >> 32) as u32,
+                        increment: next as u32,
+                    }
+                }
+                Err(actual) => prev = actual,
+            }
+        }
+    }
+}
+
+/// The connection a command arrived on.
+pub struct ConnectionInfo {
+    pub id: u64,
+    pub peer: SocketAddr,
+    state: ServerState,
+}
+
+impl ConnectionInfo {
+    pub fn open(state: &ServerState, peer: SocketAddr) -> ConnectionInfo {
+        let c = &state.counters;
+        c.connections_current.fetch_add(1, Ordering::Relaxed);
+        c.connections_total.fetch_add(1, Ordering::Relaxed);
+        let id = c.next_connection_id.fetch_add(1, Ordering::Relaxed) + 1;
+        ConnectionInfo {
+            id,
+            peer,
+            state: state.clone(),
+        }
+    }
+}
+
+impl Drop for ConnectionInfo {
+    fn drop(&mut self) {
+        self.state
+            .counters
+            .connections_current
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One command to run.
+pub struct Request<'a> {
+    pub state: &'a ServerState,
+    pub conn: &'a ConnectionInfo,
+    /// The command's name, as sent (its first field).
+    pub name: String,
+    /// The database it runs against (`$db`).
+    pub db: String,
+    pub body: Document,
+}
+
+/// The signature every command implements.
+pub type Handler = for<'a> fn(&'a Request<'a>) -> BoxFuture<'a, Result<Document>>;
+
+/// Runs one command document and returns the reply document.
+pub async fn handle(state: &ServerState, conn: &ConnectionInfo, body: Document) -> Document {
+    let name = body.keys().next().cloned().unwrap_or_default();
+    let result = run(state, conn, name.clone(), body).await;
+    let mut reply = match result {
+        Ok(mut reply) => {
+            if !reply.contains_key("ok") {
+                reply.insert("ok", 1.0);
+            }
+            reply
+        }
+        Err(e) => {
+            tracing::info!(
+                conn = conn.id,
+                command = %name,
+                code = e.code.number(),
+                "command failed: {}",
+                e.message
+            );
+            let mut reply = doc! {"ok": 0.0};
+            reply.extend(e.to_reply_fields());
+            reply
+        }
+    };
+    let time = state.tick_cluster_time();
+    reply.insert(
+        "$clusterTime",
+        doc! {
+            "clusterTime": time,
+            "signature": {
+                "hash": Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] },
+                "keyId": 0i64,
+            },
+        },
+    );
+    reply.insert("operationTime", time);
+    reply
+}
+
+async fn run(
+    state: &ServerState,
+    conn: &ConnectionInfo,
+    name: String,
+    body: Document,
+) -> Result<Document> {
+    if name.is_empty() {
+        return Err(Error::new(
+            ErrorCode::FailedToParse,
+            "empty command document: the first field must name the command",
+        ));
+    }
+    let db = match body.get("$db") {
+        Some(Bson::String(db)) => db.clone(),
+        Some(other) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field '$db' is the wrong type '{}', expected type 'string'",
+                args::type_name(other)
+            )))
+        }
+        None => {
+            return Err(Error::new(
+                ErrorCode::Location40571,
+                "OP_MSG requests require a $db argument",
+            ))
+        }
+    };
+    crate::router::catalog::validate_db_name(&db)?;
+    refuse_transactions(&body)?;
+    let Some(entry) = registry::lookup(&name) else {
+        return Err(Error::new(
+            ErrorCode::CommandNotFound,
+            format!("no such command: '{name}'"),
+        ));
+    };
+    if entry.admin_only && db != "admin" {
+        return Err(Error::new(
+            ErrorCode::Unauthorized,
+            format!("{name} may only be run against the admin database."),
+        ));
+    }
+    state.counters.op_command.fetch_add(1, Ordering::Relaxed);
+    let req = Request {
+        state,
+        conn,
+        name,
+        db,
+        body,
+    };
+    (entry.handler)(&req).await
+}
+
+/// Multi-document transactions are not built yet; a command that would
+/// start or continue one fails instead of running outside a transaction.
+fn refuse_transactions(body: &Document) -> Result<()> {
+    let starts = matches!(body.get("startTransaction"), Some(Bson::Boolean(true)));
+    let in_txn = matches!(body.get("autocommit"), Some(Bson::Boolean(false)));
+    if starts || in_txn {
+        return Err(Error::new(
+            ErrorCode::IllegalOperation,
+            "Multi-document transactions are not supported by this server yet; \
+             run the operations without a transaction",
+        ));
+    }
+    Ok(())
+}

@@ -1,1 +1,27 @@
-//! (in progress)
+//! The wire layer: bytes in, messages out, and back. It knows the MongoDB
+//! message formats and their limits, nothing about commands.
+//!
+//! - [`codec::MessageCodec`] frames a byte stream into [`Message`]s
+//!   (tokio-util codec) and encodes [`Reply`]s.
+//! - OP_MSG with body and document-sequence sections, the optional
+//!   CRC-32C checksum and `moreToCome`; OP_QUERY for the legacy handshake
+//!   and `$cmd` queries, answered with OP_REPLY.
+
+pub mod codec;
+pub mod message;
+
+pub use codec::MessageCodec;
+pub use message::{Message, OpMsg, OpQuery, Reply, WireError};
+
+/// Largest BSON document a client may send (16 MiB), as in `hello`.
+pub const MAX_BSON_OBJECT_SIZE: usize = 16 * 1024 * 1024;
+/// Largest message a client may send, as in `hello`.
+pub const MAX_MESSAGE_SIZE_BYTES: usize = 48_000_000;
+/// Most writes in one batch, as in `hello`.
+pub const MAX_WRITE_BATCH_SIZE: usize = 100_000;
+
+/// Message opcodes.
+pub const OP_REPLY: i32 = 1;
+pub const OP_QUERY: i32 = 2004;
+pub const OP_COMPRESSED: i32 = 2012;
+pub const OP_MSG: i32 = 2013;

@@ -1,0 +1,186 @@
+//! Small administrative commands drivers, mongosh and ODMs send while
+//! connecting or monitoring: `ping`, `buildInfo`, `serverStatus`, ...
+
+use std::sync::atomic::Ordering;
+
+use bson::{doc, Bson, DateTime, Document};
+
+use super::{registry, Request};
+use crate::error::{Error, ErrorCode, Result};
+
+/// The MongoDB version Shardgate is compatible with.
+pub const MONGODB_VERSION: &str = "7.0.12";
+pub const MONGODB_VERSION_ARRAY: [i32; 4] = [7, 0, 12, 0];
+
+/// Commands that only need `{ok: 1}` (`ping`, `endSessions`, `logout` …).
+pub async fn ok(_req: &Request<'_>) -> Result<Document> {
+    Ok(Document::new())
+}
+
+pub async fn no_transaction(req: &Request<'_>) -> Result<Document> {
+    Err(Error::new(
+        ErrorCode::NoSuchTransaction,
+        format!(
+            "{}: there is no transaction in progress; multi-document transactions are not supported yet",
+            req.name
+        ),
+    ))
+}
+
+pub async fn build_info(_req: &Request<'_>) -> Result<Document> {
+    Ok(doc! {
+        "version": MONGODB_VERSION,
+        "gitVersion": "shardgate",
+        "versionArray": MONGODB_VERSION_ARRAY.to_vec(),
+        "shardgateVersion": env!("CARGO_PKG_VERSION"),
+        "bits": 64,
+        "debug": false,
+        "maxBsonObjectSize": crate::wire::MAX_BSON_OBJECT_SIZE as i32,
+        "storageEngines": ["fjall"],
+        "javascriptEngine": "none",
+        "modules": [],
+        "openssl": {"running": "disabled"},
+        "buildEnvironment": {"target_os": std::env::consts::OS, "target_arch": std::env::consts::ARCH},
+    })
+}
+
+pub async fn get_parameter(req: &Request<'_>) -> Result<Document> {
+    let all = matches!(req.body.get("getParameter"), Some(Bson::String(s)) if s == "*");
+    let mut reply = Document::new();
+    let known = doc! {
+        "featureCompatibilityVersion": {"version": "7.0"},
+        "authenticationMechanisms": ["SCRAM-SHA-1", "SCRAM-SHA-256"],
+        "maxBSONDepth": 100,
+        "internalQueryMaxBlockingSortMemoryUsageBytes": 100i64 * 1024 * 1024,
+    };
+    for (k, v) in &known {
+        if all || req.body.contains_key(k) {
+            reply.insert(k.clone(), v.clone());
+        }
+    }
+    if reply.is_empty() && !all {
+        return Err(Error::new(ErrorCode::InvalidOptions, "no option found to get"));
+    }
+    Ok(reply)
+}
+
+pub async fn whats_my_uri(req: &Request<'_>) -> Result<Document> {
+    Ok(doc! {"you": req.conn.peer.to_string()})
+}
+
+pub async fn host_info(_req: &Request<'_>) -> Result<Document> {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get() as i32)
+        .unwrap_or(1);
+    let hostname = std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    Ok(doc! {
+        "system": {
+            "currentTime": DateTime::now(),
+            "hostname": hostname,
+            "cpuAddrSize": 64,
+            "memSizeMB": (memory_total_kb() / 1024) as i64,
+            "numCores": cores,
+            "cpuArch": std::env::consts::ARCH,
+        },
+        "os": {"type": std::env::consts::OS, "name": std::env::consts::OS},
+        "extra": {},
+    })
+}
+
+fn memory_total_kb() -> u64 {
+    proc_field("/proc/meminfo", "MemTotal:").unwrap_or(0)
+}
+
+/// Reads a `Name:  1234 kB` line from a /proc file.
+fn proc_field(path: &str, name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(name))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+pub async fn server_status(req: &Request<'_>) -> Result<Document> {
+    let c = &req.state.counters;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
+    let rss_mb = proc_field("/proc/self/status", "VmRSS:").unwrap_or(0) / 1024;
+    let virt_mb = proc_field("/proc/self/status", "VmSize:").unwrap_or(0) / 1024;
+    let uptime = req.state.started.elapsed();
+    Ok(doc! {
+        "host": req.state.config.bind.to_string(),
+        "version": MONGODB_VERSION,
+        "process": "mongos",
+        "pid": std::process::id() as i64,
+        "uptime": uptime.as_secs_f64().floor(),
+        "uptimeMillis": uptime.as_millis() as i64,
+        "uptimeEstimate": uptime.as_secs() as i64,
+        "localTime": DateTime::now(),
+        "connections": {
+            "current": load(&c.connections_current),
+            "available": (req.state.config.max_connections as i64 - load(&c.connections_current)).max(0),
+            "totalCreated": load(&c.connections_total),
+        },
+        "opcounters": {
+            "insert": load(&c.op_insert),
+            "query": load(&c.op_query),
+            "update": load(&c.op_update),
+            "delete": load(&c.op_delete),
+            "getmore": load(&c.op_getmore),
+            "command": load(&c.op_command),
+        },
+        "mem": {"bits": 64, "resident": rss_mb as i64, "virtual": virt_mb as i64, "supported": true},
+        "metrics": {"cursor": {"open": {"total": req.state.cursors.len() as i64}}},
+    })
+}
+
+pub async fn connection_status(_req: &Request<'_>) -> Result<Document> {
+    Ok(doc! {
+        "authInfo": {"authenticatedUsers": [], "authenticatedUserRoles": []},
+    })
+}
+
+pub async fn get_cmd_line_opts(req: &Request<'_>) -> Result<Document> {
+    let c = &req.state.config;
+    Ok(doc! {
+        "argv": crate::config::Config::argv(),
+        "parsed": {
+            "net": {"bindIp": c.bind.ip().to_string(), "port": c.bind.port() as i32},
+            "storage": {"dbPath": c.data_dir.display().to_string()},
+        },
+    })
+}
+
+pub async fn get_log(req: &Request<'_>) -> Result<Document> {
+    match req.body.get("getLog") {
+        Some(Bson::String(s)) if s == "*" => Ok(doc! {"names": ["global", "startupWarnings"]}),
+        Some(Bson::String(s)) if s == "global" || s == "startupWarnings" => {
+            Ok(doc! {"totalLinesWritten": 0, "log": []})
+        }
+        Some(Bson::String(s)) => Err(Error::new(
+            ErrorCode::InvalidOptions,
+            format!("No log named '{s}'"),
+        )),
+        _ => Err(Error::type_mismatch(
+            "Argument to getLog must be of type String; found another type",
+        )),
+    }
+}
+
+pub async fn list_commands(_req: &Request<'_>) -> Result<Document> {
+    let mut commands = Document::new();
+    for c in registry::COMMANDS {
+        commands.insert(
+            c.name,
+            doc! {"help": c.help, "adminOnly": c.admin_only, "requiresAuth": false},
+        );
+    }
+    Ok(doc! {"commands": commands})
+}
+
+pub async fn start_session(_req: &Request<'_>) -> Result<Document> {
+    let uuid = bson::Uuid::new();
+    Ok(doc! {
+        "id": {"id": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: uuid.bytes().to_vec() }},
+        "timeoutMinutes": 30,
+    })
+}

@@ -1,0 +1,233 @@
+//! Reading command arguments with MongoDB's type rules and errors.
+
+use bson::{Bson, Document};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::router::Namespace;
+
+/// MongoDB's name for a value's BSON type, as used in error messages.
+pub fn type_name(v: &Bson) -> &'static str {
+    match v {
+        Bson::Double(_) => "double",
+        Bson::String(_) => "string",
+        Bson::Document(_) => "object",
+        Bson::Array(_) => "array",
+        Bson::Binary(_) => "binData",
+        Bson::Undefined => "undefined",
+        Bson::ObjectId(_) => "objectId",
+        Bson::Boolean(_) => "bool",
+        Bson::DateTime(_) => "date",
+        Bson::Null => "null",
+        Bson::RegularExpression(_) => "regex",
+        Bson::DbPointer(_) => "dbPointer",
+        Bson::JavaScriptCode(_) => "javascript",
+        Bson::Symbol(_) => "symbol",
+        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
+        Bson::Int32(_) => "int",
+        Bson::Timestamp(_) => "timestamp",
+        Bson::Int64(_) => "long",
+        Bson::Decimal128(_) => "decimal",
+        Bson::MinKey => "minKey",
+        Bson::MaxKey => "maxKey",
+    }
+}
+
+fn wrong_type(cmd: &str, field: &str, v: &Bson, expected: &str) -> Error {
+    Error::type_mismatch(format!(
+        "BSON field '{cmd}.{field}' is the wrong type '{}', expected type '{expected}'",
+        type_name(v)
+    ))
+}
+
+/// The namespace named by the command's first field (`{find: "coll"}`).
+pub fn collection_namespace(cmd: &str, db: &str, body: &Document) -> Result<Namespace> {
+    match body.get(cmd) {
+        Some(Bson::String(coll)) => Namespace::new(db, coll),
+        Some(other) => Err(Error::new(
+            ErrorCode::InvalidNamespace,
+            format!("collection name has invalid type {}", type_name(other)),
+        )),
+        None => Err(Error::failed_to_parse(format!("missing collection name for {cmd}"))),
+    }
+}
+
+/// An optional document field.
+pub fn opt_document<'a>(cmd: &str, body: &'a Document, field: &str) -> Result<Option<&'a Document>> {
+    match body.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Document(d)) => Ok(Some(d)),
+        Some(other) => Err(wrong_type(cmd, field, other, "object")),
+    }
+}
+
+/// An optional array field.
+pub fn opt_array<'a>(cmd: &str, body: &'a Document, field: &str) -> Result<Option<&'a Vec<Bson>>> {
+    match body.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Array(a)) => Ok(Some(a)),
+        Some(other) => Err(wrong_type(cmd, field, other, "array")),
+    }
+}
+
+/// A boolean field; numbers count as booleans as MongoDB allows.
+pub fn bool_or(cmd: &str, body: &Document, field: &str, default: bool) -> Result<bool> {
+    match body.get(field) {
+        None | Some(Bson::Null) => Ok(default),
+        Some(Bson::Boolean(b)) => Ok(*b),
+        Some(Bson::Int32(n)) => Ok(*n != 0),
+        Some(Bson::Int64(n)) => Ok(*n != 0),
+        Some(Bson::Double(n)) => Ok(*n != 0.0),
+        Some(other) => Err(wrong_type(cmd, field, other, "bool")),
+    }
+}
+
+/// An optional integral number field (int, long, or a whole double).
+pub fn opt_i64(cmd: &str, body: &Document, field: &str) -> Result<Option<i64>> {
+    match body.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(v) => number_as_i64(v)
+            .map(Some)
+            .ok_or_else(|| wrong_type(cmd, field, v, "long")),
+    }
+}
+
+/// A whole number as i64, or `None` if the value is not one.
+pub fn number_as_i64(v: &Bson) -> Option<i64> {
+    match v {
+        Bson::Int32(n) => Some(*n as i64),
+        Bson::Int64(n) => Some(*n),
+        Bson::Double(f) if f.fract() == 0.0 && f.is_finite() && f.abs() < 9.2e18 => Some(*f as i64),
+        Bson::Decimal128(d) => d.to_string().parse::<i64>().ok(),
+        _ => None,
+    }
+}
+
+/// A non-negative integral field such as `skip` or `batchSize`.
+pub fn opt_non_negative(cmd: &str, body: &Document, field: &str) -> Result<Option<u64>> {
+    match opt_i64(cmd, body, field)? {
+        None => Ok(None),
+        Some(n) if n < 0 => Err(Error::bad_value(format!(
+            "BSON field '{field}' value must be >= 0, actual value '{n}'"
+        ))),
+        Some(n) => Ok(Some(n as u64)),
+    }
+}
+
+/// A string field.
+pub fn opt_str<'a>(cmd: &str, body: &'a Document, field: &str) -> Result<Option<&'a str>> {
+    match body.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::String(s)) => Ok(Some(s)),
+        Some(other) => Err(wrong_type(cmd, field, other, "string")),
+    }
+}
+
+/// The documents of an array field (`documents`, `updates`, `deletes`).
+pub fn document_list(cmd: &str, body: &Document, field: &str) -> Result<Vec<Document>> {
+    let Some(items) = opt_array(cmd, body, field)? else {
+        return Err(Error::new(
+            ErrorCode::Location40415,
+            format!("BSON field '{cmd}.{field}' is missing but a required field"),
+        ));
+    };
+    let mut docs = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            Bson::Document(d) => docs.push(d.clone()),
+            other => {
+                return Err(Error::type_mismatch(format!(
+                    "BSON field '{cmd}.{field}.{i}' is the wrong type '{}', expected type 'object'",
+                    type_name(other)
+                )))
+            }
+        }
+    }
+    Ok(docs)
+}
+
+/// Checks the size of a write batch against `maxWriteBatchSize`.
+pub fn check_batch_size(n: usize) -> Result<()> {
+    if n > crate::wire::MAX_WRITE_BATCH_SIZE {
+        return Err(Error::new(
+            ErrorCode::InvalidLength,
+            format!(
+                "Write batch sizes must be between 1 and {}. Got {n} operations.",
+                crate::wire::MAX_WRITE_BATCH_SIZE
+            ),
+        ));
+    }
+    if n == 0 {
+        return Err(Error::new(
+            ErrorCode::InvalidLength,
+            format!(
+                "Write batch sizes must be between 1 and {}. Got 0 operations.",
+                crate::wire::MAX_WRITE_BATCH_SIZE
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The approximate encoded size of a value, without encoding it.
+pub fn bson_size(v: &Bson) -> usize {
+    match v {
+        Bson::Double(_) | Bson::Int64(_) | Bson::DateTime(_) | Bson::Timestamp(_) => 8,
+        Bson::Int32(_) => 4,
+        Bson::Boolean(_) => 1,
+        Bson::Null | Bson::Undefined | Bson::MinKey | Bson::MaxKey => 0,
+        Bson::String(s) | Bson::Symbol(s) | Bson::JavaScriptCode(s) => 5 + s.len(),
+        Bson::ObjectId(_) => 12,
+        Bson::Decimal128(_) => 16,
+        Bson::Binary(b) => 5 + b.bytes.len(),
+        Bson::Document(d) => document_size(d),
+        Bson::Array(a) => {
+            5 + a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| 2 + decimal_len(i) + bson_size(v))
+                .sum::<usize>()
+        }
+        Bson::RegularExpression(r) => r.pattern.len() + r.options.len() + 2,
+        Bson::JavaScriptCodeWithScope(c) => 14 + c.code.len() + document_size(&c.scope),
+        Bson::DbPointer(_) => 30,
+    }
+}
+
+fn decimal_len(mut i: usize) -> usize {
+    let mut n = 1;
+    while i >= 10 {
+        i /= 10;
+        n += 1;
+    }
+    n
+}
+
+/// The encoded size of a document, without encoding it.
+pub fn document_size(d: &Document) -> usize {
+    5 + d
+        .iter()
+        .map(|(k, v)| 2 + k.len() + bson_size(v))
+        .sum::<usize>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    #[test]
+    fn computed_size_matches_encoding() {
+        let d = doc! {"_id": 1, "s": "hello", "a": [1, 2.5, "x", {"n": null}], "o": {"t": true}};
+        assert_eq!(document_size(&d), d.to_vec().unwrap().len());
+    }
+
+    #[test]
+    fn wrong_types_name_the_field() {
+        let body = doc! {"find": "c", "filter": 3};
+        let e = opt_document("find", &body, "filter").unwrap_err();
+        assert_eq!(e.code, ErrorCode::TypeMismatch);
+        assert!(e.message.contains("find.filter"));
+        let e = collection_namespace("find", "db", &doc! {"find": 1}).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidNamespace);
+    }
+}

@@ -1,0 +1,244 @@
+//! Catalog commands: `listDatabases`, `listCollections`, `create`,
+//! `drop`, `dropDatabase`, `renameCollection`, `collStats`, `dbStats`.
+
+use bson::{doc, Bson, Document};
+
+use super::args::{bool_or, collection_namespace, opt_document, opt_str};
+use super::Request;
+use crate::cursor::first_batch_reply;
+use crate::error::{Error, ErrorCode, Result};
+use crate::query::filter::Filter;
+use crate::router::{Collection, Namespace};
+
+pub async fn list_databases(req: &Request<'_>) -> Result<Document> {
+    let b = &req.body;
+    let name_only = bool_or("listDatabases", b, "nameOnly", false)?;
+    let filter = opt_document("listDatabases", b, "filter")?
+        .map(Filter::parse)
+        .transpose()?;
+    let router = &req.state.router;
+    let mut dbs: Vec<(String, u64)> = Vec::new();
+    tokio::task::block_in_place(|| -> Result<()> {
+        for coll in router.catalog.list() {
+            let size = if name_only {
+                0
+            } else {
+                router.collection_stats(&coll)?.size
+            };
+            match dbs.last_mut() {
+                Some((name, total)) if *name == coll.ns.db => *total += size,
+                _ => dbs.push((coll.ns.db.clone(), size)),
+            }
+        }
+        Ok(())
+    })?;
+    let mut out = Vec::new();
+    let mut total = 0u64;
+    for (name, size) in dbs {
+        let entry = if name_only {
+            doc! {"name": &name}
+        } else {
+            doc! {"name": &name, "sizeOnDisk": size as i64, "empty": size == 0}
+        };
+        if filter.as_ref().is_some_and(|f| !f.matches(&entry)) {
+            continue;
+        }
+        total += size;
+        out.push(Bson::Document(entry));
+    }
+    if name_only {
+        Ok(doc! {"databases": out})
+    } else {
+        Ok(doc! {"databases": out, "totalSize": total as i64, "totalSizeMb": (total / (1024 * 1024)) as i64})
+    }
+}
+
+fn collection_info(c: &Collection) -> Document {
+    doc! {
+        "name": &c.ns.coll,
+        "type": "collection",
+        "options": c.options.clone(),
+        "info": {"readOnly": false, "uuid": c.uuid.clone()},
+        "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
+    }
+}
+
+pub async fn list_collections(req: &Request<'_>) -> Result<Document> {
+    let b = &req.body;
+    let name_only = bool_or("listCollections", b, "nameOnly", false)?;
+    let filter = opt_document("listCollections", b, "filter")?
+        .map(Filter::parse)
+        .transpose()?;
+    let mut out = Vec::new();
+    for c in req.state.router.catalog.list_db(&req.db) {
+        let info = collection_info(&c);
+        if filter.as_ref().is_some_and(|f| !f.matches(&info)) {
+            continue;
+        }
+        if name_only {
+            out.push(Bson::Document(doc! {"name": &c.ns.coll, "type": "collection"}));
+        } else {
+            out.push(Bson::Document(info));
+        }
+    }
+    Ok(first_batch_reply(0, &format!("{}.$cmd.listCollections", req.db), out))
+}
+
+pub async fn create(req: &Request<'_>) -> Result<Document> {
+    let ns = collection_namespace("create", &req.db, &req.body)?;
+    if bool_or("create", &req.body, "capped", false)? {
+        return Err(Error::new(
+            ErrorCode::CommandNotSupported,
+            "capped collections are not supported by Shardgate",
+        ));
+    }
+    for unsupported in ["viewOn", "timeseries", "clusteredIndex"] {
+        if req.body.contains_key(unsupported) {
+            return Err(Error::new(
+                ErrorCode::CommandNotSupported,
+                format!("create with '{unsupported}' is not supported by Shardgate yet"),
+            ));
+        }
+    }
+    let mut options = Document::new();
+    for (k, v) in &req.body {
+        if matches!(k.as_str(), "validator" | "validationLevel" | "validationAction" | "collation") {
+            options.insert(k.clone(), v.clone());
+        }
+    }
+    let router = &req.state.router;
+    let (_, seq) = tokio::task::block_in_place(|| router.catalog.create(&ns, options, false))?;
+    router.durable(seq.unwrap_or(0)).await?;
+    Ok(Document::new())
+}
+
+pub async fn drop(req: &Request<'_>) -> Result<Document> {
+    let ns = collection_namespace("drop", &req.db, &req.body)?;
+    let router = &req.state.router;
+    let seq = tokio::task::block_in_place(|| router.catalog.drop_collection(&ns))?;
+    match seq {
+        // Dropping a missing collection succeeds since MongoDB 7.0.
+        None => Ok(doc! {"ns": ns.full()}),
+        Some(seq) => {
+            router.durable(seq).await?;
+            Ok(doc! {"nIndexesWas": 1, "ns": ns.full()})
+        }
+    }
+}
+
+pub async fn drop_database(req: &Request<'_>) -> Result<Document> {
+    let router = &req.state.router;
+    let mut last = 0;
+    tokio::task::block_in_place(|| -> Result<()> {
+        for c in router.catalog.list_db(&req.db) {
+            if let Some(seq) = router.catalog.drop_collection(&c.ns)? {
+                last = last.max(seq);
+            }
+        }
+        Ok(())
+    })?;
+    router.durable(last).await?;
+    Ok(doc! {"dropped": &req.db})
+}
+
+pub async fn rename_collection(req: &Request<'_>) -> Result<Document> {
+    let b = &req.body;
+    let from = opt_str("renameCollection", b, "renameCollection")?
+        .ok_or_else(|| Error::failed_to_parse("renameCollection needs a source namespace"))?;
+    let to = opt_str("renameCollection", b, "to")?
+        .ok_or_else(|| Error::failed_to_parse("renameCollection needs a 'to' namespace"))?;
+    let from = Namespace::parse(from)?;
+    let to = Namespace::parse(to)?;
+    let drop_target = bool_or("renameCollection", b, "dropTarget", false)?;
+    if from == to {
+        return Err(Error::new(
+            ErrorCode::IllegalOperation,
+            "Can't rename a collection to itself",
+        ));
+    }
+    let router = &req.state.router;
+    if router.catalog.get(&from).is_none() {
+        return Err(Error::new(
+            ErrorCode::NamespaceNotFound,
+            format!("Source collection {from} does not exist"),
+        ));
+    }
+    if !drop_target && router.catalog.get(&to).is_some() {
+        return Err(Error::new(ErrorCode::NamespaceExists, "target namespace exists"));
+    }
+    let seq = tokio::task::block_in_place(|| router.catalog.rename(&from, &to, drop_target))?;
+    router.durable(seq).await?;
+    Ok(Document::new())
+}
+
+pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
+    let ns = collection_namespace("collStats", &req.db, &req.body)?;
+    let scale = match super::args::opt_i64("collStats", &req.body, "scale")? {
+        Some(s) if s < 1 => return Err(Error::bad_value("scale has to be >= 1")),
+        Some(s) => s as u64,
+        None => 1,
+    };
+    let router = &req.state.router;
+    let Some(coll) = router.catalog.get(&ns) else {
+        return Err(Error::new(
+            ErrorCode::NamespaceNotFound,
+            format!("Collection [{ns}] not found."),
+        ));
+    };
+    let stats = tokio::task::block_in_place(|| router.collection_stats(&coll))?;
+    let avg = if stats.count > 0 {
+        stats.size / stats.count
+    } else {
+        0
+    };
+    Ok(doc! {
+        "ns": ns.full(),
+        "sharded": false,
+        "size": (stats.size / scale) as i64,
+        "count": stats.count as i64,
+        "avgObjSize": avg as i64,
+        "storageSize": (stats.size / scale) as i64,
+        "freeStorageSize": 0i64,
+        "capped": false,
+        "nindexes": 1,
+        "indexDetails": {},
+        "indexBuilds": [],
+        "totalIndexSize": 0i64,
+        "totalSize": (stats.size / scale) as i64,
+        "indexSizes": {"_id_": 0i64},
+        "scaleFactor": scale as i64,
+    })
+}
+
+pub async fn db_stats(req: &Request<'_>) -> Result<Document> {
+    let scale = match super::args::opt_i64("dbStats", &req.body, "scale")? {
+        Some(s) if s < 1 => return Err(Error::bad_value("scale has to be >= 1")),
+        Some(s) => s as u64,
+        None => 1,
+    };
+    let router = &req.state.router;
+    let colls = router.catalog.list_db(&req.db);
+    let (objects, size) = tokio::task::block_in_place(|| -> Result<(u64, u64)> {
+        let mut objects = 0;
+        let mut size = 0;
+        for c in &colls {
+            let s = router.collection_stats(c)?;
+            objects += s.count;
+            size += s.size;
+        }
+        Ok((objects, size))
+    })?;
+    Ok(doc! {
+        "db": &req.db,
+        "collections": colls.len() as i64,
+        "views": 0,
+        "objects": objects as i64,
+        "avgObjSize": if objects > 0 { size as f64 / objects as f64 } else { 0.0 },
+        "dataSize": (size / scale) as f64,
+        "storageSize": (size / scale) as f64,
+        "indexes": colls.len() as i64,
+        "indexSize": 0.0,
+        "totalSize": (size / scale) as f64,
+        "scaleFactor": scale as i64,
+    })
+}

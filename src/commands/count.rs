@@ -1,0 +1,40 @@
+//! `count`: the number of documents matching `query`, after `skip` and
+//! `limit`.
+
+use bson::{doc, Document};
+
+use super::args::{collection_namespace, opt_document, opt_i64, opt_non_negative};
+use super::Request;
+use crate::error::Result;
+use crate::query::filter::Filter;
+use crate::router::FindSpec;
+
+pub async fn run(req: &Request<'_>) -> Result<Document> {
+    let b = &req.body;
+    let ns = collection_namespace("count", &req.db, b)?;
+    let filter = opt_document("count", b, "query")?
+        .filter(|q| !q.is_empty())
+        .map(Filter::parse)
+        .transpose()?;
+    let skip = opt_non_negative("count", b, "skip")?.unwrap_or(0);
+    // A negative limit counts like its absolute value, as in MongoDB.
+    let limit = opt_i64("count", b, "limit")?
+        .filter(|&l| l != 0)
+        .map(|l| l.unsigned_abs());
+    let spec = FindSpec {
+        filter,
+        skip,
+        limit,
+        ..FindSpec::default()
+    };
+    let router = req.state.router.clone();
+    let n = tokio::task::block_in_place(|| -> Result<i64> {
+        let mut n = 0i64;
+        for d in router.find(&ns, spec)? {
+            d?;
+            n += 1;
+        }
+        Ok(n)
+    })?;
+    Ok(doc! {"n": n})
+}

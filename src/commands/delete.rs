@@ -1,0 +1,76 @@
+//! `delete`: a batch of `{q, limit}` statements; `limit` 1 deletes the
+//! first match, 0 every match.
+
+use std::sync::atomic::Ordering;
+
+use bson::{doc, Bson, Document};
+
+use super::args::{bool_or, check_batch_size, collection_namespace, document_list, number_as_i64};
+use super::Request;
+use crate::error::{Error, ErrorCode, Result};
+use crate::query::filter::Filter;
+
+fn parse_statement(entry: &Document) -> Result<(Filter, bool)> {
+    let filter = match entry.get("q") {
+        Some(Bson::Document(q)) => Filter::parse(q)?,
+        Some(other) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'delete.deletes.q' is the wrong type '{}', expected type 'object'",
+                super::args::type_name(other)
+            )))
+        }
+        None => {
+            return Err(Error::new(
+                ErrorCode::Location40415,
+                "BSON field 'delete.deletes.q' is missing but a required field",
+            ))
+        }
+    };
+    let limit = match entry.get("limit") {
+        None => {
+            return Err(Error::new(
+                ErrorCode::Location40415,
+                "BSON field 'delete.deletes.limit' is missing but a required field",
+            ))
+        }
+        Some(v) => number_as_i64(v).ok_or_else(|| {
+            Error::type_mismatch("BSON field 'delete.deletes.limit' must be a number")
+        })?,
+    };
+    if limit != 0 && limit != 1 {
+        return Err(Error::failed_to_parse(format!(
+            "The limit field in delete objects must be 0 or 1. Got {limit}"
+        )));
+    }
+    Ok((filter, limit == 0))
+}
+
+pub async fn run(req: &Request<'_>) -> Result<Document> {
+    let ns = collection_namespace("delete", &req.db, &req.body)?;
+    let entries = document_list("delete", &req.body, "deletes")?;
+    check_batch_size(entries.len())?;
+    let ordered = bool_or("delete", &req.body, "ordered", true)?;
+    let mut n = 0i64;
+    let mut errors = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        req.state.counters.op_delete.fetch_add(1, Ordering::Relaxed);
+        let result = match parse_statement(entry) {
+            Ok((filter, multi)) => req.state.router.delete(&ns, &filter, multi, None).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok((deleted, _)) => n += deleted as i64,
+            Err(e) => {
+                errors.push(Bson::Document(e.to_write_error(i)));
+                if ordered {
+                    break;
+                }
+            }
+        }
+    }
+    let mut reply = doc! {"n": n};
+    if !errors.is_empty() {
+        reply.insert("writeErrors", errors);
+    }
+    Ok(reply)
+}

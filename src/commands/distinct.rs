@@ -1,0 +1,73 @@
+//! `distinct`: the distinct values of a field among matching documents.
+//! Array values contribute their elements, as in MongoDB.
+
+use bson::{doc, Bson, Document};
+
+use super::args::{collection_namespace, opt_document, opt_str};
+use super::Request;
+use crate::error::{Error, ErrorCode, Result};
+use crate::query::compare::compare;
+use crate::query::filter::Filter;
+use crate::router::FindSpec;
+
+/// Collects the values at a dotted path, descending into arrays.
+fn collect_values(v: &Bson, path: &[&str], out: &mut Vec<Bson>) {
+    match (path.split_first(), v) {
+        (None, Bson::Array(items)) => out.extend(items.iter().cloned()),
+        (None, v) => out.push(v.clone()),
+        (Some((head, rest)), Bson::Document(d)) => {
+            if let Some(child) = d.get(*head) {
+                collect_values(child, rest, out);
+            }
+        }
+        (Some((head, rest)), Bson::Array(items)) => {
+            if let Ok(i) = head.parse::<usize>() {
+                if let Some(child) = items.get(i) {
+                    collect_values(child, rest, out);
+                }
+            }
+            for item in items {
+                if let Bson::Document(_) = item {
+                    collect_values(item, path, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+pub async fn run(req: &Request<'_>) -> Result<Document> {
+    let b = &req.body;
+    let ns = collection_namespace("distinct", &req.db, b)?;
+    let Some(key) = opt_str("distinct", b, "key")? else {
+        return Err(Error::new(
+            ErrorCode::Location40415,
+            "BSON field 'distinct.key' is missing but a required field",
+        ));
+    };
+    if key.is_empty() {
+        return Err(Error::bad_value("distinct key cannot be empty"));
+    }
+    let path: Vec<&str> = key.split('.').collect();
+    let filter = opt_document("distinct", b, "query")?
+        .filter(|q| !q.is_empty())
+        .map(Filter::parse)
+        .transpose()?;
+    let spec = FindSpec {
+        filter,
+        ..FindSpec::default()
+    };
+    let router = req.state.router.clone();
+    let values = tokio::task::block_in_place(|| -> Result<Vec<Bson>> {
+        let mut values = Vec::new();
+        for d in router.find(&ns, spec)? {
+            let d = d?;
+            collect_values(&Bson::Document(d), &path, &mut values);
+        }
+        Ok(values)
+    })?;
+    let mut values = values;
+    values.sort_by(compare);
+    values.dedup_by(|a, b| compare(a, b).is_eq());
+    Ok(doc! {"values": values})
+}

@@ -1,0 +1,163 @@
+//! `find`, `getMore` and `killCursors`.
+
+use std::sync::atomic::Ordering;
+
+use bson::{doc, Bson, Document};
+
+use super::args::{self, bool_or, collection_namespace, opt_document, opt_i64, opt_non_negative};
+use super::Request;
+use crate::cursor::{first_batch_reply, next_batch, DEFAULT_FIRST_BATCH};
+use crate::error::{Error, ErrorCode, Result};
+use crate::query::filter::Filter;
+use crate::query::projection::Projection;
+use crate::query::sort::SortSpec;
+use crate::router::FindSpec;
+
+/// A parsed `find` command.
+struct Find {
+    ns: crate::router::Namespace,
+    spec: FindSpec,
+    batch_size: Option<usize>,
+    single_batch: bool,
+}
+
+fn parse(req: &Request<'_>) -> Result<Find> {
+    let b = &req.body;
+    let ns = collection_namespace("find", &req.db, b)?;
+    let filter = opt_document("find", b, "filter")?
+        .map(Filter::parse)
+        .transpose()?;
+    let sort = match opt_document("find", b, "sort")? {
+        Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
+        _ => None,
+    };
+    let projection = match opt_document("find", b, "projection")? {
+        Some(p) if !p.is_empty() => Some(Projection::parse(p)?),
+        _ => None,
+    };
+    let skip = opt_non_negative("find", b, "skip")?.unwrap_or(0);
+    let mut single_batch = bool_or("find", b, "singleBatch", false)?;
+    let limit = match opt_i64("find", b, "limit")? {
+        None | Some(0) => None,
+        Some(n) if n < 0 => {
+            // A negative limit is the legacy "one batch of at most |n|".
+            single_batch = true;
+            Some(n.unsigned_abs())
+        }
+        Some(n) => Some(n as u64),
+    };
+    let batch_size = opt_non_negative("find", b, "batchSize")?.map(|n| n as usize);
+    // hint, comment, maxTimeMS, readConcern, allowDiskUse … are accepted
+    // and do not change the result.
+    opt_document("find", b, "collation")?;
+    Ok(Find {
+        ns,
+        spec: FindSpec {
+            filter,
+            sort,
+            skip,
+            limit,
+            projection,
+        },
+        batch_size,
+        single_batch,
+    })
+}
+
+pub async fn find(req: &Request<'_>) -> Result<Document> {
+    let f = parse(req)?;
+    req.state.counters.op_query.fetch_add(1, Ordering::Relaxed);
+    let ns = f.ns.full();
+    let limit = f.spec.limit;
+    let first = match (f.batch_size, limit) {
+        (Some(b), Some(l)) => Some(b.min(l as usize)),
+        (Some(b), None) => Some(b),
+        (None, Some(l)) => Some((l as usize).min(DEFAULT_FIRST_BATCH)),
+        (None, None) => Some(DEFAULT_FIRST_BATCH),
+    };
+    let router = req.state.router.clone();
+    let (batch, stream) = tokio::task::block_in_place(|| -> Result<_> {
+        let mut stream = router.find(&f.ns, f.spec)?.peekable();
+        let batch = next_batch(&mut stream, first)?;
+        Ok((batch, stream))
+    })?;
+    let id = if batch.exhausted || f.single_batch {
+        0
+    } else {
+        req.state.cursors.open(ns.clone(), stream)
+    };
+    Ok(first_batch_reply(id, &ns, batch.docs))
+}
+
+pub async fn get_more(req: &Request<'_>) -> Result<Document> {
+    let b = &req.body;
+    let id = match b.get("getMore") {
+        Some(Bson::Int64(id)) => *id,
+        Some(Bson::Int32(id)) => *id as i64,
+        Some(other) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'getMore.getMore' is the wrong type '{}', expected type 'long'",
+                args::type_name(other)
+            )))
+        }
+        None => return Err(Error::failed_to_parse("getMore needs a cursor id")),
+    };
+    let coll = match b.get("collection") {
+        Some(Bson::String(c)) => c.clone(),
+        Some(other) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'getMore.collection' is the wrong type '{}', expected type 'string'",
+                args::type_name(other)
+            )))
+        }
+        None => {
+            return Err(Error::new(
+                ErrorCode::Location40415,
+                "BSON field 'getMore.collection' is missing but a required field",
+            ))
+        }
+    };
+    let ns = crate::router::Namespace::new(&req.db, &coll)?.full();
+    let batch_size = opt_non_negative("getMore", b, "batchSize")?
+        .filter(|&n| n > 0)
+        .map(|n| n as usize);
+    req.state.counters.op_getmore.fetch_add(1, Ordering::Relaxed);
+    let state = req.state;
+    let (docs, exhausted) = tokio::task::block_in_place(|| {
+        state.cursors.with_cursor(id, &ns, |stream| {
+            let batch = next_batch(stream, batch_size)?;
+            Ok(((batch.docs, batch.exhausted), batch.exhausted))
+        })
+    })?;
+    Ok(doc! {
+        "cursor": {"nextBatch": docs, "id": if exhausted { 0 } else { id }, "ns": ns},
+    })
+}
+
+pub async fn kill_cursors(req: &Request<'_>) -> Result<Document> {
+    collection_namespace("killCursors", &req.db, &req.body)?;
+    let Some(ids) = args::opt_array("killCursors", &req.body, "cursors")? else {
+        return Err(Error::new(
+            ErrorCode::Location40415,
+            "BSON field 'killCursors.cursors' is missing but a required field",
+        ));
+    };
+    let mut killed = Vec::new();
+    let mut not_found = Vec::new();
+    for id in ids {
+        let Some(n) = args::number_as_i64(id) else {
+            return Err(Error::type_mismatch("killCursors.cursors must be an array of longs"));
+        };
+        if req.state.cursors.kill(n) {
+            killed.push(Bson::Int64(n));
+        } else {
+            not_found.push(Bson::Int64(n));
+        }
+    }
+    Ok(doc! {
+        "cursorsKilled": killed,
+        "cursorsNotFound": not_found,
+        "cursorsAlive": [],
+        "cursorsUnknown": [],
+    })
+}

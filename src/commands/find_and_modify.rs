@@ -1,0 +1,92 @@
+//! `findAndModify`: update or remove the first document matching `query`
+//! (in `sort` order) and return it, before or after (`new`) the change.
+
+use bson::{doc, Bson, Document};
+
+use super::args::{bool_or, collection_namespace, opt_document};
+use super::Request;
+use crate::error::{Error, Result};
+use crate::query::filter::{Filter, MatchDetails};
+use crate::query::projection::Projection;
+use crate::query::sort::SortSpec;
+use crate::query::update::Update;
+use crate::router::UpdateStatement;
+
+pub async fn run(req: &Request<'_>) -> Result<Document> {
+    let cmd = req.name.as_str();
+    let b = &req.body;
+    let ns = collection_namespace(cmd, &req.db, b)?;
+    let filter = Filter::parse(opt_document(cmd, b, "query")?.unwrap_or(&Document::new()))?;
+    let sort = match opt_document(cmd, b, "sort")? {
+        Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
+        _ => None,
+    };
+    let fields = match opt_document(cmd, b, "fields")? {
+        Some(p) if !p.is_empty() => Some(Projection::parse(p)?),
+        _ => None,
+    };
+    let remove = bool_or(cmd, b, "remove", false)?;
+    let new = bool_or(cmd, b, "new", false)?;
+    let upsert = bool_or(cmd, b, "upsert", false)?;
+    let update = b.get("update");
+    let project = |d: Option<Document>| -> Result<Bson> {
+        match (d, &fields) {
+            (None, _) => Ok(Bson::Null),
+            (Some(d), Some(p)) => Ok(Bson::Document(p.apply(&d, &MatchDetails::default())?)),
+            (Some(d), None) => Ok(Bson::Document(d)),
+        }
+    };
+    match (remove, update) {
+        (true, Some(_)) => Err(Error::failed_to_parse(
+            "Cannot specify both an update and remove=true",
+        )),
+        (true, None) => {
+            if upsert || new {
+                return Err(Error::failed_to_parse(
+                    "Cannot specify both upsert=true and remove=true, or new=true and remove=true",
+                ));
+            }
+            let (n, doc) = req
+                .state
+                .router
+                .delete(&ns, &filter, false, sort.as_ref())
+                .await?;
+            Ok(doc! {
+                "lastErrorObject": {"n": n as i32},
+                "value": project(doc)?,
+            })
+        }
+        (false, None) => Err(Error::failed_to_parse(
+            "Either an update or remove=true must be specified",
+        )),
+        (false, Some(u)) => {
+            let array_filters = match b.get("arrayFilters") {
+                Some(Bson::Array(items)) => Some(
+                    items
+                        .iter()
+                        .filter_map(|f| f.as_document().cloned())
+                        .collect::<Vec<_>>(),
+                ),
+                _ => None,
+            };
+            let stmt = UpdateStatement {
+                filter,
+                update: Update::parse(u, array_filters.as_deref())?,
+                multi: false,
+                upsert,
+                sort,
+            };
+            let outcome = req.state.router.update(&ns, &stmt).await?;
+            let upserted = outcome.upserted_id.is_some();
+            let mut last = doc! {
+                "n": if outcome.matched > 0 || upserted { 1 } else { 0 },
+                "updatedExisting": outcome.matched > 0,
+            };
+            if let Some(id) = outcome.upserted_id {
+                last.insert("upserted", id);
+            }
+            let value = if new { outcome.after } else { outcome.before };
+            Ok(doc! {"lastErrorObject": last, "value": project(value)?})
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! `insert`: ordered or unordered batches; each failed document is a
+//! `writeErrors` entry with its batch index.
+
+use std::sync::atomic::Ordering;
+
+use bson::{doc, Bson, Document};
+
+use super::args::{bool_or, check_batch_size, collection_namespace, document_list};
+use super::Request;
+use crate::error::Result;
+
+pub async fn run(req: &Request<'_>) -> Result<Document> {
+    let ns = collection_namespace("insert", &req.db, &req.body)?;
+    let docs = document_list("insert", &req.body, "documents")?;
+    check_batch_size(docs.len())?;
+    let ordered = bool_or("insert", &req.body, "ordered", true)?;
+    let count = docs.len() as u64;
+    let outcome = req.state.router.insert(&ns, docs, ordered).await?;
+    req.state
+        .counters
+        .op_insert
+        .fetch_add(count, Ordering::Relaxed);
+    let mut reply = doc! {"n": outcome.inserted as i64};
+    if !outcome.errors.is_empty() {
+        let errors: Vec<Bson> = outcome
+            .errors
+            .iter()
+            .map(|(i, e)| Bson::Document(e.to_write_error(*i)))
+            .collect();
+        reply.insert("writeErrors", errors);
+    }
+    Ok(reply)
+}

@@ -1,0 +1,96 @@
+//! The table of commands: name → handler. Sorted by name; `lookup`
+//! searches it and `listCommands` prints it.
+
+use super::{
+    admin, aggregate, catalog, count, delete, distinct, find, find_and_modify, handshake, indexes,
+    insert, update, Handler,
+};
+
+pub struct CommandEntry {
+    pub name: &'static str,
+    pub handler: Handler,
+    /// Runs only against the `admin` database.
+    pub admin_only: bool,
+    pub help: &'static str,
+}
+
+macro_rules! command {
+    ($name:literal, $f:path, $admin:expr, $help:literal) => {
+        CommandEntry {
+            name: $name,
+            handler: |req| Box::pin($f(req)),
+            admin_only: $admin,
+            help: $help,
+        }
+    };
+}
+
+/// Every command, sorted by name.
+pub static COMMANDS: &[CommandEntry] = &[
+    command!("abortTransaction", admin::no_transaction, true, "abort a transaction"),
+    command!("aggregate", aggregate::run, false, "run an aggregation pipeline"),
+    command!("buildInfo", admin::build_info, false, "server version and build"),
+    command!("buildinfo", admin::build_info, false, "alias of buildInfo"),
+    command!("collStats", catalog::coll_stats, false, "collection statistics"),
+    command!("commitTransaction", admin::no_transaction, true, "commit a transaction"),
+    command!("connectionStatus", admin::connection_status, false, "authenticated users"),
+    command!("count", count::run, false, "count documents"),
+    command!("create", catalog::create, false, "create a collection"),
+    command!("createIndexes", indexes::create_indexes, false, "create indexes"),
+    command!("dbStats", catalog::db_stats, false, "database statistics"),
+    command!("delete", delete::run, false, "delete documents"),
+    command!("distinct", distinct::run, false, "distinct values of a field"),
+    command!("drop", catalog::drop, false, "drop a collection"),
+    command!("dropDatabase", catalog::drop_database, false, "drop a database"),
+    command!("dropIndexes", indexes::drop_indexes, false, "drop indexes"),
+    command!("endSessions", admin::ok, false, "end logical sessions"),
+    command!("find", find::find, false, "query documents"),
+    command!("findAndModify", find_and_modify::run, false, "update or remove one document and return it"),
+    command!("findandmodify", find_and_modify::run, false, "alias of findAndModify"),
+    command!("getCmdLineOpts", admin::get_cmd_line_opts, true, "command-line options"),
+    command!("getLog", admin::get_log, true, "recent log lines"),
+    command!("getMore", find::get_more, false, "next batch of a cursor"),
+    command!("getParameter", admin::get_parameter, true, "server parameters"),
+    command!("hello", handshake::hello, false, "handshake"),
+    command!("hostInfo", admin::host_info, false, "host information"),
+    command!("insert", insert::run, false, "insert documents"),
+    command!("isMaster", handshake::hello, false, "legacy handshake"),
+    command!("ismaster", handshake::hello, false, "legacy handshake"),
+    command!("killCursors", find::kill_cursors, false, "close cursors"),
+    command!("killSessions", admin::ok, false, "kill logical sessions"),
+    command!("listCollections", catalog::list_collections, false, "list collections"),
+    command!("listCommands", admin::list_commands, false, "list commands"),
+    command!("listDatabases", catalog::list_databases, true, "list databases"),
+    command!("listIndexes", indexes::list_indexes, false, "list indexes"),
+    command!("logout", admin::ok, false, "log out"),
+    command!("ping", admin::ok, false, "check the server answers"),
+    command!("refreshSessions", admin::ok, false, "keep sessions alive"),
+    command!("renameCollection", catalog::rename_collection, true, "rename a collection"),
+    command!("serverStatus", admin::server_status, false, "server status"),
+    command!("startSession", admin::start_session, false, "start a logical session"),
+    command!("update", update::run, false, "update documents"),
+    command!("whatsmyuri", admin::whats_my_uri, false, "the client's address"),
+];
+
+pub fn lookup(name: &str) -> Option<&'static CommandEntry> {
+    COMMANDS
+        .binary_search_by(|c| c.name.cmp(name))
+        .ok()
+        .and_then(|i| COMMANDS.get(i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_so_lookup_finds_every_command() {
+        for w in COMMANDS.windows(2) {
+            assert!(w[0].name < w[1].name, "{} before {}", w[0].name, w[1].name);
+        }
+        for c in COMMANDS {
+            assert!(lookup(c.name).is_some());
+        }
+        assert!(lookup("noSuchCommand").is_none());
+    }
+}

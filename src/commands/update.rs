@@ -1,0 +1,115 @@
+//! `update`: a batch of update statements, each with a filter, an update
+//! (operators or a replacement), `multi`, `upsert` and `arrayFilters`.
+//! Counts follow MongoDB: `n` is matched plus upserted, `nModified` the
+//! documents that really changed, `upserted` lists `{index, _id}`.
+
+use std::sync::atomic::Ordering;
+
+use bson::{doc, Bson, Document};
+
+use super::args::{bool_or, check_batch_size, collection_namespace, document_list, opt_array};
+use super::Request;
+use crate::error::{Error, Result};
+use crate::query::filter::Filter;
+use crate::query::update::Update;
+use crate::router::UpdateStatement;
+
+/// Parses one entry of `updates`.
+pub fn parse_statement(entry: &Document) -> Result<UpdateStatement> {
+    let filter = match entry.get("q") {
+        Some(Bson::Document(q)) => Filter::parse(q)?,
+        Some(other) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'update.updates.q' is the wrong type '{}', expected type 'object'",
+                super::args::type_name(other)
+            )))
+        }
+        None => {
+            return Err(Error::new(
+                crate::error::ErrorCode::Location40415,
+                "BSON field 'update.updates.q' is missing but a required field",
+            ))
+        }
+    };
+    let Some(u) = entry.get("u") else {
+        return Err(Error::new(
+            crate::error::ErrorCode::Location40415,
+            "BSON field 'update.updates.u' is missing but a required field",
+        ));
+    };
+    let array_filters = match opt_array("update.updates", entry, "arrayFilters")? {
+        None => None,
+        Some(items) => {
+            let mut filters = Vec::with_capacity(items.len());
+            for f in items {
+                match f {
+                    Bson::Document(d) => filters.push(d.clone()),
+                    other => {
+                        return Err(Error::type_mismatch(format!(
+                            "BSON field 'update.updates.arrayFilters' is the wrong type '{}', expected type 'object'",
+                            super::args::type_name(other)
+                        )))
+                    }
+                }
+            }
+            Some(filters)
+        }
+    };
+    let update = Update::parse(u, array_filters.as_deref())?;
+    let multi = bool_or("update.updates", entry, "multi", false)?;
+    let upsert = bool_or("update.updates", entry, "upsert", false)?;
+    if multi && update.is_replacement() {
+        return Err(Error::failed_to_parse(
+            "multi update is not supported for replacement-style update",
+        ));
+    }
+    Ok(UpdateStatement {
+        filter,
+        update,
+        multi,
+        upsert,
+        sort: None,
+    })
+}
+
+pub async fn run(req: &Request<'_>) -> Result<Document> {
+    let ns = collection_namespace("update", &req.db, &req.body)?;
+    let entries = document_list("update", &req.body, "updates")?;
+    check_batch_size(entries.len())?;
+    let ordered = bool_or("update", &req.body, "ordered", true)?;
+    let mut n = 0i64;
+    let mut modified = 0i64;
+    let mut upserted = Vec::new();
+    let mut errors = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        req.state.counters.op_update.fetch_add(1, Ordering::Relaxed);
+        let result = match parse_statement(entry) {
+            Ok(stmt) => req.state.router.update(&ns, &stmt).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(outcome) => {
+                n += outcome.matched as i64;
+                modified += outcome.modified as i64;
+                if let Some(id) = outcome.upserted_id {
+                    n += 1;
+                    upserted.push(Bson::Document(doc! {"index": i as i32, "_id": id}));
+                }
+            }
+            Err(e) => {
+                errors.push(Bson::Document(e.to_write_error(i)));
+                if ordered {
+                    break;
+                }
+            }
+        }
+    }
+    let mut reply = doc! {"n": n, "nModified": modified};
+    if !upserted.is_empty() {
+        reply.insert("upserted", upserted);
+    }
+    if !errors.is_empty() {
+        reply.insert("writeErrors", errors);
+    }
+    Ok(reply)
+}

@@ -1,0 +1,315 @@
+//! Message formats: parsing request bodies and encoding replies.
+//!
+//! Every length read from the wire is checked before it is used; a
+//! malformed message is a [`WireError`] that ends its connection.
+
+use bson::{Document, RawDocument};
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::{MAX_BSON_OBJECT_SIZE, OP_MSG, OP_REPLY};
+
+/// Why a message could not be read. The connection is closed after it.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("message length {0} is outside the allowed range")]
+    BadLength(i64),
+    #[error("unsupported opcode {0}")]
+    UnsupportedOpcode(i32),
+    #[error("malformed message: {0}")]
+    Malformed(&'static str),
+    #[error("OP_MSG checksum does not match")]
+    BadChecksum,
+    #[error("OP_MSG has unknown required flag bits {0:#x}")]
+    UnknownRequiredFlags(u32),
+}
+
+/// A request from a client.
+#[derive(Debug)]
+pub enum Message {
+    Msg(OpMsg),
+    Query(OpQuery),
+}
+
+impl Message {
+    pub fn request_id(&self) -> i32 {
+        match self {
+            Message::Msg(m) => m.request_id,
+            Message::Query(q) => q.request_id,
+        }
+    }
+}
+
+/// An OP_MSG request: the body plus document sequences, still as bytes.
+/// Turning the bytes into documents (and rejecting invalid BSON with a
+/// command error rather than a closed connection) is the caller's job.
+#[derive(Debug)]
+pub struct OpMsg {
+    pub request_id: i32,
+    pub flags: u32,
+    pub body: Bytes,
+    /// `(identifier, documents)` of each kind-1 section.
+    pub sequences: Vec<(String, Vec<Bytes>)>,
+}
+
+pub const FLAG_CHECKSUM_PRESENT: u32 = 1;
+pub const FLAG_MORE_TO_COME: u32 = 1 << 1;
+pub const FLAG_EXHAUST_ALLOWED: u32 = 1 << 16;
+
+impl OpMsg {
+    /// True when the client expects no reply (`w: 0` writes).
+    pub fn more_to_come(&self) -> bool {
+        self.flags & FLAG_MORE_TO_COME != 0
+    }
+
+    /// The command document: the body with each document sequence added
+    /// as an array field named by its identifier.
+    pub fn command(&self) -> Result<Document, bson::error::Error> {
+        let mut doc = Document::try_from(RawDocument::from_bytes(&self.body)?)?;
+        for (name, docs) in &self.sequences {
+            let mut items = Vec::with_capacity(docs.len());
+            for d in docs {
+                items.push(bson::Bson::Document(Document::try_from(
+                    RawDocument::from_bytes(d)?,
+                )?));
+            }
+            doc.insert(name.clone(), items);
+        }
+        Ok(doc)
+    }
+}
+
+/// A legacy OP_QUERY request (handshake and `db.$cmd` commands).
+#[derive(Debug)]
+pub struct OpQuery {
+    pub request_id: i32,
+    pub flags: i32,
+    pub full_collection_name: String,
+    pub number_to_skip: i32,
+    pub number_to_return: i32,
+    pub query: Bytes,
+}
+
+/// A reply to send.
+#[derive(Debug)]
+pub enum Reply {
+    /// OP_MSG reply with one body document.
+    Msg { response_to: i32, body: Vec<u8> },
+    /// OP_REPLY with one document.
+    Legacy { response_to: i32, body: Vec<u8> },
+}
+
+/// Splits `n` bytes off the front of `buf`, or fails if there are fewer.
+fn take(buf: &mut Bytes, n: usize, what: &'static str) -> Result<Bytes, WireError> {
+    if buf.len() < n {
+        return Err(WireError::Malformed(what));
+    }
+    Ok(buf.split_to(n))
+}
+
+fn read_i32(buf: &mut Bytes, what: &'static str) -> Result<i32, WireError> {
+    let b = take(buf, 4, what)?;
+    Ok(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn read_cstring(buf: &mut Bytes, what: &'static str) -> Result<String, WireError> {
+    let end = buf
+        .iter()
+        .position(|&c| c == 0)
+        .ok_or(WireError::Malformed(what))?;
+    let s = take(buf, end, what)?;
+    take(buf, 1, what)?;
+    String::from_utf8(s.to_vec()).map_err(|_| WireError::Malformed(what))
+}
+
+/// Reads one length-prefixed BSON document's bytes (not validated).
+fn read_document(buf: &mut Bytes, what: &'static str) -> Result<Bytes, WireError> {
+    if buf.len() < 4 {
+        return Err(WireError::Malformed(what));
+    }
+    let len = i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    if len < 5 || len as usize > buf.len() || len as usize > MAX_BSON_OBJECT_SIZE + 16 * 1024 {
+        return Err(WireError::Malformed(what));
+    }
+    take(buf, len as usize, what)
+}
+
+/// Parses the body of an OP_MSG (everything after the 16-byte header).
+/// `whole` is the complete message, for the checksum.
+pub fn parse_op_msg(request_id: i32, whole: &[u8], mut body: Bytes) -> Result<OpMsg, WireError> {
+    let flags = read_i32(&mut body, "OP_MSG flags")? as u32;
+    // Bits 0-15 are required: a flag we do not know there must fail.
+    let unknown_required = flags & 0xffff & !(FLAG_CHECKSUM_PRESENT | FLAG_MORE_TO_COME);
+    if unknown_required != 0 {
+        return Err(WireError::UnknownRequiredFlags(unknown_required));
+    }
+    if flags & FLAG_CHECKSUM_PRESENT != 0 {
+        if body.len() < 4 || whole.len() < 4 {
+            return Err(WireError::Malformed("OP_MSG checksum"));
+        }
+        let split = whole.len() - 4;
+        let expected = u32::from_le_bytes([
+            whole[split],
+            whole[split + 1],
+            whole[split + 2],
+            whole[split + 3],
+        ]);
+        if crc32c::crc32c(&whole[..split]) != expected {
+            return Err(WireError::BadChecksum);
+        }
+        body.truncate(body.len() - 4);
+    }
+    let mut main = None;
+    let mut sequences = Vec::new();
+    while !body.is_empty() {
+        let kind = take(&mut body, 1, "OP_MSG section kind")?[0];
+        match kind {
+            0 => {
+                if main.is_some() {
+                    return Err(WireError::Malformed("OP_MSG has two body sections"));
+                }
+                main = Some(read_document(&mut body, "OP_MSG body")?);
+            }
+            1 => {
+                let size = read_i32(&mut body, "OP_MSG sequence size")?;
+                if size < 4 {
+                    return Err(WireError::Malformed("OP_MSG sequence size"));
+                }
+                let mut section = take(&mut body, size as usize - 4, "OP_MSG sequence")?;
+                let identifier = read_cstring(&mut section, "OP_MSG sequence identifier")?;
+                let mut docs = Vec::new();
+                while !section.is_empty() {
+                    docs.push(read_document(&mut section, "OP_MSG sequence document")?);
+                }
+                sequences.push((identifier, docs));
+            }
+            _ => return Err(WireError::Malformed("OP_MSG section kind")),
+        }
+    }
+    let body = main.ok_or(WireError::Malformed("OP_MSG has no body section"))?;
+    Ok(OpMsg {
+        request_id,
+        flags,
+        body,
+        sequences,
+    })
+}
+
+/// Parses the body of an OP_QUERY.
+pub fn parse_op_query(request_id: i32, mut body: Bytes) -> Result<OpQuery, WireError> {
+    let flags = read_i32(&mut body, "OP_QUERY flags")?;
+    let full_collection_name = read_cstring(&mut body, "OP_QUERY collection name")?;
+    let number_to_skip = read_i32(&mut body, "OP_QUERY numberToSkip")?;
+    let number_to_return = read_i32(&mut body, "OP_QUERY numberToReturn")?;
+    let query = read_document(&mut body, "OP_QUERY query")?;
+    // An optional returnFieldsSelector may follow; commands ignore it.
+    Ok(OpQuery {
+        request_id,
+        flags,
+        full_collection_name,
+        number_to_skip,
+        number_to_return,
+        query,
+    })
+}
+
+static NEXT_REQUEST_ID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
+
+fn put_header(out: &mut BytesMut, len: usize, response_to: i32, op_code: i32) {
+    let id = NEXT_REQUEST_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    out.put_i32_le(len as i32);
+    out.put_i32_le(id);
+    out.put_i32_le(response_to);
+    out.put_i32_le(op_code);
+}
+
+/// Appends the wire form of `reply` to `out`.
+pub fn encode_reply(reply: &Reply, out: &mut BytesMut) {
+    match reply {
+        Reply::Msg { response_to, body } => {
+            let len = 16 + 4 + 1 + body.len();
+            out.reserve(len);
+            put_header(out, len, *response_to, OP_MSG);
+            out.put_u32_le(0);
+            out.put_u8(0);
+            out.put_slice(body);
+        }
+        Reply::Legacy { response_to, body } => {
+            let len = 16 + 20 + body.len();
+            out.reserve(len);
+            put_header(out, len, *response_to, OP_REPLY);
+            out.put_i32_le(8); // AwaitCapable
+            out.put_i64_le(0);
+            out.put_i32_le(0);
+            out.put_i32_le(1);
+            out.put_slice(body);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn msg_body(flags: u32, sections: &[u8]) -> Vec<u8> {
+        let mut v = flags.to_le_bytes().to_vec();
+        v.extend_from_slice(sections);
+        v
+    }
+
+    #[test]
+    fn op_msg_with_sequence_becomes_one_command() {
+        let body = doc! {"insert": "c", "$db": "t"};
+        let d1 = doc! {"_id": 1};
+        let d2 = doc! {"_id": 2};
+        let mut sections = vec![0u8];
+        sections.extend(body.to_vec().unwrap());
+        let mut seq = b"documents\0".to_vec();
+        seq.extend(d1.to_vec().unwrap());
+        seq.extend(d2.to_vec().unwrap());
+        sections.push(1);
+        sections.extend(((seq.len() + 4) as i32).to_le_bytes());
+        sections.extend(seq);
+        let raw = msg_body(0, &sections);
+        let msg = parse_op_msg(7, &[], Bytes::from(raw)).unwrap();
+        let cmd = msg.command().unwrap();
+        assert_eq!(cmd.get_str("insert").unwrap(), "c");
+        assert_eq!(cmd.get_array("documents").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn truncated_and_lying_sections_are_malformed() {
+        let raw = msg_body(0, &[0, 200, 0, 0, 0, 1]);
+        assert!(parse_op_msg(1, &[], Bytes::from(raw)).is_err());
+        let raw = msg_body(0, &[1, 2, 0, 0, 0]);
+        assert!(parse_op_msg(1, &[], Bytes::from(raw)).is_err());
+        let raw = msg_body(1 << 5, &[]);
+        assert!(matches!(
+            parse_op_msg(1, &[], Bytes::from(raw)),
+            Err(WireError::UnknownRequiredFlags(_))
+        ));
+    }
+
+    #[test]
+    fn checksum_is_verified() {
+        let body = doc! {"ping": 1, "$db": "admin"};
+        let mut sections = vec![0u8];
+        sections.extend(body.to_vec().unwrap());
+        let payload = msg_body(FLAG_CHECKSUM_PRESENT, &sections);
+        let mut whole = vec![0u8; 16];
+        whole.extend_from_slice(&payload);
+        let crc = crc32c::crc32c(&whole);
+        whole.extend_from_slice(&crc.to_le_bytes());
+        let mut with_crc = payload.clone();
+        with_crc.extend_from_slice(&crc.to_le_bytes());
+        assert!(parse_op_msg(1, &whole, Bytes::from(with_crc.clone())).is_ok());
+        let n = whole.len();
+        whole[n - 1] ^= 1;
+        assert!(matches!(
+            parse_op_msg(1, &whole, Bytes::from(with_crc)),
+            Err(WireError::BadChecksum)
+        ));
+    }
+}
