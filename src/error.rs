@@ -16,17 +16,26 @@ macro_rules! error_codes {
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum ErrorCode {
             $($name,)*
+            /// One of MongoDB's numbered assertion codes without a name of
+            /// its own; its `codeName` is `Location<number>`.
+            Location(i32),
         }
 
         impl ErrorCode {
             /// The numeric code clients see in `code`.
             pub fn number(self) -> i32 {
-                match self { $(ErrorCode::$name => $num,)* }
+                match self {
+                    $(ErrorCode::$name => $num,)*
+                    ErrorCode::Location(n) => n,
+                }
             }
 
             /// The name clients see in `codeName`.
-            pub fn name(self) -> &'static str {
-                match self { $(ErrorCode::$name => stringify!($name),)* }
+            pub fn name(self) -> std::borrow::Cow<'static, str> {
+                match self {
+                    $(ErrorCode::$name => std::borrow::Cow::Borrowed(stringify!($name)),)*
+                    ErrorCode::Location(n) => std::borrow::Cow::Owned(format!("Location{n}")),
+                }
             }
         }
     };
@@ -81,6 +90,10 @@ error_codes! {
     Location40352 = 40352,
     Location51270 = 51270,
     UnknownError = 8,
+    InvalidPipelineOperator = 168,
+    QueryFeatureNotAllowed = 224,
+    EmptyFieldName = 56,
+    CannotBackfillArray = 34,
     Location40571 = 40571,
     Location40324 = 40324,
     Location40415 = 40415,
@@ -139,7 +152,7 @@ impl Error {
         let mut reply = doc! {
             "errmsg": &self.message,
             "code": self.code.number(),
-            "codeName": self.code.name(),
+            "codeName": self.code.name().as_ref(),
         };
         if let Some(extra) = &self.extra {
             reply.extend(extra.clone());
@@ -152,7 +165,7 @@ impl Error {
         let mut reply = doc! {
             "index": index as i32,
             "code": self.code.number(),
-            "codeName": self.code.name(),
+            "codeName": self.code.name().as_ref(),
             "errmsg": &self.message,
         };
         if let Some(extra) = &self.extra {
@@ -195,6 +208,8 @@ mod tests {
         assert_eq!(ErrorCode::CommandNotFound.number(), 59);
         assert_eq!(ErrorCode::CommandNotFound.name(), "CommandNotFound");
         assert_eq!(ErrorCode::DuplicateKey.number(), 11000);
+        assert_eq!(ErrorCode::Location(31249).number(), 31249);
+        assert_eq!(ErrorCode::Location(31249).name(), "Location31249");
     }
 
     #[test]

@@ -1,21 +1,1381 @@
-//! Aggregation expressions (API skeleton).
+//! Aggregation expressions: `$expr` in filters today, the whole aggregation
+//! language later.
+//!
+//! An expression is parsed once into an [`Expr`] tree and evaluated against
+//! a document. Operators live in one table, [`OPERATORS`], sorted by name:
+//! each entry says how many arguments the operator takes and how it
+//! evaluates, either from its already-evaluated arguments (most operators)
+//! or from the unevaluated argument expressions (`$cond`, `$and`, ...,
+//! which short-circuit). Adding an operator is adding a row and a function.
+//!
+//! Evaluation distinguishes a *missing* value (a field that is not there,
+//! `$$REMOVE`) from `null`, as MongoDB does: `$type` says `"missing"`,
+//! object expressions drop missing fields, and comparisons order missing
+//! below `null`. Values borrow from the document where they can.
 
-use bson::{Bson, Document};
+use std::borrow::Cow;
+use std::cmp::Ordering;
 
-use crate::error::Result;
+use bson::{Bson, DateTime, Document};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::query::compare::{compare, f64_fits_i64, type_name, DecimalValue, Number};
+use crate::query::filter::{nesting_exceeds, MAX_NESTING};
 
 /// A parsed aggregation expression.
 #[derive(Debug, Clone)]
-pub struct Expr {}
+pub struct Expr {
+    node: Node,
+}
 
 impl Expr {
+    /// Parses an expression: a literal, a `"$field.path"`, a `"$$variable"`,
+    /// an array or object of expressions, or `{$operator: args}`.
     pub fn parse(expr: &Bson) -> Result<Expr> {
-        let _ = expr;
-        Ok(Expr {})
+        if nesting_exceeds(std::iter::once(expr), MAX_NESTING) {
+            crate::bail!(
+                BadValue,
+                "exceeded maximum expression nesting depth of {MAX_NESTING}"
+            );
+        }
+        Ok(Expr {
+            node: parse_node(expr)?,
+        })
     }
 
+    /// Evaluates against `root` (`$$ROOT` and `$$CURRENT`). A missing
+    /// result is returned as `null`; see [`Expr::evaluate_value`].
     pub fn evaluate(&self, root: &Document) -> Result<Bson> {
-        let _ = root;
-        Ok(Bson::Null)
+        Ok(self.evaluate_value(root)?.unwrap_or(Bson::Null))
+    }
+
+    /// Evaluates, returning `None` for a missing value.
+    pub fn evaluate_value(&self, root: &Document) -> Result<Option<Bson>> {
+        let scope = Scope { root, vars: None };
+        Ok(eval(&self.node, &scope)?.map(Cow::into_owned))
+    }
+
+    /// Evaluates with user variables (`$$name`) bound, as `$let`, `let`
+    /// options and pipeline stages will provide.
+    pub fn evaluate_with_vars(&self, root: &Document, vars: &Document) -> Result<Option<Bson>> {
+        let scope = Scope {
+            root,
+            vars: Some(vars),
+        };
+        Ok(eval(&self.node, &scope)?.map(Cow::into_owned))
+    }
+
+    /// Evaluates to a boolean by aggregation truthiness, without copying
+    /// the result (what `$expr` needs).
+    pub fn evaluate_truthy(&self, root: &Document) -> Result<bool> {
+        let scope = Scope { root, vars: None };
+        Ok(eval(&self.node, &scope)?.as_deref().is_some_and(truthy))
+    }
+
+    /// True when the expression is a constant (no paths or variables).
+    pub fn is_constant(&self) -> bool {
+        self.node.is_constant()
+    }
+}
+
+/// MongoDB aggregation truthiness: `false`, `null`, `undefined` and numeric
+/// zero are false; everything else (including `""`, `[]` and NaN) is true.
+/// A missing value is false too (callers pass `Option::is_some_and`).
+pub fn truthy(value: &Bson) -> bool {
+    match value {
+        Bson::Boolean(b) => *b,
+        Bson::Null | Bson::Undefined => false,
+        Bson::Int32(i) => *i != 0,
+        Bson::Int64(i) => *i != 0,
+        Bson::Double(d) => *d != 0.0,
+        Bson::Decimal128(d) => !DecimalValue::from_decimal128(d).is_zero(),
+        _ => true,
+    }
+}
+
+/// A value during evaluation: `None` is missing; borrowed from the
+/// document or the expression when possible.
+type Value<'a> = Option<Cow<'a, Bson>>;
+
+struct Scope<'a> {
+    root: &'a Document,
+    vars: Option<&'a Document>,
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    Literal(Bson),
+    /// `"$a.b"`: a path from `$$CURRENT`.
+    FieldPath(Vec<String>),
+    /// `"$$name.a.b"`.
+    Variable {
+        name: String,
+        path: Vec<String>,
+    },
+    Array(Vec<Node>),
+    Object(Vec<(String, Node)>),
+    Operator {
+        op: &'static Operator,
+        args: Vec<Node>,
+    },
+}
+
+impl Node {
+    fn is_constant(&self) -> bool {
+        match self {
+            Node::Literal(_) => true,
+            Node::FieldPath(_) | Node::Variable { .. } => false,
+            Node::Array(items) => items.iter().all(Node::is_constant),
+            Node::Object(fields) => fields.iter().all(|(_, n)| n.is_constant()),
+            Node::Operator { args, .. } => args.iter().all(Node::is_constant),
+        }
+    }
+}
+
+/// How an operator evaluates.
+#[derive(Clone, Copy)]
+enum Evaluation {
+    /// From its evaluated arguments.
+    Values(for<'a> fn(&[Value<'a>]) -> Result<Value<'a>>),
+    /// From its argument expressions, evaluating only what it needs.
+    Lazy(for<'a> fn(&'a [Node], &Scope<'a>) -> Result<Value<'a>>),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Arity {
+    Exactly(usize),
+    AtLeast(usize),
+    Any,
+}
+
+/// Reads an operator's object-form argument into an argument list, or
+/// `None` to treat the argument as a single expression.
+type ArgsParser = fn(&Bson) -> Result<Option<Vec<Bson>>>;
+
+/// One row of the operator table.
+struct Operator {
+    name: &'static str,
+    arity: Arity,
+    evaluation: Evaluation,
+    /// Turns a non-array argument into the argument list, for operators
+    /// with an object form (`$cond: {if, then, else}`).
+    parse_args: Option<ArgsParser>,
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// The expression operators, sorted by name for binary search. Arity is
+/// checked when an expression is parsed, so the operator functions index
+/// their arguments directly.
+static OPERATORS: &[Operator] = &[
+    op("$abs", Arity::Exactly(1), Evaluation::Values(op_abs)),
+    op("$add", Arity::Any, Evaluation::Values(op_add)),
+    op("$and", Arity::Any, Evaluation::Lazy(op_and)),
+    op("$cmp", Arity::Exactly(2), Evaluation::Values(op_cmp)),
+    Operator {
+        name: "$cond",
+        arity: Arity::Exactly(3),
+        evaluation: Evaluation::Lazy(op_cond),
+        parse_args: Some(cond_object_args),
+    },
+    op("$divide", Arity::Exactly(2), Evaluation::Values(op_divide)),
+    op("$eq", Arity::Exactly(2), Evaluation::Values(op_eq)),
+    op("$gt", Arity::Exactly(2), Evaluation::Values(op_gt)),
+    op("$gte", Arity::Exactly(2), Evaluation::Values(op_gte)),
+    op("$ifNull", Arity::AtLeast(2), Evaluation::Lazy(op_if_null)),
+    op("$in", Arity::Exactly(2), Evaluation::Values(op_in)),
+    op("$lt", Arity::Exactly(2), Evaluation::Values(op_lt)),
+    op("$lte", Arity::Exactly(2), Evaluation::Values(op_lte)),
+    op("$mod", Arity::Exactly(2), Evaluation::Values(op_mod)),
+    op("$multiply", Arity::Any, Evaluation::Values(op_multiply)),
+    op("$ne", Arity::Exactly(2), Evaluation::Values(op_ne)),
+    op("$not", Arity::Exactly(1), Evaluation::Values(op_not)),
+    op("$or", Arity::Any, Evaluation::Lazy(op_or)),
+    op("$size", Arity::Exactly(1), Evaluation::Values(op_size)),
+    op(
+        "$subtract",
+        Arity::Exactly(2),
+        Evaluation::Values(op_subtract),
+    ),
+    op("$type", Arity::Exactly(1), Evaluation::Values(op_type)),
+];
+
+const fn op(name: &'static str, arity: Arity, evaluation: Evaluation) -> Operator {
+    Operator {
+        name,
+        arity,
+        evaluation,
+        parse_args: None,
+    }
+}
+
+fn find_operator(name: &str) -> Option<&'static Operator> {
+    OPERATORS
+        .binary_search_by(|o| o.name.cmp(name))
+        .ok()
+        .map(|i| &OPERATORS[i])
+}
+
+/// The names of the supported expression operators, sorted.
+pub fn operator_names() -> impl Iterator<Item = &'static str> {
+    OPERATORS.iter().map(|o| o.name)
+}
+
+// ---------------------------------------------------------------------------
+// Errors. MongoDB reports most expression errors under numbered assertion
+// codes (`Location16554` and so on), which clients see as the error code.
+
+fn expression_error(code: ErrorCode, message: String) -> Error {
+    Error::new(code, message)
+}
+
+fn location(code: i32) -> ErrorCode {
+    match code {
+        168 => ErrorCode::InvalidPipelineOperator,
+        _ => ErrorCode::Location(code),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Parsing.
+
+fn parse_node(expr: &Bson) -> Result<Node> {
+    match expr {
+        Bson::String(s) if s.starts_with("$$") => parse_variable(&s[2..]),
+        Bson::String(s) if s.starts_with('$') => Ok(Node::FieldPath(parse_path(&s[1..], s)?)),
+        Bson::Array(items) => Ok(Node::Array(
+            items.iter().map(parse_node).collect::<Result<_>>()?,
+        )),
+        Bson::Document(doc) => parse_object(doc),
+        other => Ok(Node::Literal(other.clone())),
+    }
+}
+
+fn parse_path(path: &str, original: &str) -> Result<Vec<String>> {
+    if path.is_empty() {
+        return Err(expression_error(
+            location(16872),
+            format!("'{original}' by itself is not a valid FieldPath"),
+        ));
+    }
+    path.split('.')
+        .map(|part| {
+            if part.is_empty() {
+                return Err(expression_error(
+                    location(15998),
+                    "FieldPath field names may not be empty strings.".to_string(),
+                ));
+            }
+            if part.starts_with('$') {
+                return Err(expression_error(
+                    ErrorCode::Location16410,
+                    format!(
+                        "FieldPath field names may not start with '$'. Given FieldPath: {path}"
+                    ),
+                ));
+            }
+            Ok(part.to_string())
+        })
+        .collect()
+}
+
+fn parse_variable(text: &str) -> Result<Node> {
+    let (name, rest) = match text.split_once('.') {
+        Some((n, r)) => (n, Some(r)),
+        None => (text, None),
+    };
+    let valid_start = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || !c.is_ascii() || c.is_ascii_uppercase());
+    let valid = valid_start && name.chars().all(|c| c.is_alphanumeric() || c == '_');
+    if !valid {
+        crate::bail!(
+            FailedToParse,
+            "'{name}' starts with an invalid character for a user variable name"
+        );
+    }
+    if name.starts_with(|c: char| c.is_ascii_uppercase())
+        && !matches!(name, "ROOT" | "CURRENT" | "REMOVE" | "NOW")
+    {
+        return Err(expression_error(
+            location(17276),
+            format!("Use of undefined variable: {name}"),
+        ));
+    }
+    let path = match rest {
+        Some(r) => parse_path(r, text)?,
+        None => Vec::new(),
+    };
+    Ok(Node::Variable {
+        name: name.to_string(),
+        path,
+    })
+}
+
+fn parse_object(doc: &Document) -> Result<Node> {
+    let first_is_operator = doc.keys().next().is_some_and(|k| k.starts_with('$'));
+    if first_is_operator {
+        if doc.len() != 1 {
+            return Err(expression_error(
+                location(15983),
+                format!(
+                    "an expression specification must contain exactly one field, the name of \
+                     the expression. Found {} fields in {doc}",
+                    doc.len()
+                ),
+            ));
+        }
+        let Some((name, arg)) = doc.iter().next() else {
+            return Ok(Node::Object(Vec::new()));
+        };
+        return parse_operator(name, arg);
+    }
+    let mut fields = Vec::with_capacity(doc.len());
+    for (key, value) in doc {
+        if key.starts_with('$') {
+            crate::bail!(
+                Location16410,
+                "FieldPath field names may not start with '$'. Given FieldPath: {key}"
+            );
+        }
+        if key.contains('.') {
+            return Err(expression_error(
+                location(16412),
+                format!("FieldPath field names may not contain '.'. Given: {key}"),
+            ));
+        }
+        fields.push((key.clone(), parse_node(value)?));
+    }
+    Ok(Node::Object(fields))
+}
+
+fn parse_operator(name: &str, arg: &Bson) -> Result<Node> {
+    if name == "$literal" {
+        return Ok(Node::Literal(arg.clone()));
+    }
+    let Some(op) = find_operator(name) else {
+        // MongoDB's InvalidPipelineOperator, which has no name in our table.
+        return Err(expression_error(
+            location(168),
+            format!("Unrecognized expression '{name}'"),
+        ));
+    };
+    let from_object = match (op.parse_args, arg) {
+        (Some(parse), Bson::Document(_)) => parse(arg)?,
+        _ => None,
+    };
+    let args: Vec<Node> = match (from_object, arg) {
+        (Some(items), _) => items.iter().map(parse_node).collect::<Result<_>>()?,
+        (None, Bson::Array(items)) => items.iter().map(parse_node).collect::<Result<_>>()?,
+        (None, single) => vec![parse_node(single)?],
+    };
+    let count = args.len();
+    let ok = match op.arity {
+        Arity::Exactly(n) => count == n,
+        Arity::AtLeast(n) => count >= n,
+        Arity::Any => true,
+    };
+    if !ok {
+        let message = match op.arity {
+            Arity::Exactly(n) => {
+                format!("Expression {name} takes exactly {n} arguments. {count} were passed in.")
+            }
+            Arity::AtLeast(n) => {
+                format!(
+                    "Expression {name} takes at least {n} arguments, and {count} were passed in."
+                )
+            }
+            Arity::Any => String::new(),
+        };
+        return Err(expression_error(location(16020), message));
+    }
+    Ok(Node::Operator { op, args })
+}
+
+/// `$cond: {if, then, else}` as the three-element argument list.
+fn cond_object_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
+    let Bson::Document(doc) = arg else {
+        return Ok(None);
+    };
+    let (mut cond, mut then, mut otherwise) = (None, None, None);
+    for (key, value) in doc {
+        match key.as_str() {
+            "if" => cond = Some(value.clone()),
+            "then" => then = Some(value.clone()),
+            "else" => otherwise = Some(value.clone()),
+            other => {
+                return Err(expression_error(
+                    location(17083),
+                    format!("Unrecognized parameter to $cond: {other}"),
+                ))
+            }
+        }
+    }
+    let missing = |code: i32, name: &str| {
+        expression_error(
+            location(code),
+            format!("Missing '{name}' parameter to $cond"),
+        )
+    };
+    let cond = cond.ok_or_else(|| missing(17080, "if"))?;
+    let then = then.ok_or_else(|| missing(17081, "then"))?;
+    let otherwise = otherwise.ok_or_else(|| missing(17082, "else"))?;
+    Ok(Some(vec![cond, then, otherwise]))
+}
+
+// ---------------------------------------------------------------------------
+// Evaluation.
+
+fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Result<Value<'a>> {
+    match node {
+        Node::Literal(v) => Ok(Some(Cow::Borrowed(v))),
+        Node::FieldPath(path) => Ok(document_path(scope.root, path)),
+        Node::Variable { name, path } => eval_variable(name, path, scope),
+        Node::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                // Missing elements become null inside arrays.
+                out.push(eval(item, scope)?.map_or(Bson::Null, Cow::into_owned));
+            }
+            Ok(Some(Cow::Owned(Bson::Array(out))))
+        }
+        Node::Object(fields) => {
+            let mut out = Document::new();
+            for (key, value) in fields {
+                if let Some(v) = eval(value, scope)? {
+                    out.insert(key.clone(), v.into_owned());
+                }
+            }
+            Ok(Some(Cow::Owned(Bson::Document(out))))
+        }
+        Node::Operator { op, args } => match op.evaluation {
+            Evaluation::Lazy(f) => f(args, scope),
+            Evaluation::Values(f) => {
+                let mut values = Vec::with_capacity(args.len());
+                for arg in args {
+                    values.push(eval(arg, scope)?);
+                }
+                f(&values)
+            }
+        },
+    }
+}
+
+fn eval_variable<'a>(name: &str, path: &[String], scope: &Scope<'a>) -> Result<Value<'a>> {
+    match name {
+        "ROOT" | "CURRENT" => {
+            if path.is_empty() {
+                Ok(Some(Cow::Owned(Bson::Document(scope.root.clone()))))
+            } else {
+                Ok(document_path(scope.root, path))
+            }
+        }
+        "REMOVE" => Ok(None),
+        "NOW" => Ok(Some(Cow::Owned(Bson::DateTime(DateTime::now())))),
+        user => {
+            let Some(value) = scope.vars.and_then(|vars| vars.get(user)) else {
+                return Err(expression_error(
+                    location(17276),
+                    format!("Use of undefined variable: {user}"),
+                ));
+            };
+            Ok(value_path(value, path))
+        }
+    }
+}
+
+/// A path into a value: documents descend, arrays map the rest of the path
+/// over their document elements.
+fn value_path<'a>(value: &'a Bson, path: &[String]) -> Value<'a> {
+    if path.is_empty() {
+        return Some(Cow::Borrowed(value));
+    }
+    match value {
+        Bson::Document(d) => document_path(d, path),
+        Bson::Array(items) => Some(Cow::Owned(Bson::Array(array_path(items, path)))),
+        _ => None,
+    }
+}
+
+/// MongoDB's expression field paths: `"$a.b"` over `{a: [{b: 1}, {b: 2}]}`
+/// is `[1, 2]`; elements without the field (and non-document elements) are
+/// left out.
+fn document_path<'a>(doc: &'a Document, path: &[String]) -> Value<'a> {
+    let (first, rest) = path.split_first()?;
+    let value = crate::query::filter::field(doc, first)?;
+    value_path(value, rest)
+}
+
+fn array_path(items: &[Bson], path: &[String]) -> Vec<Bson> {
+    items
+        .iter()
+        .filter_map(|item| match item {
+            Bson::Document(d) => document_path(d, path).map(Cow::into_owned),
+            _ => None,
+        })
+        .collect()
+}
+
+fn owned<'a>(v: Bson) -> Result<Value<'a>> {
+    Ok(Some(Cow::Owned(v)))
+}
+
+fn is_nullish(v: &Value<'_>) -> bool {
+    match v {
+        None => true,
+        Some(b) => matches!(b.as_ref(), Bson::Null | Bson::Undefined),
+    }
+}
+
+fn type_of(v: &Value<'_>) -> &'static str {
+    v.as_deref().map_or("missing", type_name)
+}
+
+/// The full BSON order, with missing below everything but MinKey.
+fn compare_values(a: &Value<'_>, b: &Value<'_>) -> Ordering {
+    match (a.as_deref(), b.as_deref()) {
+        (None, None) => Ordering::Equal,
+        (None, Some(Bson::MinKey)) => Ordering::Greater,
+        (None, Some(_)) => Ordering::Less,
+        (Some(Bson::MinKey), None) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(x), Some(y)) => compare(x, y),
+    }
+}
+
+fn comparison<'a>(args: &[Value<'a>], accept: fn(Ordering) -> bool) -> Result<Value<'a>> {
+    owned(Bson::Boolean(accept(compare_values(&args[0], &args[1]))))
+}
+
+fn op_eq<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    comparison(args, |o| o == Ordering::Equal)
+}
+
+fn op_ne<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    comparison(args, |o| o != Ordering::Equal)
+}
+
+fn op_gt<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    comparison(args, |o| o == Ordering::Greater)
+}
+
+fn op_gte<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    comparison(args, |o| o != Ordering::Less)
+}
+
+fn op_lt<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    comparison(args, |o| o == Ordering::Less)
+}
+
+fn op_lte<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    comparison(args, |o| o != Ordering::Greater)
+}
+
+fn op_cmp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    let n = match compare_values(&args[0], &args[1]) {
+        Ordering::Less => -1,
+        Ordering::Equal => 0,
+        Ordering::Greater => 1,
+    };
+    owned(Bson::Int32(n))
+}
+
+fn op_and<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
+    for arg in args {
+        if !eval(arg, scope)?.as_deref().is_some_and(truthy) {
+            return owned(Bson::Boolean(false));
+        }
+    }
+    owned(Bson::Boolean(true))
+}
+
+fn op_or<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
+    for arg in args {
+        if eval(arg, scope)?.as_deref().is_some_and(truthy) {
+            return owned(Bson::Boolean(true));
+        }
+    }
+    owned(Bson::Boolean(false))
+}
+
+fn op_not<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    owned(Bson::Boolean(!args[0].as_deref().is_some_and(truthy)))
+}
+
+fn op_cond<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
+    if eval(&args[0], scope)?.as_deref().is_some_and(truthy) {
+        eval(&args[1], scope)
+    } else {
+        eval(&args[2], scope)
+    }
+}
+
+/// The first argument that is neither null nor missing; the last one is
+/// the replacement, returned as it is.
+fn op_if_null<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
+    let Some((last, candidates)) = args.split_last() else {
+        return Ok(None);
+    };
+    for arg in candidates {
+        let v = eval(arg, scope)?;
+        if !is_nullish(&v) {
+            return Ok(v);
+        }
+    }
+    eval(last, scope)
+}
+
+fn op_in<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    let Some(Bson::Array(items)) = args[1].as_deref() else {
+        return Err(expression_error(
+            location(40081),
+            format!(
+                "$in requires an array as a second argument, found: {}",
+                type_of(&args[1])
+            ),
+        ));
+    };
+    let found = items
+        .iter()
+        .any(|item| compare_values(&args[0], &Some(Cow::Borrowed(item))) == Ordering::Equal);
+    owned(Bson::Boolean(found))
+}
+
+fn op_size<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    let Some(Bson::Array(items)) = args[0].as_deref() else {
+        return Err(expression_error(
+            location(17124),
+            format!(
+                "The argument to $size must be an array. Type of the argument was: {}",
+                type_of(&args[0])
+            ),
+        ));
+    };
+    let n = i32::try_from(items.len())
+        .map(Bson::Int32)
+        .unwrap_or_else(|_| Bson::Int64(items.len() as i64));
+    owned(n)
+}
+
+fn op_type<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    owned(Bson::String(type_of(&args[0]).to_string()))
+}
+
+// ---------------------------------------------------------------------------
+// Arithmetic: int + int stays int unless it overflows (then long), long
+// overflow becomes double, any double makes a double, any decimal makes a
+// decimal.
+
+/// A running numeric result.
+#[derive(Debug, Clone, Copy)]
+enum Acc {
+    Int(i32),
+    Long(i64),
+    Double(f64),
+    Decimal(DecimalValue),
+}
+
+impl Acc {
+    fn from_number(n: Number) -> Acc {
+        match n {
+            Number::Int32(i) => Acc::Int(i),
+            Number::Int64(i) => Acc::Long(i),
+            Number::Double(d) => Acc::Double(d),
+            Number::Decimal(d) => Acc::Decimal(d),
+        }
+    }
+
+    fn to_f64(self) -> f64 {
+        match self {
+            Acc::Int(i) => f64::from(i),
+            Acc::Long(i) => i as f64,
+            Acc::Double(d) => d,
+            Acc::Decimal(d) => d.to_f64(),
+        }
+    }
+
+    fn to_decimal(self) -> DecimalValue {
+        match self {
+            Acc::Int(i) => DecimalValue::from_i64(i64::from(i)),
+            Acc::Long(i) => DecimalValue::from_i64(i),
+            Acc::Double(d) => DecimalValue::from_f64(d),
+            Acc::Decimal(d) => d,
+        }
+    }
+
+    fn to_long(self) -> Option<i64> {
+        match self {
+            Acc::Int(i) => Some(i64::from(i)),
+            Acc::Long(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    fn into_bson(self) -> Bson {
+        match self {
+            Acc::Int(i) => Bson::Int32(i),
+            Acc::Long(i) => Bson::Int64(i),
+            Acc::Double(d) => Bson::Double(d),
+            Acc::Decimal(d) => Bson::Decimal128(d.to_decimal128()),
+        }
+    }
+
+    /// Applies an integer operation, widening on overflow, or the double
+    /// or decimal one when either side needs it.
+    fn combine(
+        self,
+        other: Acc,
+        int_op: fn(i64, i64) -> Option<i64>,
+        float_op: fn(f64, f64) -> f64,
+        decimal_op: fn(&DecimalValue, &DecimalValue) -> DecimalValue,
+    ) -> Acc {
+        match (self, other) {
+            (Acc::Decimal(_), _) | (_, Acc::Decimal(_)) => {
+                Acc::Decimal(decimal_op(&self.to_decimal(), &other.to_decimal()))
+            }
+            (Acc::Double(_), _) | (_, Acc::Double(_)) => {
+                Acc::Double(float_op(self.to_f64(), other.to_f64()))
+            }
+            (Acc::Int(a), Acc::Int(b)) => match int_op(i64::from(a), i64::from(b)) {
+                Some(r) => i32::try_from(r).map_or(Acc::Long(r), Acc::Int),
+                None => Acc::Double(float_op(f64::from(a), f64::from(b))),
+            },
+            _ => {
+                let (a, b) = (self.to_long().unwrap_or(0), other.to_long().unwrap_or(0));
+                match int_op(a, b) {
+                    Some(r) => Acc::Long(r),
+                    None => Acc::Double(float_op(a as f64, b as f64)),
+                }
+            }
+        }
+    }
+}
+
+fn number_of(v: &Value<'_>) -> Option<Number> {
+    v.as_deref().and_then(Number::of)
+}
+
+/// Milliseconds for date arithmetic: doubles and decimals round to the
+/// nearest integer.
+fn acc_to_millis(acc: Acc) -> Option<i64> {
+    match acc {
+        Acc::Int(i) => Some(i64::from(i)),
+        Acc::Long(i) => Some(i),
+        other => {
+            let f = other.to_f64().round();
+            if f64_fits_i64(f) {
+                Some(f as i64)
+            } else {
+                None
+            }
+        }
+    }
+}
+
+fn date_overflow(op: &str) -> Error {
+    expression_error(ErrorCode::Overflow, format!("date overflow in {op}"))
+}
+
+fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    let mut total = Acc::Int(0);
+    let mut date: Option<i64> = None;
+    for arg in args {
+        if is_nullish(arg) {
+            return owned(Bson::Null);
+        }
+        match arg.as_deref() {
+            Some(Bson::DateTime(d)) => {
+                if date.is_some() {
+                    return Err(expression_error(
+                        location(16612),
+                        "only one date allowed in an $add expression".to_string(),
+                    ));
+                }
+                date = Some(d.timestamp_millis());
+            }
+            Some(other) => match Number::of(other) {
+                Some(n) => {
+                    total = total.combine(
+                        Acc::from_number(n),
+                        i64::checked_add,
+                        |a, b| a + b,
+                        DecimalValue::add,
+                    )
+                }
+                None => {
+                    return Err(expression_error(
+                        location(16554),
+                        format!(
+                            "$add only supports numeric or date types, not {}",
+                            type_name(other)
+                        ),
+                    ));
+                }
+            },
+            None => return owned(Bson::Null),
+        }
+    }
+    match date {
+        Some(ms) => {
+            let millis = acc_to_millis(total)
+                .and_then(|delta| ms.checked_add(delta))
+                .ok_or_else(|| date_overflow("$add"))?;
+            owned(Bson::DateTime(DateTime::from_millis(millis)))
+        }
+        None => owned(total.into_bson()),
+    }
+}
+
+fn op_multiply<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    let mut product = Acc::Int(1);
+    for arg in args {
+        if is_nullish(arg) {
+            return owned(Bson::Null);
+        }
+        let Some(n) = number_of(arg) else {
+            return Err(expression_error(
+                location(16555),
+                format!(
+                    "$multiply only supports numeric types, not {}",
+                    type_of(arg)
+                ),
+            ));
+        };
+        product = product.combine(
+            Acc::from_number(n),
+            i64::checked_mul,
+            |a, b| a * b,
+            DecimalValue::mul,
+        );
+    }
+    owned(product.into_bson())
+}
+
+fn op_subtract<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    let (lhs, rhs) = (&args[0], &args[1]);
+    if is_nullish(lhs) || is_nullish(rhs) {
+        return owned(Bson::Null);
+    }
+    match (lhs.as_deref(), rhs.as_deref()) {
+        (Some(Bson::DateTime(a)), Some(Bson::DateTime(b))) => {
+            let diff = a
+                .timestamp_millis()
+                .checked_sub(b.timestamp_millis())
+                .ok_or_else(|| date_overflow("$subtract"))?;
+            owned(Bson::Int64(diff))
+        }
+        (Some(Bson::DateTime(a)), Some(b)) if Number::of(b).is_some() => {
+            let millis = Number::of(b)
+                .map(Acc::from_number)
+                .and_then(acc_to_millis)
+                .and_then(|delta| a.timestamp_millis().checked_sub(delta))
+                .ok_or_else(|| date_overflow("$subtract"))?;
+            owned(Bson::DateTime(DateTime::from_millis(millis)))
+        }
+        (Some(a), Some(b)) => match (Number::of(a), Number::of(b)) {
+            (Some(x), Some(y)) => owned(
+                Acc::from_number(x)
+                    .combine(
+                        Acc::from_number(y),
+                        i64::checked_sub,
+                        |p, q| p - q,
+                        DecimalValue::sub,
+                    )
+                    .into_bson(),
+            ),
+            _ => Err(expression_error(
+                location(16556),
+                format!("can't $subtract {} from {}", type_name(b), type_name(a)),
+            )),
+        },
+        _ => owned(Bson::Null),
+    }
+}
+
+fn op_divide<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    let (lhs, rhs) = (&args[0], &args[1]);
+    if is_nullish(lhs) || is_nullish(rhs) {
+        return owned(Bson::Null);
+    }
+    let (Some(x), Some(y)) = (number_of(lhs), number_of(rhs)) else {
+        return Err(expression_error(
+            location(16609),
+            format!(
+                "$divide only supports numeric types, not {} and {}",
+                type_of(lhs),
+                type_of(rhs)
+            ),
+        ));
+    };
+    let divide_by_zero = || expression_error(location(16608), "can't $divide by zero".to_string());
+    if matches!(x, Number::Decimal(_)) || matches!(y, Number::Decimal(_)) {
+        let quotient = x
+            .to_decimal()
+            .div(&y.to_decimal())
+            .ok_or_else(divide_by_zero)?;
+        return owned(Bson::Decimal128(quotient.to_decimal128()));
+    }
+    let divisor = y.to_f64();
+    if divisor == 0.0 {
+        return Err(divide_by_zero());
+    }
+    owned(Bson::Double(x.to_f64() / divisor))
+}
+
+fn op_mod<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    let (lhs, rhs) = (&args[0], &args[1]);
+    if is_nullish(lhs) || is_nullish(rhs) {
+        return owned(Bson::Null);
+    }
+    let (Some(x), Some(y)) = (number_of(lhs), number_of(rhs)) else {
+        return Err(expression_error(
+            location(16611),
+            format!(
+                "$mod only supports numeric types, not {} and {}",
+                type_of(lhs),
+                type_of(rhs)
+            ),
+        ));
+    };
+    let (a, b) = (Acc::from_number(x), Acc::from_number(y));
+    let zero = match b {
+        Acc::Int(i) => i == 0,
+        Acc::Long(i) => i == 0,
+        Acc::Double(d) => d == 0.0,
+        Acc::Decimal(d) => d.is_zero(),
+    };
+    if zero {
+        return Err(expression_error(
+            location(16610),
+            "can't $mod by zero".to_string(),
+        ));
+    }
+    let result = match (a, b) {
+        // Decimal remainders go through doubles (exact for the common
+        // cases of small integral and short fractional values).
+        (Acc::Decimal(_), _) | (_, Acc::Decimal(_)) => {
+            Acc::Decimal(DecimalValue::from_f64(a.to_f64() % b.to_f64()))
+        }
+        (Acc::Double(_), _) | (_, Acc::Double(_)) => Acc::Double(a.to_f64() % b.to_f64()),
+        (Acc::Int(p), Acc::Int(q)) => Acc::Int(p.wrapping_rem(q)),
+        _ => Acc::Long(
+            a.to_long()
+                .unwrap_or(0)
+                .wrapping_rem(b.to_long().unwrap_or(1)),
+        ),
+    };
+    owned(result.into_bson())
+}
+
+fn op_abs<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    if is_nullish(&args[0]) {
+        return owned(Bson::Null);
+    }
+    let Some(n) = number_of(&args[0]) else {
+        return Err(expression_error(
+            location(28765),
+            format!(
+                "$abs only supports numeric types, not {}",
+                type_of(&args[0])
+            ),
+        ));
+    };
+    let result = match n {
+        Number::Int32(i) => i
+            .checked_abs()
+            .map_or(Bson::Int64(i64::from(i).abs()), Bson::Int32),
+        Number::Int64(i) => match i.checked_abs() {
+            Some(v) => Bson::Int64(v),
+            None => {
+                return Err(expression_error(
+                    location(28680),
+                    "can't take $abs of long long min".to_string(),
+                ))
+            }
+        },
+        Number::Double(d) => Bson::Double(d.abs()),
+        Number::Decimal(d) => {
+            let v = if d.is_negative() { d.negate() } else { d };
+            Bson::Decimal128(v.to_decimal128())
+        }
+    };
+    owned(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+    use std::str::FromStr;
+
+    fn eval_on(expr: Bson, root: Document) -> Result<Bson> {
+        Expr::parse(&expr)?.evaluate(&root)
+    }
+
+    fn ev(expr: Bson) -> Bson {
+        eval_on(expr, doc! {}).unwrap()
+    }
+
+    fn dec(s: &str) -> Bson {
+        Bson::Decimal128(bson::Decimal128::from_str(s).unwrap())
+    }
+
+    #[test]
+    fn operator_table_is_sorted() {
+        let names: Vec<_> = operator_names().collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted);
+    }
+
+    #[test]
+    fn field_paths_and_variables() {
+        let root = doc! {"a": {"b": 5}, "arr": [{"x": 1}, {"y": 2}, {"x": 3}, 7, [{"x": 9}]]};
+        assert_eq!(
+            eval_on(Bson::from("$a.b"), root.clone()).unwrap(),
+            Bson::Int32(5)
+        );
+        assert_eq!(
+            eval_on(Bson::from("$arr.x"), root.clone()).unwrap(),
+            Bson::Array(vec![1.into(), 3.into()])
+        );
+        assert_eq!(
+            eval_on(Bson::from("$$ROOT.a.b"), root.clone()).unwrap(),
+            Bson::Int32(5)
+        );
+        assert_eq!(
+            eval_on(Bson::from("$$CURRENT"), doc! {"q": 1}).unwrap(),
+            Bson::Document(doc! {"q": 1})
+        );
+        let missing = Expr::parse(&Bson::from("$nope")).unwrap();
+        assert_eq!(missing.evaluate_value(&root).unwrap(), None);
+        assert_eq!(missing.evaluate(&root).unwrap(), Bson::Null);
+        assert_eq!(ev(Bson::from("$$REMOVE")), Bson::Null);
+        let e = Expr::parse(&Bson::from("$$x")).unwrap();
+        assert_eq!(
+            e.evaluate_with_vars(&doc! {}, &doc! {"x": {"y": 2}})
+                .unwrap(),
+            Some(Bson::Document(doc! {"y": 2}))
+        );
+        assert!(e.evaluate(&doc! {}).is_err());
+        assert!(Expr::parse(&Bson::from("$")).is_err());
+        assert!(Expr::parse(&Bson::from("$a..b")).is_err());
+        assert!(Expr::parse(&Bson::from("$$FOO")).is_err());
+    }
+
+    #[test]
+    fn literals_arrays_objects() {
+        assert_eq!(ev(Bson::from(5)), Bson::Int32(5));
+        assert_eq!(
+            ev(Bson::Document(doc! {"$literal": "$a"})),
+            Bson::String("$a".into())
+        );
+        assert_eq!(
+            eval_on(
+                Bson::Array(vec!["$a".into(), "$missing".into()]),
+                doc! {"a": 1}
+            )
+            .unwrap(),
+            Bson::Array(vec![1.into(), Bson::Null])
+        );
+        assert_eq!(
+            eval_on(
+                Bson::Document(doc! {"x": "$a", "y": "$missing"}),
+                doc! {"a": 1}
+            )
+            .unwrap(),
+            Bson::Document(doc! {"x": 1})
+        );
+        assert!(Expr::parse(&Bson::Document(doc! {"$add": [1], "b": 1})).is_err());
+        assert!(Expr::parse(&Bson::Document(doc! {"$foo": 1})).is_err());
+        assert!(Expr::parse(&Bson::Document(doc! {"a.b": 1})).is_err());
+    }
+
+    #[test]
+    fn comparisons_use_full_order() {
+        assert_eq!(
+            ev(Bson::Document(doc! {"$eq": [1, 1.0]})),
+            Bson::Boolean(true)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$gt": ["a", 5]})),
+            Bson::Boolean(true)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$lt": [null, 0]})),
+            Bson::Boolean(true)
+        );
+        assert_eq!(ev(Bson::Document(doc! {"$cmp": [2, 1]})), Bson::Int32(1));
+        assert_eq!(
+            ev(Bson::Document(doc! {"$cmp": ["a", "b"]})),
+            Bson::Int32(-1)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$ne": [[1], [1]]})),
+            Bson::Boolean(false)
+        );
+        // Missing is not null.
+        assert_eq!(
+            ev(Bson::Document(doc! {"$eq": ["$missing", null]})),
+            Bson::Boolean(false)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$lt": ["$missing", null]})),
+            Bson::Boolean(true)
+        );
+        let e = Expr::parse(&Bson::Document(doc! {"$eq": [1]})).unwrap_err();
+        assert_eq!(e.code.number(), 16020);
+        let e = Expr::parse(&Bson::Document(doc! {"$nope": 1})).unwrap_err();
+        assert_eq!(e.code.number(), 168);
+    }
+
+    #[test]
+    fn boolean_and_conditional() {
+        assert_eq!(
+            ev(Bson::Document(doc! {"$and": [1, "x", []]})),
+            Bson::Boolean(true)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$and": [1, 0]})),
+            Bson::Boolean(false)
+        );
+        assert_eq!(ev(Bson::Document(doc! {"$and": []})), Bson::Boolean(true));
+        assert_eq!(
+            ev(Bson::Document(doc! {"$or": [null, "$missing"]})),
+            Bson::Boolean(false)
+        );
+        assert_eq!(ev(Bson::Document(doc! {"$not": [0]})), Bson::Boolean(true));
+        assert_eq!(
+            ev(Bson::Document(doc! {"$not": true})),
+            Bson::Boolean(false)
+        );
+        // Short-circuit: the error in the second branch is never evaluated.
+        assert_eq!(
+            ev(Bson::Document(doc! {"$and": [false, {"$add": ["x"]}]})),
+            Bson::Boolean(false)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$cond": [true, 1, 2]})),
+            Bson::Int32(1)
+        );
+        assert_eq!(
+            ev(Bson::Document(
+                doc! {"$cond": {"if": 0, "then": 1, "else": 2}}
+            )),
+            Bson::Int32(2)
+        );
+        assert!(Expr::parse(&Bson::Document(doc! {"$cond": {"if": 0, "then": 1}})).is_err());
+        assert!(Expr::parse(&Bson::Document(
+            doc! {"$cond": {"if": 0, "then": 1, "else": 2, "x": 1}}
+        ))
+        .is_err());
+        assert_eq!(
+            eval_on(
+                Bson::Document(doc! {"$ifNull": ["$a", "$b", 3]}),
+                doc! {"a": null, "b": 2}
+            )
+            .unwrap(),
+            Bson::Int32(2)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$ifNull": ["$a", null]})),
+            Bson::Null
+        );
+        assert!(Expr::parse(&Bson::Document(doc! {"$ifNull": ["$a"]})).is_err());
+    }
+
+    #[test]
+    fn truthiness() {
+        for falsy in [
+            Bson::Boolean(false),
+            Bson::Null,
+            Bson::Undefined,
+            Bson::Int32(0),
+            Bson::Int64(0),
+            Bson::Double(-0.0),
+            dec("0.00"),
+        ] {
+            assert!(!truthy(&falsy), "{falsy:?}");
+        }
+        for t in [
+            Bson::String(String::new()),
+            Bson::Array(vec![]),
+            Bson::Double(f64::NAN),
+            Bson::Int32(-1),
+            dec("1E-10"),
+        ] {
+            assert!(truthy(&t), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn arithmetic_promotion() {
+        assert_eq!(ev(Bson::Document(doc! {"$add": [1, 2]})), Bson::Int32(3));
+        assert_eq!(
+            ev(Bson::Document(doc! {"$add": [i32::MAX, 1]})),
+            Bson::Int64(2_147_483_648)
+        );
+        assert_eq!(ev(Bson::Document(doc! {"$add": [1, 2i64]})), Bson::Int64(3));
+        assert_eq!(
+            ev(Bson::Document(doc! {"$add": [i64::MAX, 1i64]})),
+            Bson::Double(9_223_372_036_854_775_808.0)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$add": [1, 0.5]})),
+            Bson::Double(1.5)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$add": [dec("0.1"), dec("0.2")]})),
+            dec("0.3")
+        );
+        assert_eq!(ev(Bson::Document(doc! {"$add": []})), Bson::Int32(0));
+        assert_eq!(ev(Bson::Document(doc! {"$add": [1, null]})), Bson::Null);
+        assert_eq!(
+            ev(Bson::Document(doc! {"$add": [1, "$missing"]})),
+            Bson::Null
+        );
+        let date = Bson::DateTime(DateTime::from_millis(1000));
+        assert_eq!(
+            ev(Bson::Document(doc! {"$add": [date.clone(), 500, 0.6]})),
+            Bson::DateTime(DateTime::from_millis(1501))
+        );
+        let e = eval_on(Bson::Document(doc! {"$add": [1, "x"]}), doc! {}).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Location(16554));
+        assert!(e.message.contains("only supports numeric or date types"));
+        assert!(eval_on(
+            Bson::Document(doc! {"$add": [date.clone(), date.clone()]}),
+            doc! {}
+        )
+        .is_err());
+
+        assert_eq!(
+            ev(Bson::Document(doc! {"$subtract": [5, 7]})),
+            Bson::Int32(-2)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$subtract": [i32::MIN, 1]})),
+            Bson::Int64(-2_147_483_649)
+        );
+        assert_eq!(
+            ev(Bson::Document(
+                doc! {"$subtract": [Bson::DateTime(DateTime::from_millis(5000)), date.clone()]}
+            )),
+            Bson::Int64(4000)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$subtract": [date.clone(), 1]})),
+            Bson::DateTime(DateTime::from_millis(999))
+        );
+        assert!(eval_on(
+            Bson::Document(doc! {"$subtract": [1, date.clone()]}),
+            doc! {}
+        )
+        .is_err());
+
+        assert_eq!(
+            ev(Bson::Document(doc! {"$multiply": [3, 4]})),
+            Bson::Int32(12)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$multiply": [i32::MAX, 2]})),
+            Bson::Int64(4_294_967_294)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$multiply": [2, 1.5]})),
+            Bson::Double(3.0)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$multiply": [i64::MAX, 2i64]})),
+            Bson::Double(1.8446744073709552e19)
+        );
+
+        assert_eq!(
+            ev(Bson::Document(doc! {"$divide": [1, 4]})),
+            Bson::Double(0.25)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$divide": [dec("1"), 4]})),
+            dec("0.25")
+        );
+        let e = eval_on(Bson::Document(doc! {"$divide": [1, 0]}), doc! {}).unwrap_err();
+        assert!(e.message.contains("divide by zero"));
+        assert_eq!(e.code.number(), 16608);
+
+        assert_eq!(ev(Bson::Document(doc! {"$mod": [7, 3]})), Bson::Int32(1));
+        assert_eq!(ev(Bson::Document(doc! {"$mod": [-7, 3]})), Bson::Int32(-1));
+        assert_eq!(ev(Bson::Document(doc! {"$mod": [7i64, 3]})), Bson::Int64(1));
+        assert_eq!(
+            ev(Bson::Document(doc! {"$mod": [7.5, 2]})),
+            Bson::Double(1.5)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$mod": [i64::MIN, -1i64]})),
+            Bson::Int64(0)
+        );
+        assert!(eval_on(Bson::Document(doc! {"$mod": [1, 0]}), doc! {}).is_err());
+
+        assert_eq!(ev(Bson::Document(doc! {"$abs": -5})), Bson::Int32(5));
+        assert_eq!(
+            ev(Bson::Document(doc! {"$abs": i32::MIN})),
+            Bson::Int64(2_147_483_648)
+        );
+        assert_eq!(ev(Bson::Document(doc! {"$abs": dec("-1.5")})), dec("1.5"));
+        assert_eq!(ev(Bson::Document(doc! {"$abs": null})), Bson::Null);
+        assert!(eval_on(Bson::Document(doc! {"$abs": i64::MIN}), doc! {}).is_err());
+        assert!(eval_on(Bson::Document(doc! {"$abs": "x"}), doc! {}).is_err());
+    }
+
+    #[test]
+    fn in_size_type() {
+        assert_eq!(
+            ev(Bson::Document(doc! {"$in": [2, [1, 2.0]]})),
+            Bson::Boolean(true)
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$in": [3, [1, 2]]})),
+            Bson::Boolean(false)
+        );
+        assert!(eval_on(Bson::Document(doc! {"$in": [3, "$missing"]}), doc! {}).is_err());
+        assert_eq!(
+            ev(Bson::Document(doc! {"$size": [[1, 2, 3]]})),
+            Bson::Int32(3)
+        );
+        assert_eq!(
+            eval_on(Bson::Document(doc! {"$size": "$a"}), doc! {"a": [1]}).unwrap(),
+            Bson::Int32(1)
+        );
+        assert!(eval_on(Bson::Document(doc! {"$size": "$a"}), doc! {"a": 1}).is_err());
+        assert_eq!(
+            ev(Bson::Document(doc! {"$type": "$missing"})),
+            Bson::String("missing".into())
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$type": 1i64})),
+            Bson::String("long".into())
+        );
+        assert_eq!(
+            ev(Bson::Document(doc! {"$type": [[]]})),
+            Bson::String("array".into())
+        );
+    }
+
+    #[test]
+    fn truthy_evaluation_without_copy() {
+        let e = Expr::parse(&Bson::Document(doc! {"$gt": ["$a", 1]})).unwrap();
+        assert!(e.evaluate_truthy(&doc! {"a": 2}).unwrap());
+        assert!(!e.evaluate_truthy(&doc! {"a": 0}).unwrap());
+        assert!(!Expr::parse(&Bson::from("$x"))
+            .unwrap()
+            .evaluate_truthy(&doc! {})
+            .unwrap());
+        assert!(!e.is_constant());
+        assert!(Expr::parse(&Bson::Document(doc! {"$add": [1, 2]}))
+            .unwrap()
+            .is_constant());
     }
 }

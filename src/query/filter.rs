@@ -1,12 +1,44 @@
-//! Query filters (API skeleton).
+//! Query filters: `find`/`update`/`delete` predicates with MongoDB 7.0
+//! semantics.
+//!
+//! A filter document is parsed once into a tree of [`Node`]s; matching walks
+//! that tree over a borrowed document without cloning. Each operator on a
+//! path is its own node that walks the path independently, which is what
+//! gives MongoDB's array semantics: `{a: {$gt: 1, $lt: 5}}` matches
+//! `{a: [0, 10]}` because some element is above 1 and some element is below
+//! 5 (use `$elemMatch` to ask for one element satisfying both).
+//!
+//! Path traversal follows MongoDB's `BSONElementIterator`:
+//! - an array met before the end of the path is traversed: each document
+//!   element continues the rest of the path, and a numeric component also
+//!   selects the element at that index;
+//! - an array at the end of the path offers each element and then the array
+//!   itself (except for `$size` and `$elemMatch`, which see the array only);
+//! - a path that ends early (missing field, or a scalar where a document was
+//!   needed) offers "missing", which `null`, `$exists` and `$type` see.
+//!
+//! The positional `$` needs the index of the array element that matched;
+//! [`Filter::matches_with_details`] reports the first array position along
+//! the matched path, recorded through `$and` but not through `$or`, `$nor`
+//! or `$not`, like MongoDB.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
 
 use bson::{Bson, Document};
 
-use crate::error::Result;
+use crate::error::{Error, ErrorCode, Result};
+use crate::query::compare::{
+    canonical_type_rank, compare, f64_fits_i64, is_nan, type_code, values_equal, Number,
+    NUMBER_RANK,
+};
+use crate::query::expr::Expr;
 
 /// A parsed query filter.
 #[derive(Debug, Clone)]
-pub struct Filter {}
+pub struct Filter {
+    root: Node,
+}
 
 /// What a successful match found, for the positional `$` operators.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -17,29 +49,2721 @@ pub struct MatchDetails {
 }
 
 impl Filter {
+    /// Parses a filter document, rejecting unknown operators and malformed
+    /// arguments with MongoDB's errors.
     pub fn parse(filter: &Document) -> Result<Filter> {
-        let _ = filter;
-        Ok(Filter {})
+        if nesting_exceeds(filter.values(), MAX_NESTING) {
+            crate::bail!(
+                BadValue,
+                "exceeded maximum query nesting depth of {MAX_NESTING}"
+            );
+        }
+        Ok(Filter {
+            root: parse_document(filter, Level::Top)?,
+        })
+    }
+
+    /// A filter that matches every document (`{}`).
+    pub fn match_all() -> Filter {
+        Filter {
+            root: Node::And(Vec::new()),
+        }
+    }
+
+    /// True when the filter has no conditions (`{}` or only `$comment`), so
+    /// callers can skip matching.
+    pub fn is_match_all(&self) -> bool {
+        matches!(&self.root, Node::And(children) if children.is_empty())
     }
 
     pub fn matches(&self, doc: &Document) -> bool {
         self.matches_with_details(doc).matched
     }
 
+    /// Matches and reports the array position for the positional `$`. A
+    /// `$expr` that fails to evaluate counts as no match; use
+    /// [`Filter::try_matches_with_details`] to see the error.
     pub fn matches_with_details(&self, doc: &Document) -> MatchDetails {
-        let _ = doc;
-        MatchDetails { matched: true, array_position: None }
+        self.try_matches_with_details(doc).unwrap_or_default()
+    }
+
+    /// Like [`Filter::matches`], but reports a `$expr` evaluation error
+    /// (e.g. `$add` of a string) as MongoDB does, failing the operation.
+    pub fn try_matches(&self, doc: &Document) -> Result<bool> {
+        Ok(self.try_matches_with_details(doc)?.matched)
+    }
+
+    pub fn try_matches_with_details(&self, doc: &Document) -> Result<MatchDetails> {
+        let mut ctx = MatchContext::default();
+        let matched = ctx.eval(&self.root, Container::Doc(doc), true);
+        if let Some(error) = ctx.error {
+            return Err(error);
+        }
+        Ok(MatchDetails {
+            matched,
+            array_position: if matched { ctx.position } else { None },
+        })
     }
 
     /// The values `path` must equal (from `{path: v}`, `$eq` or `$in` at the
     /// top level or under `$and`), or `None` when the filter does not pin it.
+    ///
+    /// Equality in MongoDB also matches array elements (`{a: 1}` matches
+    /// `{a: [1, 2]}`) and numerically equal values of other types, and a
+    /// `null` matches a missing field; callers use this for fields that are
+    /// never arrays (`_id`, shard keys) and look values up by numeric value.
+    /// When several conditions pin the path, the result is their
+    /// intersection. `$in` with a regex pins nothing.
     pub fn equality_values(&self, path: &str) -> Option<Vec<Bson>> {
-        let _ = path;
-        None
+        let mut result: Option<Vec<Bson>> = None;
+        collect_equalities(&self.root, path, &mut result);
+        result
     }
 
-    /// The document an upsert starts from: the filter's equality conditions.
+    /// The document an upsert starts from: the filter's equality conditions
+    /// (`{a: v}`, `$eq`, a one-element `$in`, each `$all` element), taken
+    /// from the top level and `$and`, with dotted paths expanded into
+    /// embedded documents. Fields come in path order, like MongoDB's.
+    /// A path pinned twice, or a path and its prefix, is
+    /// `NotSingleValueField`.
     pub fn upsert_seed(&self) -> Result<Document> {
-        Ok(Document::new())
+        let mut pairs: Vec<(&FieldPath, &Bson)> = Vec::new();
+        collect_upsert_equalities(&self.root, &mut pairs);
+        pairs.sort_by(|a, b| a.0.dotted.as_bytes().cmp(b.0.dotted.as_bytes()));
+        for window in pairs.windows(2) {
+            let (first, second) = (window[0].0, window[1].0);
+            if first.dotted == second.dotted {
+                crate::bail!(
+                    NotSingleValueField,
+                    "cannot infer query fields to set, path '{}' is matched twice",
+                    first.dotted
+                );
+            }
+        }
+        for (i, (a, _)) in pairs.iter().enumerate() {
+            for (b, _) in &pairs[i + 1..] {
+                if a.is_prefix_of(b) || b.is_prefix_of(a) {
+                    crate::bail!(
+                        NotSingleValueField,
+                        "cannot infer query fields to set, both paths '{}' and '{}' are matched",
+                        a.dotted,
+                        b.dotted
+                    );
+                }
+            }
+        }
+        let mut seed = Document::new();
+        for (path, value) in pairs {
+            insert_at_path(&mut seed, &path.parts, value.clone());
+        }
+        Ok(seed)
+    }
+}
+
+/// Parsing recurses once per nesting level; deeper filters are rejected
+/// rather than risking the stack (MongoDB documents nest at most 100 deep).
+pub(crate) const MAX_NESTING: usize = 200;
+
+/// True when documents and arrays in `values` nest deeper than `limit`,
+/// checked without recursion.
+pub(crate) fn nesting_exceeds<'a>(values: impl Iterator<Item = &'a Bson>, limit: usize) -> bool {
+    let mut stack: Vec<(&Bson, usize)> = values.map(|v| (v, 1)).collect();
+    while let Some((value, depth)) = stack.pop() {
+        if depth > limit {
+            return true;
+        }
+        match value {
+            Bson::Document(d) => stack.extend(d.values().map(|v| (v, depth + 1))),
+            Bson::Array(items) => stack.extend(items.iter().map(|v| (v, depth + 1))),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// A condition on single values, as `$elemMatch` applies it to each array
+/// element; also what `$pull` with a condition and the `$elemMatch`
+/// projection need.
+#[derive(Debug, Clone)]
+pub struct ElementMatcher {
+    pred: Pred,
+}
+
+impl ElementMatcher {
+    /// Parses a condition: operators (`{$gte: 5}`, `{$in: [...]}`) apply to
+    /// the value itself; anything else (`{a: 1, b: {$gt: 2}}`, `{$or: ...}`)
+    /// is a filter on documents (and arrays, seen as documents with keys
+    /// "0", "1", ...).
+    pub fn parse(condition: &Document) -> Result<ElementMatcher> {
+        if nesting_exceeds(condition.values(), MAX_NESTING) {
+            crate::bail!(
+                BadValue,
+                "exceeded maximum query nesting depth of {MAX_NESTING}"
+            );
+        }
+        Ok(ElementMatcher {
+            pred: parse_element_condition(condition)?,
+        })
+    }
+
+    /// True when the value satisfies the condition. Arrays are not
+    /// traversed: `{$gt: 1}` does not match `[5]`.
+    pub fn matches(&self, value: &Bson) -> bool {
+        match &self.pred {
+            Pred::ElemMatchValue(nodes) => nodes.iter().all(|n| eval_on_value(n, value)),
+            Pred::ElemMatchObject(sub) => {
+                let container = match value {
+                    Bson::Document(d) => Container::Doc(d),
+                    Bson::Array(a) => Container::Arr(a),
+                    _ => return false,
+                };
+                MatchContext::default().eval(sub, container, false)
+            }
+            other => test(other, Some(value)).is_some(),
+        }
+    }
+}
+
+fn insert_at_path(doc: &mut Document, parts: &[PathPart], value: Bson) {
+    let Some((first, rest)) = parts.split_first() else {
+        return;
+    };
+    if rest.is_empty() {
+        doc.insert(first.name.clone(), value);
+        return;
+    }
+    if !matches!(doc.get(&first.name), Some(Bson::Document(_))) {
+        doc.insert(first.name.clone(), Document::new());
+    }
+    if let Some(Bson::Document(sub)) = doc.get_mut(&first.name) {
+        insert_at_path(sub, rest, value);
+    }
+}
+
+/// Equality conditions that hold for every matching document: the top
+/// level, `$and`, and a one-clause `$or` (which MongoDB simplifies away).
+fn necessary_conjuncts<'f>(node: &'f Node, out: &mut Vec<&'f PathNode>) {
+    match node {
+        Node::And(children) => {
+            for child in children {
+                necessary_conjuncts(child, out);
+            }
+        }
+        Node::Or(children) if children.len() == 1 => necessary_conjuncts(&children[0], out),
+        Node::Path(p) => out.push(p),
+        _ => {}
+    }
+}
+
+fn collect_equalities(node: &Node, path: &str, result: &mut Option<Vec<Bson>>) {
+    let mut conjuncts = Vec::new();
+    necessary_conjuncts(node, &mut conjuncts);
+    for p in conjuncts {
+        if p.path.dotted != path {
+            continue;
+        }
+        let values: Vec<Bson> = match &p.pred {
+            Pred::Compare {
+                op: CmpOp::Eq,
+                value,
+            } => vec![value.clone()],
+            Pred::In(set) if set.regexes.is_empty() => set.values.clone(),
+            _ => continue,
+        };
+        *result = Some(match result.take() {
+            None => values,
+            Some(previous) => previous
+                .into_iter()
+                .filter(|v| values.iter().any(|w| values_equal(v, w)))
+                .collect(),
+        });
+    }
+}
+
+fn collect_upsert_equalities<'f>(node: &'f Node, out: &mut Vec<(&'f FieldPath, &'f Bson)>) {
+    let mut conjuncts = Vec::new();
+    necessary_conjuncts(node, &mut conjuncts);
+    for p in conjuncts {
+        match &p.pred {
+            Pred::Compare {
+                op: CmpOp::Eq,
+                value,
+            } => out.push((&p.path, value)),
+            Pred::In(set) if set.regexes.is_empty() && set.values.len() == 1 => {
+                out.push((&p.path, &set.values[0]))
+            }
+            _ => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The parsed tree.
+
+#[derive(Debug, Clone)]
+enum Node {
+    And(Vec<Node>),
+    Or(Vec<Node>),
+    Nor(Vec<Node>),
+    Not(Box<Node>),
+    Path(PathNode),
+    Expr(Box<Expr>),
+    Always(bool),
+}
+
+#[derive(Debug, Clone)]
+struct PathNode {
+    path: Arc<FieldPath>,
+    pred: Pred,
+}
+
+/// A dotted path split once at parse time.
+#[derive(Debug, Clone, PartialEq)]
+struct FieldPath {
+    dotted: String,
+    parts: Vec<PathPart>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct PathPart {
+    name: String,
+    /// The array index this component names, when it is a canonical
+    /// decimal number (`"0"`, `"12"`, not `"01"`).
+    index: Option<usize>,
+}
+
+impl FieldPath {
+    fn new(dotted: &str) -> FieldPath {
+        FieldPath {
+            dotted: dotted.to_string(),
+            parts: dotted
+                .split('.')
+                .map(|name| PathPart {
+                    name: name.to_string(),
+                    index: array_index(name),
+                })
+                .collect(),
+        }
+    }
+
+    /// The path of `$elemMatch` value-form operators: the element itself.
+    fn element() -> FieldPath {
+        FieldPath {
+            dotted: String::new(),
+            parts: Vec::new(),
+        }
+    }
+
+    fn is_prefix_of(&self, other: &FieldPath) -> bool {
+        self.parts.len() < other.parts.len()
+            && self
+                .parts
+                .iter()
+                .zip(&other.parts)
+                .all(|(a, b)| a.name == b.name)
+    }
+}
+
+fn array_index(name: &str) -> Option<usize> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if name.len() > 1 && name.starts_with('0') {
+        return None;
+    }
+    name.parse().ok()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CmpOp {
+    Eq,
+    Lt,
+    Lte,
+    Gt,
+    Gte,
+}
+
+impl CmpOp {
+    fn accepts(self, ord: Ordering) -> bool {
+        match self {
+            CmpOp::Eq => ord == Ordering::Equal,
+            CmpOp::Lt => ord == Ordering::Less,
+            CmpOp::Lte => ord != Ordering::Greater,
+            CmpOp::Gt => ord == Ordering::Greater,
+            CmpOp::Gte => ord != Ordering::Less,
+        }
+    }
+
+    /// True for the operators that include equality.
+    fn inclusive(self) -> bool {
+        matches!(self, CmpOp::Eq | CmpOp::Lte | CmpOp::Gte)
+    }
+}
+
+/// A predicate on one value reached by a path.
+#[derive(Debug, Clone)]
+enum Pred {
+    Compare { op: CmpOp, value: Bson },
+    In(Box<InSet>),
+    Regex(Box<QueryRegex>),
+    Exists,
+    Type(TypeSet),
+    Size(usize),
+    Mod { divisor: i64, remainder: i64 },
+    ElemMatchObject(Box<Node>),
+    ElemMatchValue(Vec<Node>),
+    Bits { test: BitTest, mask: BitMask },
+}
+
+impl Pred {
+    /// `$size` and `$elemMatch` look at a trailing array itself, never at
+    /// its elements.
+    fn traverses_leaf_arrays(&self) -> bool {
+        !matches!(
+            self,
+            Pred::Size(_) | Pred::ElemMatchObject(_) | Pred::ElemMatchValue(_)
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+struct InSet {
+    /// Sorted by [`compare`] and deduplicated, for binary search.
+    values: Vec<Bson>,
+    regexes: Vec<QueryRegex>,
+    has_null: bool,
+}
+
+impl InSet {
+    fn contains(&self, value: &Bson) -> bool {
+        self.values
+            .binary_search_by(|probe| compare(probe, value))
+            .is_ok()
+            || self.regexes.iter().any(|r| r.matches(value))
+    }
+}
+
+/// A compiled `$regex` with its original pattern and options (a regex
+/// value in a document matches only an identical regex).
+#[derive(Debug, Clone)]
+struct QueryRegex {
+    pattern: String,
+    options: String,
+    compiled: regex::Regex,
+}
+
+impl QueryRegex {
+    fn new(pattern: &str, options: &str) -> Result<QueryRegex> {
+        let compiled = compile_regex(pattern, options)?;
+        Ok(QueryRegex {
+            pattern: pattern.to_string(),
+            options: options.to_string(),
+            compiled,
+        })
+    }
+
+    fn matches(&self, value: &Bson) -> bool {
+        match value {
+            Bson::String(s) | Bson::Symbol(s) => self.compiled.is_match(s),
+            Bson::RegularExpression(r) => {
+                r.pattern.as_str() == self.pattern && r.options.as_str() == self.options
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The types a `$type` accepts, as a bit set over type codes.
+#[derive(Debug, Clone, Copy)]
+struct TypeSet {
+    bits: u32,
+}
+
+impl TypeSet {
+    const MIN_KEY_BIT: u32 = 1 << 20;
+    const MAX_KEY_BIT: u32 = 1 << 21;
+    const NUMBER_BITS: u32 = (1 << 1) | (1 << 16) | (1 << 18) | (1 << 19);
+
+    fn bit_for_code(code: i32) -> Option<u32> {
+        match code {
+            1..=19 => Some(1 << code),
+            -1 => Some(Self::MIN_KEY_BIT),
+            127 => Some(Self::MAX_KEY_BIT),
+            _ => None,
+        }
+    }
+
+    fn contains(&self, value: &Bson) -> bool {
+        Self::bit_for_code(type_code(value)).is_some_and(|bit| self.bits & bit != 0)
+    }
+}
+
+const TYPE_ALIASES: &[(&str, i32)] = &[
+    ("double", 1),
+    ("string", 2),
+    ("object", 3),
+    ("array", 4),
+    ("binData", 5),
+    ("undefined", 6),
+    ("objectId", 7),
+    ("bool", 8),
+    ("date", 9),
+    ("null", 10),
+    ("regex", 11),
+    ("dbPointer", 12),
+    ("javascript", 13),
+    ("symbol", 14),
+    ("javascriptWithScope", 15),
+    ("int", 16),
+    ("timestamp", 17),
+    ("long", 18),
+    ("decimal", 19),
+    ("minKey", -1),
+    ("maxKey", 127),
+];
+
+/// The bit positions a `$bits*` operator tests. A BinData mask stays as
+/// bytes (expanding a 16MB mask into positions would take gigabytes).
+#[derive(Debug, Clone)]
+enum BitMask {
+    Positions(Vec<u32>),
+    Bytes(Vec<u8>),
+}
+
+impl BitMask {
+    /// True when `pred` holds for some position in the mask.
+    fn any(&self, mut pred: impl FnMut(u64) -> bool) -> bool {
+        match self {
+            BitMask::Positions(positions) => positions.iter().any(|&p| pred(u64::from(p))),
+            BitMask::Bytes(bytes) => bytes.iter().enumerate().any(|(index, byte)| {
+                (0..8u64).any(|bit| byte & (1 << bit) != 0 && pred(index as u64 * 8 + bit))
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BitTest {
+    AllSet,
+    AnySet,
+    AllClear,
+    AnyClear,
+}
+
+// ---------------------------------------------------------------------------
+// Parsing.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    /// The filter's own top level (and `$and`/`$or`/`$nor` under it).
+    Top,
+    /// Inside `$elemMatch`, where `$expr` and `$where` are not allowed.
+    Sub,
+}
+
+fn parse_document(filter: &Document, level: Level) -> Result<Node> {
+    let mut children = Vec::new();
+    for (key, value) in filter {
+        if key.starts_with('$') {
+            if let Some(node) = parse_top_level_operator(key, value, level)? {
+                children.push(node);
+            }
+            continue;
+        }
+        parse_field(key, value, &mut children)?;
+    }
+    Ok(Node::And(children))
+}
+
+fn parse_top_level_operator(key: &str, value: &Bson, level: Level) -> Result<Option<Node>> {
+    let node = match key {
+        "$and" | "$or" | "$nor" => {
+            let Bson::Array(clauses) = value else {
+                crate::bail!(BadValue, "{key} must be an array");
+            };
+            if clauses.is_empty() {
+                crate::bail!(BadValue, "$and/$or/$nor must be a nonempty array");
+            }
+            let mut children = Vec::with_capacity(clauses.len());
+            for clause in clauses {
+                let Bson::Document(sub) = clause else {
+                    crate::bail!(BadValue, "$or/$and/$nor entries need to be full objects");
+                };
+                children.push(parse_document(sub, level)?);
+            }
+            match key {
+                "$and" => Node::And(children),
+                "$or" => Node::Or(children),
+                _ => Node::Nor(children),
+            }
+        }
+        "$expr" => {
+            if level == Level::Sub {
+                crate::bail!(
+                    BadValue,
+                    "$expr can only be applied to the top-level document"
+                );
+            }
+            Node::Expr(Box::new(Expr::parse(value)?))
+        }
+        "$comment" => return Ok(None),
+        "$alwaysTrue" | "$alwaysFalse" => {
+            if parse_integer(value).map_err(Error::failed_to_parse)? != 1 {
+                crate::bail!(FailedToParse, "{key} must be an integer value of 1");
+            }
+            Node::Always(key == "$alwaysTrue")
+        }
+        // DBRef fields queried inside `$elemMatch` or on their own.
+        "$ref" | "$id" | "$db" => Node::Path(PathNode {
+            path: Arc::new(FieldPath::new(key)),
+            pred: Pred::Compare {
+                op: CmpOp::Eq,
+                value: value.clone(),
+            },
+        }),
+        "$where" => {
+            if level == Level::Sub {
+                crate::bail!(BadValue, "$elemMatch cannot contain $where expression");
+            }
+            crate::bail!(BadValue, "$where is not supported")
+        }
+        "$text" => crate::bail!(BadValue, "$text is not supported"),
+        "$jsonSchema" => crate::bail!(BadValue, "$jsonSchema is not supported"),
+        "$sampleRate" => crate::bail!(BadValue, "$sampleRate is not supported"),
+        _ => crate::bail!(
+            BadValue,
+            "unknown top level operator: {key}. If you have a field name that starts with a '$' \
+             symbol, consider using $getField or $setField."
+        ),
+    };
+    Ok(Some(node))
+}
+
+/// `{path: value}` at the top of a filter or `$elemMatch` object.
+fn parse_field(path: &str, value: &Bson, out: &mut Vec<Node>) -> Result<()> {
+    let field = Arc::new(FieldPath::new(path));
+    match value {
+        Bson::Document(sub) if is_operator_document(sub, false) => {
+            parse_operators(&field, sub, out)
+        }
+        Bson::RegularExpression(r) => {
+            out.push(path_node(
+                &field,
+                Pred::Regex(Box::new(QueryRegex::new(
+                    r.pattern.as_str(),
+                    r.options.as_str(),
+                )?)),
+            ));
+            Ok(())
+        }
+        _ => {
+            out.push(path_node(&field, equality(value)?));
+            Ok(())
+        }
+    }
+}
+
+fn path_node(path: &Arc<FieldPath>, pred: Pred) -> Node {
+    Node::Path(PathNode {
+        path: Arc::clone(path),
+        pred,
+    })
+}
+
+fn equality(value: &Bson) -> Result<Pred> {
+    if matches!(value, Bson::Undefined) {
+        crate::bail!(BadValue, "cannot compare to undefined");
+    }
+    Ok(Pred::Compare {
+        op: CmpOp::Eq,
+        value: value.clone(),
+    })
+}
+
+/// A document whose first field is an operator, so `{a: {$gt: 1}}` is a
+/// condition while `{a: {b: 1}}` and DBRefs `{$ref, $id}` are values.
+fn is_operator_document(doc: &Document, allow_incomplete_dbref: bool) -> bool {
+    let Some(first) = doc.keys().next() else {
+        return false;
+    };
+    if !first.starts_with('$') {
+        return false;
+    }
+    let has = |k: &str| doc.contains_key(k);
+    let is_dbref = if allow_incomplete_dbref {
+        has("$ref") || has("$id") || has("$db")
+    } else {
+        has("$ref") && has("$id")
+    };
+    !is_dbref
+}
+
+/// The operators of `{path: {$op: arg, ...}}`, one node each.
+fn parse_operators(path: &Arc<FieldPath>, ops: &Document, out: &mut Vec<Node>) -> Result<()> {
+    for (op, arg) in ops {
+        if let Some(node) = parse_operator(path, op, arg, ops)? {
+            out.push(node);
+        }
+    }
+    Ok(())
+}
+
+fn parse_operator(
+    path: &Arc<FieldPath>,
+    op: &str,
+    arg: &Bson,
+    siblings: &Document,
+) -> Result<Option<Node>> {
+    let compare_op = |cmp: CmpOp| -> Result<Node> {
+        if matches!(arg, Bson::RegularExpression(_)) && cmp != CmpOp::Eq {
+            crate::bail!(
+                BadValue,
+                "Can't have RegEx as arg to predicate over field '{}'.",
+                path.dotted
+            );
+        }
+        if matches!(arg, Bson::Undefined) {
+            crate::bail!(BadValue, "cannot compare to undefined");
+        }
+        Ok(path_node(
+            path,
+            Pred::Compare {
+                op: cmp,
+                value: arg.clone(),
+            },
+        ))
+    };
+    let node = match op {
+        "$eq" => compare_op(CmpOp::Eq)?,
+        "$lt" => compare_op(CmpOp::Lt)?,
+        "$lte" => compare_op(CmpOp::Lte)?,
+        "$gt" => compare_op(CmpOp::Gt)?,
+        "$gte" => compare_op(CmpOp::Gte)?,
+        "$ne" => {
+            if matches!(arg, Bson::RegularExpression(_)) {
+                crate::bail!(BadValue, "Can't have regex as arg to $ne.");
+            }
+            Node::Not(Box::new(compare_op(CmpOp::Eq)?))
+        }
+        "$in" | "$nin" => {
+            let Bson::Array(items) = arg else {
+                crate::bail!(BadValue, "{op} needs an array");
+            };
+            let node = path_node(path, Pred::In(Box::new(parse_in(items)?)));
+            if op == "$in" {
+                node
+            } else {
+                Node::Not(Box::new(node))
+            }
+        }
+        "$exists" => {
+            let node = path_node(path, Pred::Exists);
+            if element_true_value(arg) {
+                node
+            } else {
+                Node::Not(Box::new(node))
+            }
+        }
+        "$type" => path_node(path, Pred::Type(parse_type_set(arg)?)),
+        "$size" => path_node(path, Pred::Size(parse_size(arg)?)),
+        "$mod" => {
+            let (divisor, remainder) = parse_mod(arg)?;
+            path_node(path, Pred::Mod { divisor, remainder })
+        }
+        "$regex" => path_node(path, Pred::Regex(Box::new(parse_regex_operator(siblings)?))),
+        "$options" => {
+            if siblings.contains_key("$regex") {
+                return Ok(None);
+            }
+            crate::bail!(BadValue, "$options needs a $regex");
+        }
+        "$elemMatch" => path_node(path, parse_elem_match(arg)?),
+        "$all" => parse_all(path, arg)?,
+        "$not" => parse_not(path, arg)?,
+        "$bitsAllSet" => parse_bits(path, op, BitTest::AllSet, arg)?,
+        "$bitsAnySet" => parse_bits(path, op, BitTest::AnySet, arg)?,
+        "$bitsAllClear" => parse_bits(path, op, BitTest::AllClear, arg)?,
+        "$bitsAnyClear" => parse_bits(path, op, BitTest::AnyClear, arg)?,
+        "$where" => crate::bail!(BadValue, "$where cannot be applied to a field"),
+        "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" => {
+            crate::bail!(BadValue, "{op} is not supported")
+        }
+        _ => crate::bail!(BadValue, "unknown operator: {op}"),
+    };
+    Ok(Some(node))
+}
+
+fn parse_in(items: &[Bson]) -> Result<InSet> {
+    let mut values = Vec::with_capacity(items.len());
+    let mut regexes = Vec::new();
+    for item in items {
+        match item {
+            Bson::Document(d) if is_operator_document(d, false) => {
+                crate::bail!(BadValue, "cannot nest $ under $in");
+            }
+            Bson::RegularExpression(r) => {
+                regexes.push(QueryRegex::new(r.pattern.as_str(), r.options.as_str())?)
+            }
+            Bson::Undefined => {
+                crate::bail!(BadValue, "InMatchExpression equality cannot be undefined")
+            }
+            other => values.push(other.clone()),
+        }
+    }
+    values.sort_by(compare);
+    values.dedup_by(|a, b| values_equal(a, b));
+    let has_null = values.iter().any(|v| matches!(v, Bson::Null));
+    Ok(InSet {
+        values,
+        regexes,
+        has_null,
+    })
+}
+
+/// MongoDB's `BSONElement::trueValue`, used by `$exists`: false, null,
+/// undefined and numeric zero are false.
+fn element_true_value(value: &Bson) -> bool {
+    match value {
+        Bson::Boolean(b) => *b,
+        Bson::Null | Bson::Undefined => false,
+        Bson::Int32(i) => *i != 0,
+        Bson::Int64(i) => *i != 0,
+        Bson::Double(d) => *d != 0.0,
+        Bson::Decimal128(d) => !crate::query::compare::DecimalValue::from_decimal128(d).is_zero(),
+        _ => true,
+    }
+}
+
+/// MongoDB's `parseIntegerElementToLong`: integral numbers only.
+fn parse_integer(value: &Bson) -> std::result::Result<i64, String> {
+    match value {
+        Bson::Int32(i) => Ok(i64::from(*i)),
+        Bson::Int64(i) => Ok(*i),
+        Bson::Double(d) => {
+            if d.is_nan() {
+                return Err(format!("Expected an integer, but found NaN in: {d}"));
+            }
+            if !f64_fits_i64(*d) {
+                return Err(format!("Cannot represent as a 64-bit integer: {d}"));
+            }
+            if d.trunc() != *d {
+                return Err(format!("Expected an integer: {d}"));
+            }
+            Ok(*d as i64)
+        }
+        Bson::Decimal128(_) => {
+            let f = Number::of(value).map(Number::to_f64).unwrap_or(f64::NAN);
+            if f.is_nan() || f.trunc() != f || !f64_fits_i64(f) {
+                return Err(format!("Cannot represent as a 64-bit integer: {value}"));
+            }
+            Ok(f as i64)
+        }
+        other => Err(format!("Expected a number in: {other}")),
+    }
+}
+
+fn parse_type_set(arg: &Bson) -> Result<TypeSet> {
+    let mut bits = 0u32;
+    let mut add = |item: &Bson| -> Result<()> {
+        match item {
+            Bson::String(alias) => {
+                if alias == "number" {
+                    bits |= TypeSet::NUMBER_BITS;
+                    return Ok(());
+                }
+                let Some((_, code)) = TYPE_ALIASES.iter().find(|(name, _)| name == alias) else {
+                    crate::bail!(BadValue, "Unknown type name alias: {alias}");
+                };
+                bits |= TypeSet::bit_for_code(*code).unwrap_or(0);
+                Ok(())
+            }
+            other if Number::of(other).is_some() => {
+                let code = parse_integer(other)
+                    .ok()
+                    .and_then(|c| i32::try_from(c).ok())
+                    .and_then(|c| TypeSet::bit_for_code(c).map(|bit| (c, bit)));
+                match code {
+                    Some((_, bit)) => {
+                        bits |= bit;
+                        Ok(())
+                    }
+                    None => crate::bail!(BadValue, "Invalid numerical type code: {other}"),
+                }
+            }
+            _ => crate::bail!(
+                TypeMismatch,
+                "type must be represented as a number or a string"
+            ),
+        }
+    };
+    match arg {
+        Bson::Array(items) => {
+            for item in items {
+                add(item)?;
+            }
+        }
+        single => add(single)?,
+    }
+    if bits == 0 {
+        crate::bail!(FailedToParse, "$type must match at least one type");
+    }
+    Ok(TypeSet { bits })
+}
+
+fn parse_size(arg: &Bson) -> Result<usize> {
+    let size: i64 = match arg {
+        Bson::Int32(i) => i64::from(*i),
+        Bson::Int64(i) => {
+            if i32::try_from(*i).is_err() {
+                crate::bail!(BadValue, "$size must be representable as a 32-bit integer");
+            }
+            *i
+        }
+        Bson::Double(_) | Bson::Decimal128(_) => {
+            let f = Number::of(arg).map(Number::to_f64).unwrap_or(f64::NAN);
+            if !f.is_finite() || f.trunc() != f {
+                crate::bail!(BadValue, "$size must be a whole number");
+            }
+            if f > f64::from(i32::MAX) || f < f64::from(i32::MIN) {
+                crate::bail!(BadValue, "$size must be representable as a 32-bit integer");
+            }
+            f as i64
+        }
+        _ => crate::bail!(BadValue, "$size needs a number"),
+    };
+    if size < 0 {
+        crate::bail!(BadValue, "$size may not be negative");
+    }
+    usize::try_from(size).map_err(|_| crate::err!(BadValue, "$size needs a number"))
+}
+
+/// `$mod: [divisor, remainder]`; fractional values truncate, NaN, infinity
+/// and values beyond 64 bits are rejected, and the divisor cannot be 0.
+fn parse_mod(arg: &Bson) -> Result<(i64, i64)> {
+    let Bson::Array(items) = arg else {
+        crate::bail!(BadValue, "malformed mod, needs to be an array");
+    };
+    if items.len() < 2 {
+        crate::bail!(BadValue, "malformed mod, not enough elements");
+    }
+    let Some(divisor) = Number::of(&items[0]) else {
+        crate::bail!(BadValue, "malformed mod, divisor not a number");
+    };
+    let Some(remainder) = Number::of(&items[1]) else {
+        crate::bail!(BadValue, "malformed mod, remainder not a number");
+    };
+    if items.len() > 2 {
+        crate::bail!(BadValue, "malformed mod, too many elements");
+    }
+    let to_long = |n: Number, what: &str| -> Result<i64> {
+        match n {
+            Number::Int32(i) => Ok(i64::from(i)),
+            Number::Int64(i) => Ok(i),
+            other => {
+                let f = other.to_f64();
+                if !f.is_finite() {
+                    crate::bail!(
+                        BadValue,
+                        "malformed mod, {what} value is invalid :: caused by :: Unable to \
+                         coerce NaN/Inf to integral type"
+                    );
+                }
+                let t = f.trunc();
+                if !f64_fits_i64(t) {
+                    crate::bail!(
+                        BadValue,
+                        "malformed mod, {what} value is invalid :: caused by :: Out of bounds \
+                         coercing to integral value"
+                    );
+                }
+                Ok(t as i64)
+            }
+        }
+    };
+    let divisor = to_long(divisor, "divisor")?;
+    let remainder = to_long(remainder, "remainder")?;
+    if divisor == 0 {
+        crate::bail!(BadValue, "divisor cannot be 0");
+    }
+    Ok((divisor, remainder))
+}
+
+/// `$regex` with its sibling `$options`, in either order; `$regex` may be a
+/// string or a BSON regex (whose flags then exclude `$options`).
+fn parse_regex_operator(ops: &Document) -> Result<QueryRegex> {
+    let mut pattern: Option<&str> = None;
+    let mut options: Option<&str> = None;
+    for (key, value) in ops {
+        match key.as_str() {
+            "$regex" => match value {
+                Bson::String(s) => pattern = Some(s),
+                Bson::RegularExpression(r) => {
+                    pattern = Some(r.pattern.as_str());
+                    if !r.options.as_str().is_empty() {
+                        if options.is_some() {
+                            return Err(Error::new(
+                                ErrorCode::Location(51074),
+                                "options set in both $regex and $options",
+                            ));
+                        }
+                        options = Some(r.options.as_str());
+                    }
+                }
+                _ => crate::bail!(BadValue, "$regex has to be a string"),
+            },
+            "$options" => {
+                let Bson::String(s) = value else {
+                    crate::bail!(BadValue, "$options has to be a string");
+                };
+                if options.is_some() {
+                    return Err(Error::new(
+                        ErrorCode::Location(51075),
+                        "options set in both $regex and $options",
+                    ));
+                }
+                options = Some(s);
+            }
+            _ => {}
+        }
+    }
+    QueryRegex::new(pattern.unwrap_or(""), options.unwrap_or(""))
+}
+
+/// Operators that make an `$elemMatch` argument a document condition
+/// rather than conditions on the element itself.
+fn is_top_level_operator(name: &str) -> bool {
+    matches!(
+        name,
+        "$and"
+            | "$or"
+            | "$nor"
+            | "$expr"
+            | "$comment"
+            | "$where"
+            | "$text"
+            | "$jsonSchema"
+            | "$alwaysTrue"
+            | "$alwaysFalse"
+            | "$sampleRate"
+            | "$ref"
+            | "$id"
+            | "$db"
+    )
+}
+
+fn parse_elem_match(arg: &Bson) -> Result<Pred> {
+    let Bson::Document(sub) = arg else {
+        crate::bail!(BadValue, "$elemMatch needs an Object");
+    };
+    parse_element_condition(sub)
+}
+
+/// `$elemMatch`'s argument: operators on the element itself (value form)
+/// or a filter on element documents (object form).
+fn parse_element_condition(sub: &Document) -> Result<Pred> {
+    let value_form = is_operator_document(sub, true)
+        && sub
+            .keys()
+            .next()
+            .is_some_and(|first| !is_top_level_operator(first));
+    if value_form {
+        let element = Arc::new(FieldPath::element());
+        let mut nodes = Vec::new();
+        parse_operators(&element, sub, &mut nodes)?;
+        return Ok(Pred::ElemMatchValue(nodes));
+    }
+    Ok(Pred::ElemMatchObject(Box::new(parse_document(
+        sub,
+        Level::Sub,
+    )?)))
+}
+
+fn parse_all(path: &Arc<FieldPath>, arg: &Bson) -> Result<Node> {
+    let Bson::Array(items) = arg else {
+        crate::bail!(BadValue, "$all needs an array");
+    };
+    let first_is_elem_match = |item: &Bson| matches!(item, Bson::Document(d) if d.keys().next().map(String::as_str) == Some("$elemMatch"));
+    let mut children = Vec::with_capacity(items.len());
+    if items.first().is_some_and(first_is_elem_match) {
+        for item in items {
+            let Bson::Document(d) = item else {
+                crate::bail!(BadValue, "$all/$elemMatch has to be consistent");
+            };
+            match d.iter().next() {
+                Some((key, inner)) if key == "$elemMatch" => {
+                    children.push(path_node(path, parse_elem_match(inner)?))
+                }
+                _ => crate::bail!(BadValue, "$all/$elemMatch has to be consistent"),
+            }
+        }
+        return Ok(Node::And(children));
+    }
+    for item in items {
+        match item {
+            Bson::RegularExpression(r) => children.push(path_node(
+                path,
+                Pred::Regex(Box::new(QueryRegex::new(
+                    r.pattern.as_str(),
+                    r.options.as_str(),
+                )?)),
+            )),
+            Bson::Document(d) if d.keys().next().is_some_and(|k| k.starts_with('$')) => {
+                if is_operator_document(d, false) {
+                    crate::bail!(BadValue, "no $ expressions in $all");
+                }
+                children.push(path_node(path, equality(item)?));
+            }
+            _ => children.push(path_node(path, equality(item)?)),
+        }
+    }
+    if children.is_empty() {
+        return Ok(Node::Always(false));
+    }
+    Ok(Node::And(children))
+}
+
+fn parse_not(path: &Arc<FieldPath>, arg: &Bson) -> Result<Node> {
+    match arg {
+        Bson::RegularExpression(r) => Ok(Node::Not(Box::new(path_node(
+            path,
+            Pred::Regex(Box::new(QueryRegex::new(
+                r.pattern.as_str(),
+                r.options.as_str(),
+            )?)),
+        )))),
+        Bson::Document(sub) => {
+            if sub.is_empty() {
+                crate::bail!(BadValue, "$not cannot be empty");
+            }
+            let mut nodes = Vec::new();
+            parse_operators(path, sub, &mut nodes)?;
+            Ok(Node::Not(Box::new(Node::And(nodes))))
+        }
+        _ => crate::bail!(BadValue, "$not needs a regex or a document"),
+    }
+}
+
+fn parse_bits(path: &Arc<FieldPath>, op: &str, test: BitTest, arg: &Bson) -> Result<Node> {
+    let mut positions: Vec<u32> = Vec::new();
+    match arg {
+        Bson::Array(items) => {
+            for item in items {
+                if Number::of(item).is_none() {
+                    crate::bail!(BadValue, "bit positions must be an integer but got: {item}");
+                }
+                let position = parse_integer(item).map_err(|_| {
+                    crate::err!(BadValue, "bit positions must be an integer but got: {item}")
+                })?;
+                if position < 0 {
+                    crate::bail!(BadValue, "bit positions must be >= 0 but got: {item}");
+                }
+                let position = i32::try_from(position)
+                    .ok()
+                    .and_then(|p| u32::try_from(p).ok())
+                    .ok_or_else(|| {
+                        crate::err!(
+                        BadValue,
+                        "bit positions cannot be represented as a 32-bit signed integer: {item}"
+                    )
+                    })?;
+                positions.push(position);
+            }
+        }
+        Bson::Binary(bin) => {
+            return Ok(path_node(
+                path,
+                Pred::Bits {
+                    test,
+                    mask: BitMask::Bytes(bin.bytes.clone()),
+                },
+            ));
+        }
+        other if Number::of(other).is_some() => {
+            let mask = parse_integer(other).map_err(Error::failed_to_parse)?;
+            if mask < 0 {
+                crate::bail!(FailedToParse, "Expected a positive number in: {other}");
+            }
+            for bit in 0..63u32 {
+                if mask & (1 << bit) != 0 {
+                    positions.push(bit);
+                }
+            }
+        }
+        other => crate::bail!(
+            BadValue,
+            "{op} takes an Array, a number, or a BinData but received: {other}"
+        ),
+    }
+    positions.sort_unstable();
+    positions.dedup();
+    Ok(path_node(
+        path,
+        Pred::Bits {
+            test,
+            mask: BitMask::Positions(positions),
+        },
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// Regular expressions.
+
+/// Compiles a MongoDB (PCRE) regex for the `regex` crate, translating what
+/// differs and rejecting what the crate cannot do (lookaround,
+/// backreferences, atomic groups, possessive quantifiers, recursion).
+fn compile_regex(pattern: &str, options: &str) -> Result<regex::Regex> {
+    let mut builder_flags = String::new();
+    let mut extended = false;
+    let mut multiline = false;
+    for flag in options.chars() {
+        match flag {
+            'i' => builder_flags.push('i'),
+            'm' => {
+                multiline = true;
+                builder_flags.push('m')
+            }
+            's' => builder_flags.push('s'),
+            'x' => {
+                extended = true;
+                builder_flags.push('x')
+            }
+            // PCRE is always in UTF-8 mode in MongoDB; `u` changes nothing.
+            'u' => {}
+            other => {
+                return Err(Error::new(
+                    ErrorCode::Location(51108),
+                    format!("invalid flag in regex options: {other}"),
+                ))
+            }
+        }
+    }
+    let translated = translate_pcre(pattern, extended, multiline)?;
+    let full = if builder_flags.is_empty() {
+        translated
+    } else {
+        format!("(?{builder_flags}){translated}")
+    };
+    regex::RegexBuilder::new(&full)
+        .size_limit(1 << 22)
+        .build()
+        .map_err(|e| regex_error(&e.to_string()))
+}
+
+fn regex_error(detail: &str) -> Error {
+    Error::new(
+        ErrorCode::Location(51091),
+        format!("Regular expression is invalid: {detail}"),
+    )
+}
+
+fn unsupported(construct: &str) -> Error {
+    regex_error(&format!("{construct} are not supported"))
+}
+
+/// Rewrites PCRE syntax into `regex` crate syntax.
+fn translate_pcre(pattern: &str, extended: bool, multiline: bool) -> Result<String> {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut out = String::with_capacity(pattern.len() + 8);
+    // PCRE's `$` without `m` also matches before a final newline; inline
+    // flag groups could switch `m` on, so only rewrite when there are none.
+    let rewrite_dollar = !multiline && !pattern.contains("(?");
+    let mut i = 0;
+    let mut in_class = false;
+    // True right after a quantifier, to spot possessive `++`, `*+`, `?+`.
+    let mut after_quantifier = false;
+    while i < chars.len() {
+        let c = chars[i];
+        if in_class {
+            match c {
+                '\\' => {
+                    i += 1;
+                    let Some(&e) = chars.get(i) else {
+                        return Err(regex_error("\\ at end of pattern"));
+                    };
+                    match e {
+                        'd' => out.push_str("0-9"),
+                        'w' => out.push_str("0-9A-Za-z_"),
+                        's' => out.push_str("\\t\\n\\x0B\\x0C\\r "),
+                        'h' => out.push_str("\\t \\xA0"),
+                        'v' => out.push_str("\\n\\x0B\\x0C\\r\\x{85}\\x{2028}\\x{2029}"),
+                        _ => {
+                            push_escape(&mut out, e)?;
+                            i = copy_braced_argument(&chars, i, e, &mut out);
+                        }
+                    }
+                }
+                ']' => {
+                    in_class = false;
+                    out.push(']');
+                }
+                '[' if chars.get(i + 1) == Some(&':') => {
+                    // A POSIX class such as [:alpha:] passes through.
+                    let rest: String = chars[i..].iter().collect();
+                    match rest.find(":]") {
+                        Some(end) => {
+                            out.push_str(&rest[..end + 2]);
+                            i += rest[..end + 2].chars().count();
+                            continue;
+                        }
+                        None => out.push_str("\\["),
+                    }
+                }
+                // Set operators and nested classes in the `regex` crate,
+                // plain characters in PCRE.
+                '[' | '&' | '~' => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                '-' if chars.get(i + 1) == Some(&'-') => out.push_str("\\-"),
+                ' ' | '#' if extended => {
+                    // PCRE's `x` leaves classes alone; the crate's does not.
+                    out.push_str(if c == ' ' { "\\x20" } else { "\\#" });
+                }
+                _ => out.push(c),
+            }
+            i += 1;
+            continue;
+        }
+        let was_quantifier = after_quantifier;
+        after_quantifier = false;
+        match c {
+            '\\' => {
+                i += 1;
+                let Some(&e) = chars.get(i) else {
+                    return Err(regex_error("\\ at end of pattern"));
+                };
+                match e {
+                    'd' => out.push_str("[0-9]"),
+                    'D' => out.push_str("[^0-9]"),
+                    'w' => out.push_str("[0-9A-Za-z_]"),
+                    'W' => out.push_str("[^0-9A-Za-z_]"),
+                    's' => out.push_str("[\\t\\n\\x0B\\x0C\\r ]"),
+                    'S' => out.push_str("[^\\t\\n\\x0B\\x0C\\r ]"),
+                    'h' => out.push_str("[\\t \\xA0]"),
+                    'H' => out.push_str("[^\\t \\xA0]"),
+                    'v' => out.push_str("[\\n\\x0B\\x0C\\r\\x{85}\\x{2028}\\x{2029}]"),
+                    'V' => out.push_str("[^\\n\\x0B\\x0C\\r\\x{85}\\x{2028}\\x{2029}]"),
+                    'Z' => out.push_str("(?:\\n?\\z)"),
+                    'A' | 'z' | 'b' | 'B' => {
+                        out.push('\\');
+                        out.push(e);
+                    }
+                    'Q' => {
+                        // \Q...\E quotes literally.
+                        i += 1;
+                        while i < chars.len() {
+                            if chars[i] == '\\' && chars.get(i + 1) == Some(&'E') {
+                                i += 1;
+                                break;
+                            }
+                            out.push_str(&format!("\\x{{{:X}}}", chars[i] as u32));
+                            i += 1;
+                        }
+                    }
+                    'E' => {}
+                    '1'..='9' => return Err(unsupported("backreferences")),
+                    'g' | 'k' => return Err(unsupported("backreferences")),
+                    'G' | 'K' | 'R' | 'X' | 'C' => {
+                        return Err(regex_error(&format!("\\{e} is not supported")))
+                    }
+                    _ => {
+                        push_escape(&mut out, e)?;
+                        i = copy_braced_argument(&chars, i, e, &mut out);
+                    }
+                }
+            }
+            '[' => {
+                in_class = true;
+                out.push('[');
+                if chars.get(i + 1) == Some(&'^') {
+                    out.push('^');
+                    i += 1;
+                }
+                // A `]` right after the opening bracket is a literal.
+                if chars.get(i + 1) == Some(&']') {
+                    out.push_str("\\]");
+                    i += 1;
+                }
+            }
+            '(' => {
+                if chars.get(i + 1) == Some(&'*') {
+                    return Err(regex_error("(*VERB) directives are not supported"));
+                }
+                if chars.get(i + 1) == Some(&'?') {
+                    let next = chars.get(i + 2).copied();
+                    let after = chars.get(i + 3).copied();
+                    match (next, after) {
+                        (Some('='), _) | (Some('!'), _) => {
+                            return Err(unsupported("lookahead assertions"))
+                        }
+                        (Some('<'), Some('=')) | (Some('<'), Some('!')) => {
+                            return Err(unsupported("lookbehind assertions"))
+                        }
+                        (Some('>'), _) => return Err(unsupported("atomic groups")),
+                        (Some('|'), _) => return Err(unsupported("branch reset groups")),
+                        (Some('('), _) => return Err(unsupported("conditional groups")),
+                        (Some('R'), _)
+                        | (Some('&'), _)
+                        | (Some('0'..='9'), _)
+                        | (Some('+'), _)
+                        | (Some('-'), Some('0'..='9')) => {
+                            return Err(unsupported("recursive patterns"))
+                        }
+                        (Some('P'), Some('=')) => return Err(unsupported("backreferences")),
+                        (Some('P'), Some('>')) => return Err(unsupported("recursive patterns")),
+                        (Some('#'), _) => {
+                            // A comment group: drop it.
+                            while i < chars.len() && chars[i] != ')' {
+                                i += 1;
+                            }
+                            i += 1;
+                            continue;
+                        }
+                        (Some('\''), _) => {
+                            // (?'name'...) is (?P<name>...).
+                            let start = i + 3;
+                            let Some(len) = chars[start..].iter().position(|&c| c == '\'') else {
+                                return Err(regex_error("unterminated group name"));
+                            };
+                            let name: String = chars[start..start + len].iter().collect();
+                            out.push_str(&format!("(?P<{name}>"));
+                            i = start + len + 1;
+                            continue;
+                        }
+                        _ => out.push('('),
+                    }
+                } else {
+                    out.push('(');
+                }
+            }
+            '*' | '+' | '?' => {
+                if c == '+' && was_quantifier {
+                    return Err(unsupported("possessive quantifiers"));
+                }
+                out.push(c);
+                // `??`, `*?`, `+?` are lazy quantifiers, not new ones.
+                after_quantifier = !(c == '?' && was_quantifier);
+            }
+            '{' => match repetition_len(&chars[i..]) {
+                Some(len) => {
+                    out.extend(&chars[i..i + len]);
+                    i += len;
+                    after_quantifier = true;
+                    continue;
+                }
+                None => out.push_str("\\{"),
+            },
+            '}' => out.push_str("\\}"),
+            '$' if rewrite_dollar => out.push_str("(?:\\n?\\z)"),
+            '#' if extended => {
+                // A comment to the end of the line.
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            _ => out.push(c),
+        }
+        i += 1;
+    }
+    if in_class {
+        return Err(regex_error("missing terminating ] for character class"));
+    }
+    Ok(out)
+}
+
+/// After `\p`, `\P` or `\x` at `i`, copies a `{...}` argument
+/// (`\p{L}`, `\x{263A}`) through; returns the index of the last
+/// character consumed.
+fn copy_braced_argument(chars: &[char], i: usize, escape: char, out: &mut String) -> usize {
+    if !matches!(escape, 'p' | 'P' | 'x') || chars.get(i + 1) != Some(&'{') {
+        return i;
+    }
+    match chars[i + 1..].iter().position(|&c| c == '}') {
+        Some(len) => {
+            out.extend(&chars[i + 1..=i + 1 + len]);
+            i + 1 + len
+        }
+        None => i,
+    }
+}
+
+/// An escaped character: letters the crate knows pass through; other
+/// characters become literal code points, which mean the same in every mode.
+fn push_escape(out: &mut String, e: char) -> Result<()> {
+    match e {
+        'n' | 't' | 'r' | 'f' | 'd' | 'D' | 'w' | 'W' | 's' | 'S' | 'p' | 'P' | 'x' | 'b' | 'B'
+        | 'A' | 'z' => {
+            out.push('\\');
+            out.push(e);
+        }
+        'a' => out.push_str("\\x07"),
+        'e' => out.push_str("\\x1B"),
+        '0' => out.push_str("\\x00"),
+        c if c.is_ascii_alphanumeric() => {
+            return Err(regex_error(&format!("unrecognized escape \\{c}")))
+        }
+        c => out.push_str(&format!("\\x{{{:X}}}", c as u32)),
+    }
+    Ok(())
+}
+
+/// The length of a `{n}`, `{n,}` or `{n,m}` repetition at the start of
+/// `chars`, or `None` when PCRE would read the brace literally.
+fn repetition_len(chars: &[char]) -> Option<usize> {
+    let end = chars.iter().position(|&c| c == '}')?;
+    let body: String = chars[1..end].iter().collect();
+    let (min, max) = match body.split_once(',') {
+        Some((a, b)) => (a, Some(b)),
+        None => (body.as_str(), None),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let valid = digits(min) && max.is_none_or(|m| m.is_empty() || digits(m));
+    valid.then_some(end + 1)
+}
+
+// ---------------------------------------------------------------------------
+// Matching.
+
+/// A document or an array seen as a document with keys "0", "1", ...
+/// (`$elemMatch` applies document conditions to nested arrays that way).
+#[derive(Clone, Copy)]
+enum Container<'a> {
+    Doc(&'a Document),
+    Arr(&'a [Bson]),
+}
+
+impl<'a> Container<'a> {
+    fn get(self, part: &PathPart) -> Option<&'a Bson> {
+        match self {
+            Container::Doc(d) => field(d, &part.name),
+            Container::Arr(a) => part.index.and_then(|i| a.get(i)),
+        }
+    }
+}
+
+/// Looks a field up. Small documents (the common case) are scanned, which
+/// beats hashing the name; larger ones use the index.
+#[inline]
+pub(crate) fn field<'a>(doc: &'a Document, name: &str) -> Option<&'a Bson> {
+    if doc.len() <= 12 {
+        doc.iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v)
+    } else {
+        doc.get(name)
+    }
+}
+
+/// The value a path reached (`None` when missing) and the index of the
+/// outermost array element it came from.
+type Visit<'v, 'a> = &'v mut dyn FnMut(Option<&'a Bson>, Option<usize>) -> bool;
+
+/// Offers every value `parts` reaches in `start` to `visit`, in MongoDB's
+/// order, until `visit` returns true.
+fn walk<'a>(
+    start: Container<'a>,
+    parts: &[PathPart],
+    leaf_arrays: bool,
+    visit: Visit<'_, 'a>,
+) -> bool {
+    let mut current = start;
+    let mut i = 0;
+    while let Some(part) = parts.get(i) {
+        let last = i + 1 == parts.len();
+        match current.get(part) {
+            None => return visit(None, None),
+            Some(value @ Bson::Array(items)) => {
+                return walk_array(value, items, &parts[i + 1..], leaf_arrays, visit)
+            }
+            Some(value) if last => return visit(Some(value), None),
+            Some(Bson::Document(sub)) => {
+                current = Container::Doc(sub);
+                i += 1;
+            }
+            Some(_) => return visit(None, None),
+        }
+    }
+    false
+}
+
+fn walk_array<'a>(
+    array: &'a Bson,
+    items: &'a [Bson],
+    rest: &[PathPart],
+    leaf_arrays: bool,
+    visit: Visit<'_, 'a>,
+) -> bool {
+    if rest.is_empty() && !leaf_arrays {
+        return visit(Some(array), None);
+    }
+    for (index, item) in items.iter().enumerate() {
+        if rest.is_empty() {
+            if visit(Some(item), Some(index)) {
+                return true;
+            }
+            continue;
+        }
+        let index_match = rest[0].index == Some(index);
+        match item {
+            Bson::Document(sub) => {
+                // Implicit traversal: the outer position wins.
+                let found = walk(Container::Doc(sub), rest, leaf_arrays, &mut |v, _| {
+                    visit(v, Some(index))
+                });
+                if found {
+                    return true;
+                }
+                if index_match {
+                    let found = if rest.len() == 1 {
+                        visit(Some(item), None)
+                    } else {
+                        walk(Container::Doc(sub), &rest[1..], leaf_arrays, visit)
+                    };
+                    if found {
+                        return true;
+                    }
+                }
+            }
+            _ if index_match => {
+                let found = if rest.len() == 1 {
+                    visit(Some(item), None)
+                } else if let Bson::Array(inner) = item {
+                    walk_array(item, inner, &rest[1..], leaf_arrays, visit)
+                } else {
+                    false
+                };
+                if found {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    if !rest.is_empty() {
+        return false;
+    }
+    visit(Some(array), None)
+}
+
+#[derive(Default)]
+struct MatchContext {
+    /// The last array position recorded along a matching path.
+    position: Option<usize>,
+    error: Option<Error>,
+}
+
+impl MatchContext {
+    /// Evaluates `node` against a document; `record` says whether array
+    /// positions found here count for the positional `$`.
+    fn eval(&mut self, node: &Node, container: Container<'_>, record: bool) -> bool {
+        match node {
+            Node::And(children) => children.iter().all(|c| self.eval(c, container, record)),
+            Node::Or(children) => children.iter().any(|c| self.eval(c, container, false)),
+            Node::Nor(children) => !children.iter().any(|c| self.eval(c, container, false)),
+            Node::Not(child) => !self.eval(child, container, false),
+            Node::Always(b) => *b,
+            Node::Path(p) => {
+                let mut found_position = None;
+                let matched = walk(
+                    container,
+                    &p.path.parts,
+                    p.pred.traverses_leaf_arrays(),
+                    &mut |value, offset| match test(&p.pred, value) {
+                        Some(inner) => {
+                            found_position = offset.or(inner);
+                            true
+                        }
+                        None => false,
+                    },
+                );
+                if matched && record && found_position.is_some() {
+                    self.position = found_position;
+                }
+                matched
+            }
+            Node::Expr(expr) => {
+                let Container::Doc(doc) = container else {
+                    return false;
+                };
+                match expr.evaluate_truthy(doc) {
+                    Ok(truth) => truth,
+                    Err(e) => {
+                        self.error.get_or_insert(e);
+                        false
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `$elemMatch` value form: the conditions apply to the element itself,
+/// without traversing it if it is an array.
+fn eval_on_value(node: &Node, value: &Bson) -> bool {
+    match node {
+        Node::And(children) => children.iter().all(|c| eval_on_value(c, value)),
+        Node::Or(children) => children.iter().any(|c| eval_on_value(c, value)),
+        Node::Nor(children) => !children.iter().any(|c| eval_on_value(c, value)),
+        Node::Not(child) => !eval_on_value(child, value),
+        Node::Always(b) => *b,
+        Node::Path(p) => test(&p.pred, Some(value)).is_some(),
+        Node::Expr(_) => false,
+    }
+}
+
+/// Tests one value a path reached (`None` for missing). `Some(position)`
+/// is a match, carrying the element index `$elemMatch` matched, if any.
+fn test(pred: &Pred, value: Option<&Bson>) -> Option<Option<usize>> {
+    let hit = match pred {
+        Pred::Compare { op, value: rhs } => compare_matches(*op, value, rhs),
+        Pred::In(set) => match value {
+            None => set.has_null,
+            Some(v) => set.contains(v),
+        },
+        Pred::Regex(r) => value.is_some_and(|v| r.matches(v)),
+        Pred::Exists => value.is_some(),
+        Pred::Type(types) => value.is_some_and(|v| types.contains(v)),
+        Pred::Size(n) => matches!(value, Some(Bson::Array(items)) if items.len() == *n),
+        Pred::Mod { divisor, remainder } => {
+            value.is_some_and(|v| mod_matches(v, *divisor, *remainder))
+        }
+        Pred::ElemMatchObject(sub) => {
+            let Some(Bson::Array(items)) = value else {
+                return None;
+            };
+            let mut ctx = MatchContext::default();
+            return items.iter().enumerate().find_map(|(i, item)| {
+                let container = match item {
+                    Bson::Document(d) => Container::Doc(d),
+                    Bson::Array(a) => Container::Arr(a),
+                    _ => return None,
+                };
+                ctx.eval(sub, container, false).then_some(Some(i))
+            });
+        }
+        Pred::ElemMatchValue(nodes) => {
+            let Some(Bson::Array(items)) = value else {
+                return None;
+            };
+            return items.iter().enumerate().find_map(|(i, item)| {
+                nodes
+                    .iter()
+                    .all(|n| eval_on_value(n, item))
+                    .then_some(Some(i))
+            });
+        }
+        Pred::Bits { test, mask } => value.is_some_and(|v| bits_match(v, *test, mask)),
+    };
+    hit.then_some(None)
+}
+
+/// `$eq`/`$lt`/... with type bracketing: only values of the same canonical
+/// type compare; `null` also matches missing for the inclusive operators;
+/// MinKey and MaxKey bound everything; NaN equals only NaN.
+fn compare_matches(op: CmpOp, value: Option<&Bson>, rhs: &Bson) -> bool {
+    let Some(value) = value else {
+        return match rhs {
+            Bson::Null => op.inclusive(),
+            Bson::MinKey => matches!(op, CmpOp::Gt | CmpOp::Gte),
+            Bson::MaxKey => matches!(op, CmpOp::Lt | CmpOp::Lte),
+            _ => false,
+        };
+    };
+    let rank = canonical_type_rank(value);
+    if rank != canonical_type_rank(rhs) {
+        return match rhs {
+            Bson::MinKey => matches!(op, CmpOp::Gt | CmpOp::Gte),
+            Bson::MaxKey => matches!(op, CmpOp::Lt | CmpOp::Lte),
+            _ => false,
+        };
+    }
+    if rank == NUMBER_RANK && (is_nan(value) || is_nan(rhs)) {
+        return is_nan(value) && is_nan(rhs) && op.inclusive();
+    }
+    op.accepts(compare(value, rhs))
+}
+
+fn mod_matches(value: &Bson, divisor: i64, remainder: i64) -> bool {
+    let dividend = match Number::of(value) {
+        None => return false,
+        Some(Number::Int32(i)) => i64::from(i),
+        Some(Number::Int64(i)) => i,
+        Some(other) => {
+            let f = other.to_f64();
+            if !f.is_finite() || !f64_fits_i64(f) {
+                return false;
+            }
+            f.trunc() as i64
+        }
+    };
+    // wrapping_rem gives 0 for i64::MIN % -1 instead of overflowing.
+    dividend.wrapping_rem(divisor) == remainder
+}
+
+/// The bits `$bitsAllSet` and friends test: a BinData's bytes (bit 0 is
+/// the low bit of the first byte) or an integral number in two's
+/// complement, whose positions past 63 read the sign.
+enum Bits<'a> {
+    Binary(&'a [u8]),
+    Integer(i64),
+}
+
+impl Bits<'_> {
+    fn of(value: &Bson) -> Option<Bits<'_>> {
+        match value {
+            Bson::Binary(bin) => Some(Bits::Binary(&bin.bytes)),
+            other => match Number::of(other)? {
+                Number::Int32(i) => Some(Bits::Integer(i64::from(i))),
+                Number::Int64(i) => Some(Bits::Integer(i)),
+                n => {
+                    let f = n.to_f64();
+                    (f.trunc() == f && f64_fits_i64(f)).then_some(Bits::Integer(f as i64))
+                }
+            },
+        }
+    }
+
+    fn is_set(&self, position: u64) -> bool {
+        match *self {
+            Bits::Binary(bytes) => usize::try_from(position / 8)
+                .ok()
+                .and_then(|index| bytes.get(index))
+                .is_some_and(|byte| byte & (1 << (position % 8)) != 0),
+            Bits::Integer(n) => {
+                if position >= 64 {
+                    n < 0
+                } else {
+                    (n >> position) & 1 == 1
+                }
+            }
+        }
+    }
+}
+
+fn bits_match(value: &Bson, test: BitTest, mask: &BitMask) -> bool {
+    let Some(bits) = Bits::of(value) else {
+        return false;
+    };
+    match test {
+        BitTest::AllSet => !mask.any(|p| !bits.is_set(p)),
+        BitTest::AnySet => mask.any(|p| bits.is_set(p)),
+        BitTest::AllClear => !mask.any(|p| bits.is_set(p)),
+        BitTest::AnyClear => mask.any(|p| !bits.is_set(p)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+    use bson::{doc, Regex};
+
+    fn filter(f: Document) -> Filter {
+        Filter::parse(&f).unwrap_or_else(|e| panic!("{f}: {e}"))
+    }
+
+    fn m(f: Document, d: Document) -> bool {
+        filter(f).matches(&d)
+    }
+
+    fn err(f: Document) -> Error {
+        match Filter::parse(&f) {
+            Ok(_) => panic!("{f} parsed"),
+            Err(e) => e,
+        }
+    }
+
+    fn re(p: &str, o: &str) -> Bson {
+        Bson::RegularExpression(Regex {
+            pattern: p.try_into().unwrap(),
+            options: o.try_into().unwrap(),
+        })
+    }
+
+    fn position(f: Document, d: Document) -> Option<usize> {
+        let details = filter(f).matches_with_details(&d);
+        assert!(details.matched);
+        details.array_position
+    }
+
+    #[test]
+    fn filters_are_shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Filter>();
+    }
+
+    #[test]
+    fn empty_filter_matches_everything() {
+        assert!(m(doc! {}, doc! {"a": 1}));
+        assert!(filter(doc! {"$comment": "x"}).is_match_all());
+        assert!(!filter(doc! {"a": 1}).is_match_all());
+    }
+
+    #[test]
+    fn implicit_equality_and_dotted_paths() {
+        assert!(m(doc! {"a": 1}, doc! {"a": 1}));
+        assert!(m(doc! {"a": 1}, doc! {"a": 1.0}));
+        assert!(m(doc! {"a": 1}, doc! {"a": 1i64}));
+        assert!(!m(doc! {"a": 1}, doc! {"a": "1"}));
+        assert!(m(doc! {"a.b": 1}, doc! {"a": {"b": 1}}));
+        assert!(!m(doc! {"a.b": 1}, doc! {"a": {"c": 1}}));
+        assert!(m(doc! {"a.b.c": "x"}, doc! {"a": {"b": {"c": "x"}}}));
+    }
+
+    #[test]
+    fn arrays_match_any_element_or_whole() {
+        assert!(m(doc! {"a": 2}, doc! {"a": [1, 2, 3]}));
+        assert!(m(doc! {"a": [1, 2]}, doc! {"a": [1, 2]}));
+        assert!(!m(doc! {"a": [2, 1]}, doc! {"a": [1, 2]}));
+        assert!(m(doc! {"a": [1, 2]}, doc! {"a": [[1, 2], 3]}));
+        // Only one level of nesting is expanded at the leaf.
+        assert!(!m(doc! {"a": 1}, doc! {"a": [[1]]}));
+        assert!(m(doc! {"a.b": 1}, doc! {"a": [{"b": 0}, {"b": 1}]}));
+        assert!(m(doc! {"a.b": 1}, doc! {"a": [{"b": [0, 1]}]}));
+        // Arrays nested directly in arrays are not traversed by field names.
+        assert!(!m(doc! {"a.b": 1}, doc! {"a": [[{"b": 1}]]}));
+    }
+
+    #[test]
+    fn numeric_components_index_arrays_and_name_fields() {
+        assert!(m(doc! {"a.0": 5}, doc! {"a": [5, 6]}));
+        assert!(!m(doc! {"a.1": 5}, doc! {"a": [5, 6]}));
+        assert!(m(doc! {"a.0.b": 1}, doc! {"a": [{"b": 1}]}));
+        assert!(m(doc! {"a.0.b": 1}, doc! {"a": [{"0": {"b": 1}}]}));
+        assert!(m(doc! {"a.0": 1}, doc! {"a": {"0": 1}}));
+        assert!(m(doc! {"a.0.0": 7}, doc! {"a": [[7]]}));
+        assert!(m(doc! {"a.1.b": 2}, doc! {"a": [[{"b": 1}], [{"b": 2}]]}));
+        assert!(!m(doc! {"a.01": 6}, doc! {"a": [5, 6]}));
+        // The element an index selects at the end of the path is not
+        // expanded further.
+        assert!(!m(doc! {"a.0": 1}, doc! {"a": [[1, 2]]}));
+        assert!(m(doc! {"a.0": [1, 2]}, doc! {"a": [[1, 2]]}));
+    }
+
+    #[test]
+    fn null_matches_missing_and_null() {
+        assert!(m(doc! {"a": null}, doc! {}));
+        assert!(m(doc! {"a": null}, doc! {"a": null}));
+        assert!(m(doc! {"a": null}, doc! {"a": Bson::Undefined}));
+        assert!(!m(doc! {"a": null}, doc! {"a": 0}));
+        assert!(!m(doc! {"a": null}, doc! {"a": []}));
+        assert!(m(doc! {"a": null}, doc! {"a": [1, null]}));
+        assert!(m(doc! {"a.b": null}, doc! {"a": 4}));
+        assert!(m(doc! {"a.b": null}, doc! {"a": [{"b": 1}, {}]}));
+        assert!(!m(doc! {"a.b": null}, doc! {"a": [{"b": 1}, {"b": 3}]}));
+        assert!(!m(doc! {"a.b": null}, doc! {"a": [1, 2]}));
+        assert!(m(doc! {"a": {"$gte": null}}, doc! {}));
+        assert!(!m(doc! {"a": {"$gt": null}}, doc! {}));
+        assert!(!m(doc! {"a": {"$ne": null}}, doc! {}));
+        assert!(m(doc! {"a": {"$ne": null}}, doc! {"a": 1}));
+        assert!(m(doc! {"a": {"$in": [null, 5]}}, doc! {}));
+        assert!(!m(doc! {"a": {"$nin": [null]}}, doc! {"b": 1}));
+    }
+
+    /// The documents of MongoDB's `jstests/core/null_query_semantics.js`.
+    fn null_semantics_docs() -> Vec<Document> {
+        vec![
+            doc! {"_id": "a_empty_subobject", "a": {}},
+            doc! {"_id": "a_null", "a": null},
+            doc! {"_id": "a_number", "a": 4},
+            doc! {"_id": "a_subobject_b_not_null", "a": {"b": "hi"}},
+            doc! {"_id": "a_subobject_b_null", "a": {"b": null}},
+            doc! {"_id": "a_subobject_b_undefined", "a": {"b": Bson::Undefined}},
+            doc! {"_id": "a_undefined", "a": Bson::Undefined},
+            doc! {"_id": "no_a"},
+            doc! {"_id": "a_double_array", "a": [[]]},
+            doc! {"_id": "a_empty_array", "a": []},
+            doc! {"_id": "a_object_array_all_b_nulls", "a": [{"b": null}, {"b": Bson::Undefined}, {"b": null}, {}]},
+            doc! {"_id": "a_object_array_no_b_nulls", "a": [{"b": 1}, {"b": 3}, {"b": "string"}]},
+            doc! {"_id": "a_object_array_some_b_nulls", "a": [{"b": null}, {"b": 3}, {"b": null}]},
+            doc! {"_id": "a_object_array_some_b_undefined", "a": [{"b": Bson::Undefined}, {"b": 3}]},
+            doc! {"_id": "a_object_array_some_b_missing", "a": [{"b": 3}, {}]},
+            doc! {"_id": "a_value_array_all_nulls", "a": [null, null]},
+            doc! {"_id": "a_value_array_no_nulls", "a": [1, "string", 4]},
+            doc! {"_id": "a_value_array_with_null", "a": [1, "string", null, 4]},
+            doc! {"_id": "a_value_array_with_undefined", "a": [1, "string", Bson::Undefined, 4]},
+        ]
+    }
+
+    fn matching_ids(f: Document) -> Vec<String> {
+        let f = filter(f);
+        let mut ids: Vec<String> = null_semantics_docs()
+            .iter()
+            .filter(|d| f.matches(d))
+            .map(|d| d.get_str("_id").unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    fn sorted_ids(ids: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn null_query_semantics_match_mongodb_jstests() {
+        assert_eq!(
+            matching_ids(doc! {"a": {"$eq": null}}),
+            sorted_ids(&[
+                "a_null",
+                "a_undefined",
+                "a_value_array_all_nulls",
+                "a_value_array_with_null",
+                "a_value_array_with_undefined",
+                "no_a"
+            ])
+        );
+        assert_eq!(
+            matching_ids(doc! {"a.b": {"$eq": null}}),
+            sorted_ids(&[
+                "a_empty_subobject",
+                "a_null",
+                "a_number",
+                "a_subobject_b_null",
+                "a_subobject_b_undefined",
+                "a_undefined",
+                "no_a",
+                "a_object_array_all_b_nulls",
+                "a_object_array_some_b_nulls",
+                "a_object_array_some_b_undefined",
+                "a_object_array_some_b_missing"
+            ])
+        );
+        assert_eq!(
+            matching_ids(doc! {"a.b": {"$nin": [null, re("^str.*", "")]}}),
+            sorted_ids(&[
+                "a_subobject_b_not_null",
+                "a_double_array",
+                "a_empty_array",
+                "a_value_array_all_nulls",
+                "a_value_array_no_nulls",
+                "a_value_array_with_null",
+                "a_value_array_with_undefined"
+            ])
+        );
+        assert_eq!(
+            matching_ids(doc! {"a": {"$elemMatch": {"$ne": null}}}),
+            sorted_ids(&[
+                "a_double_array",
+                "a_object_array_all_b_nulls",
+                "a_object_array_no_b_nulls",
+                "a_object_array_some_b_nulls",
+                "a_object_array_some_b_undefined",
+                "a_object_array_some_b_missing",
+                "a_value_array_no_nulls",
+                "a_value_array_with_undefined",
+                "a_value_array_with_null"
+            ])
+        );
+        assert_eq!(
+            matching_ids(doc! {"a": {"$elemMatch": {"b": {"$eq": null}}}}),
+            sorted_ids(&[
+                "a_double_array",
+                "a_object_array_all_b_nulls",
+                "a_object_array_some_b_nulls",
+                "a_object_array_some_b_undefined",
+                "a_object_array_some_b_missing"
+            ])
+        );
+        assert_eq!(
+            matching_ids(doc! {"a.b": {"$exists": false}}),
+            sorted_ids(&[
+                "no_a",
+                "a_empty_subobject",
+                "a_null",
+                "a_number",
+                "a_undefined",
+                "a_double_array",
+                "a_empty_array",
+                "a_value_array_all_nulls",
+                "a_value_array_no_nulls",
+                "a_value_array_with_null",
+                "a_value_array_with_undefined",
+            ])
+        );
+    }
+
+    #[test]
+    fn exists() {
+        assert!(m(doc! {"a": {"$exists": true}}, doc! {"a": null}));
+        assert!(!m(doc! {"a": {"$exists": true}}, doc! {"b": 1}));
+        assert!(m(doc! {"a": {"$exists": false}}, doc! {"b": 1}));
+        assert!(m(doc! {"a": {"$exists": 0}}, doc! {"b": 1}));
+        assert!(m(
+            doc! {"a.b": {"$exists": true}},
+            doc! {"a": [1, {"b": 2}]}
+        ));
+        assert!(m(doc! {"a.b": {"$exists": false}}, doc! {"a": [1, 2]}));
+        assert!(m(doc! {"a": {"$exists": true}}, doc! {"a": []}));
+    }
+
+    #[test]
+    fn comparisons_are_type_bracketed() {
+        assert!(m(doc! {"a": {"$gt": 5}}, doc! {"a": 6.5}));
+        assert!(!m(doc! {"a": {"$gt": 5}}, doc! {"a": "6"}));
+        assert!(!m(doc! {"a": {"$lt": "z"}}, doc! {"a": 1}));
+        assert!(m(doc! {"a": {"$lt": "b"}}, doc! {"a": "a"}));
+        assert!(m(doc! {"a": {"$gt": 1, "$lt": 5}}, doc! {"a": [0, 10]}));
+        assert!(!m(
+            doc! {"a": {"$elemMatch": {"$gt": 1, "$lt": 5}}},
+            doc! {"a": [0, 10]}
+        ));
+        assert!(m(doc! {"a": {"$gte": [1, 2]}}, doc! {"a": [1, 2]}));
+        assert!(m(doc! {"a": {"$gt": {"x": 1}}}, doc! {"a": {"x": 2}}));
+        assert!(!m(doc! {"a": {"$gt": {"x": 1}}}, doc! {"a": 5}));
+        assert!(m(doc! {"a": {"$gt": Bson::MinKey}}, doc! {"a": "x"}));
+        assert!(m(doc! {"a": {"$gt": Bson::MinKey}}, doc! {}));
+        assert!(m(doc! {"a": {"$lt": Bson::MaxKey}}, doc! {"a": {"b": 1}}));
+        assert!(!m(doc! {"a": {"$gt": Bson::MaxKey}}, doc! {"a": 1}));
+        assert!(m(
+            doc! {"a": {"$lte": Bson::MaxKey}},
+            doc! {"a": Bson::MaxKey}
+        ));
+        assert!(m(
+            doc! {"a": {"$gt": 9_007_199_254_740_992i64}},
+            doc! {"a": 9_007_199_254_740_993i64}
+        ));
+        assert!(!m(
+            doc! {"a": {"$gt": 9_007_199_254_740_993i64}},
+            doc! {"a": 9_007_199_254_740_992.0}
+        ));
+    }
+
+    #[test]
+    fn nan_semantics() {
+        assert!(m(doc! {"a": f64::NAN}, doc! {"a": f64::NAN}));
+        assert!(!m(doc! {"a": {"$lt": 5}}, doc! {"a": f64::NAN}));
+        assert!(!m(doc! {"a": {"$gt": f64::NAN}}, doc! {"a": 5}));
+        assert!(m(doc! {"a": {"$gte": f64::NAN}}, doc! {"a": f64::NAN}));
+        assert!(m(doc! {"a": {"$in": [f64::NAN]}}, doc! {"a": f64::NAN}));
+    }
+
+    #[test]
+    fn document_equality_is_exact_and_ordered() {
+        assert!(m(
+            doc! {"a": {"b": 1, "c": 2}},
+            doc! {"a": {"b": 1, "c": 2}}
+        ));
+        assert!(!m(
+            doc! {"a": {"b": 1, "c": 2}},
+            doc! {"a": {"c": 2, "b": 1}}
+        ));
+        assert!(!m(doc! {"a": {"b": 1}}, doc! {"a": {"b": 1, "c": 2}}));
+        assert!(m(doc! {"a": {"b": 1}}, doc! {"a": [{"b": 1}, 2]}));
+        // DBRef-shaped documents are values, not operators.
+        assert!(m(
+            doc! {"r": {"$ref": "c", "$id": 1}},
+            doc! {"r": {"$ref": "c", "$id": 1}}
+        ));
+    }
+
+    #[test]
+    fn in_and_nin() {
+        assert!(m(doc! {"a": {"$in": [1, "x"]}}, doc! {"a": "x"}));
+        assert!(m(doc! {"a": {"$in": [1, 2]}}, doc! {"a": [5, 2]}));
+        assert!(!m(doc! {"a": {"$in": []}}, doc! {"a": 1}));
+        assert!(m(doc! {"a": {"$in": [re("^x", "")]}}, doc! {"a": "xyz"}));
+        assert!(m(doc! {"a": {"$in": [[1, 2]]}}, doc! {"a": [1, 2]}));
+        assert!(m(doc! {"a": {"$nin": [1, 2]}}, doc! {"a": 3}));
+        assert!(!m(doc! {"a": {"$nin": [1, 2]}}, doc! {"a": [3, 2]}));
+        assert!(m(doc! {"a": {"$nin": [1]}}, doc! {}));
+        let e = err(doc! {"a": {"$in": 5}});
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (ErrorCode::BadValue, "$in needs an array")
+        );
+        assert_eq!(
+            err(doc! {"a": {"$in": [{"$gt": 1}]}}).code,
+            ErrorCode::BadValue
+        );
+    }
+
+    #[test]
+    fn logical_operators() {
+        let d = doc! {"a": 1, "b": 2};
+        assert!(m(doc! {"$and": [{"a": 1}, {"b": 2}]}, d.clone()));
+        assert!(!m(doc! {"$and": [{"a": 1}, {"b": 3}]}, d.clone()));
+        assert!(m(doc! {"$or": [{"a": 5}, {"b": 2}]}, d.clone()));
+        assert!(!m(doc! {"$nor": [{"a": 5}, {"b": 2}]}, d.clone()));
+        assert!(m(doc! {"$nor": [{"a": 5}]}, d.clone()));
+        assert!(m(doc! {"a": {"$not": {"$gt": 5}}}, d.clone()));
+        assert!(m(doc! {"c": {"$not": {"$gt": 5}}}, d.clone()));
+        assert!(!m(doc! {"a": {"$not": {"$lt": 5}}}, d.clone()));
+        assert!(m(doc! {"s": {"$not": re("^a", "")}}, doc! {"s": "bc"}));
+        assert!(m(doc! {"s": {"$not": {"$regex": "^a"}}}, doc! {"s": "bc"}));
+        for bad in [
+            doc! {"$and": []},
+            doc! {"$or": 1},
+            doc! {"$nor": [1]},
+            doc! {"a": {"$not": 5}},
+            doc! {"a": {"$not": {}}},
+            doc! {"a": {"$not": {"b": 1}}},
+        ] {
+            assert_eq!(err(bad).code, ErrorCode::BadValue);
+        }
+    }
+
+    #[test]
+    fn unknown_operators() {
+        let e = err(doc! {"a": {"$foo": 1}});
+        assert_eq!(e.code, ErrorCode::BadValue);
+        assert_eq!(e.message, "unknown operator: $foo");
+        let e = err(doc! {"$foo": 1});
+        assert_eq!(e.code, ErrorCode::BadValue);
+        assert!(e.message.starts_with("unknown top level operator: $foo"));
+        // A non-operator after an operator is an unknown operator too.
+        assert_eq!(
+            err(doc! {"a": {"$gt": 1, "b": 2}}).message,
+            "unknown operator: b"
+        );
+        assert_eq!(
+            err(doc! {"a": {"$gt": re("x", "")}}).code,
+            ErrorCode::BadValue
+        );
+        assert_eq!(err(doc! {"a": Bson::Undefined}).code, ErrorCode::BadValue);
+        assert_eq!(
+            err(doc! {"a": {"$ne": re("x", "")}}).code,
+            ErrorCode::BadValue
+        );
+    }
+
+    #[test]
+    fn type_operator() {
+        assert!(m(doc! {"a": {"$type": "string"}}, doc! {"a": "x"}));
+        assert!(m(doc! {"a": {"$type": 2}}, doc! {"a": "x"}));
+        assert!(m(doc! {"a": {"$type": 2.0}}, doc! {"a": "x"}));
+        assert!(m(doc! {"a": {"$type": "number"}}, doc! {"a": 1i64}));
+        assert!(m(doc! {"a": {"$type": ["bool", "int"]}}, doc! {"a": 3}));
+        assert!(m(doc! {"a": {"$type": "array"}}, doc! {"a": [1]}));
+        assert!(m(doc! {"a": {"$type": "array"}}, doc! {"a": [[1]]}));
+        assert!(!m(doc! {"a": {"$type": "array"}}, doc! {"a": 1}));
+        assert!(m(doc! {"a": {"$type": "int"}}, doc! {"a": [1.5, 2]}));
+        assert!(m(doc! {"a": {"$type": "null"}}, doc! {"a": null}));
+        assert!(!m(doc! {"a": {"$type": "null"}}, doc! {}));
+        assert!(m(doc! {"a": {"$type": "minKey"}}, doc! {"a": Bson::MinKey}));
+        assert!(m(doc! {"a": {"$type": -1}}, doc! {"a": Bson::MinKey}));
+        assert_eq!(err(doc! {"a": {"$type": "foo"}}).code, ErrorCode::BadValue);
+        assert_eq!(err(doc! {"a": {"$type": 100}}).code, ErrorCode::BadValue);
+        assert_eq!(err(doc! {"a": {"$type": 2.5}}).code, ErrorCode::BadValue);
+        assert_eq!(
+            err(doc! {"a": {"$type": []}}).code,
+            ErrorCode::FailedToParse
+        );
+        assert_eq!(err(doc! {"a": {"$type": {}}}).code, ErrorCode::TypeMismatch);
+    }
+
+    #[test]
+    fn regex_matching_and_options() {
+        assert!(m(doc! {"a": re("^ab", "")}, doc! {"a": "abc"}));
+        assert!(!m(doc! {"a": re("^AB", "")}, doc! {"a": "abc"}));
+        assert!(m(doc! {"a": re("^AB", "i")}, doc! {"a": "abc"}));
+        assert!(m(
+            doc! {"a": {"$regex": "^AB", "$options": "i"}},
+            doc! {"a": "abc"}
+        ));
+        assert!(m(
+            doc! {"a": {"$options": "i", "$regex": "^AB"}},
+            doc! {"a": "abc"}
+        ));
+        assert!(m(doc! {"a": {"$regex": re("^AB", "i")}}, doc! {"a": "abc"}));
+        assert!(m(
+            doc! {"a": {"$regex": "^b", "$options": "m"}},
+            doc! {"a": "a\nb"}
+        ));
+        assert!(!m(doc! {"a": {"$regex": "^b"}}, doc! {"a": "a\nb"}));
+        assert!(m(
+            doc! {"a": {"$regex": "a.b", "$options": "s"}},
+            doc! {"a": "a\nb"}
+        ));
+        assert!(!m(doc! {"a": {"$regex": "a.b"}}, doc! {"a": "a\nb"}));
+        assert!(m(
+            doc! {"a": {"$regex": "a b # comment\n c", "$options": "x"}},
+            doc! {"a": "abc"}
+        ));
+        assert!(m(
+            doc! {"a": {"$regex": "[ ]", "$options": "x"}},
+            doc! {"a": "x y"}
+        ));
+        assert!(m(doc! {"a": re("b", "")}, doc! {"a": ["x", "abc"]}));
+        assert!(m(
+            doc! {"a": re("b", "")},
+            doc! {"a": Bson::Symbol("abc".into())}
+        ));
+        assert!(!m(doc! {"a": re("1", "")}, doc! {"a": 1}));
+        assert!(m(doc! {"a": re("x", "i")}, doc! {"a": re("x", "i")}));
+        assert!(!m(doc! {"a": re("x", "i")}, doc! {"a": re("x", "")}));
+        // PCRE: `$` also matches before a final newline; \d is ASCII only.
+        assert!(m(doc! {"a": re("c$", "")}, doc! {"a": "abc\n"}));
+        assert!(!m(doc! {"a": re("^\\d$", "")}, doc! {"a": "٣"}));
+        assert!(m(doc! {"a": re("a{2}", "")}, doc! {"a": "baab"}));
+        assert!(m(doc! {"a": re("a{x", "")}, doc! {"a": "a{x"}));
+        assert!(m(doc! {"a": re("[a[]", "")}, doc! {"a": "["}));
+        assert!(m(doc! {"a": re("[]a]", "")}, doc! {"a": "]"}));
+        assert!(m(doc! {"a": re("\\Qa.b\\E", "")}, doc! {"a": "a.b"}));
+        assert!(!m(doc! {"a": re("\\Qa.b\\E", "")}, doc! {"a": "axb"}));
+        assert!(m(doc! {"a": re("(?i)AB", "")}, doc! {"a": "ab"}));
+        assert!(m(doc! {"a": re("[[:digit:]]+", "")}, doc! {"a": "a1"}));
+        assert!(m(doc! {"a": re("(?'n'x)y", "")}, doc! {"a": "xy"}));
+        assert!(m(doc! {"a": re("\\/", "")}, doc! {"a": "a/b"}));
+        assert!(m(doc! {"a": re("a\\Z", "")}, doc! {"a": "a\n"}));
+    }
+
+    #[test]
+    fn common_patterns_compile() {
+        for (pattern, subject) in [
+            ("^\\d{3}-\\d{4}$", "555-1234"),
+            ("[\\w.+-]+@[\\w-]+\\.[\\w.]+", "a.b+c@x-y.com"),
+            ("^(?:abc|def)$", "def"),
+            ("\\bword\\b", "a word here"),
+            ("colou?r", "color"),
+            ("[^\\s]+", "x"),
+            ("\\p{L}+", "é"),
+            ("^[A-Z][a-z]*$", "Hello"),
+            ("x{2,}", "xxx"),
+            ("a\\tb", "a\tb"),
+            ("\\x41", "A"),
+            ("[\\d-]+", "1-2"),
+            ("[$]", "$"),
+            ("\\$5", "$5"),
+            ("^.*$", ""),
+            ("(a)(?:b)(?<n>c)", "abc"),
+            ("[a-z&&]", "&"),
+            ("a{1,2}?", "a"),
+            ("[\\]]", "]"),
+        ] {
+            let re = compile_regex(pattern, "").unwrap_or_else(|e| panic!("{pattern}: {e}"));
+            assert!(re.is_match(subject), "{pattern} on {subject:?}");
+        }
+    }
+
+    #[test]
+    fn regex_errors() {
+        for bad in [
+            doc! {"a": {"$regex": "("}},
+            doc! {"a": {"$regex": "a(?=b)"}},
+            doc! {"a": {"$regex": "(?<!a)b"}},
+            doc! {"a": {"$regex": "(a)\\1"}},
+            doc! {"a": {"$regex": "a++"}},
+            doc! {"a": {"$regex": "(?>a)"}},
+            doc! {"a": {"$regex": "a", "$options": "z"}},
+            doc! {"a": {"$regex": 5}},
+            doc! {"a": {"$options": "i"}},
+            doc! {"a": {"$regex": re("a", "i"), "$options": "m"}},
+        ] {
+            let e = err(bad.clone());
+            assert!(
+                matches!(
+                    e.code,
+                    ErrorCode::BadValue | ErrorCode::Location(51091 | 51108 | 51074 | 51075)
+                ),
+                "{bad}: {e}"
+            );
+        }
+        let e = err(doc! {"a": {"$regex": "a(?=b)"}});
+        assert_eq!(e.code, ErrorCode::Location(51091));
+        assert!(e.message.contains("lookahead"));
+        let e = err(doc! {"a": {"$regex": "a", "$options": "z"}});
+        assert_eq!(e.code, ErrorCode::Location(51108));
+    }
+
+    #[test]
+    fn mod_operator() {
+        assert!(m(doc! {"a": {"$mod": [4, 1]}}, doc! {"a": 5}));
+        assert!(m(doc! {"a": {"$mod": [4, 1]}}, doc! {"a": 5.9}));
+        assert!(m(doc! {"a": {"$mod": [4, -1]}}, doc! {"a": -5}));
+        assert!(!m(doc! {"a": {"$mod": [4, 1]}}, doc! {"a": "5"}));
+        assert!(!m(doc! {"a": {"$mod": [4, 1]}}, doc! {"a": f64::NAN}));
+        assert!(m(doc! {"a": {"$mod": [4.5, 1.9]}}, doc! {"a": 5}));
+        assert!(m(doc! {"a": {"$mod": [-1, 0]}}, doc! {"a": i64::MIN}));
+        assert!(m(doc! {"a": {"$mod": [i64::MAX, 0]}}, doc! {"a": 0}));
+        assert!(!m(doc! {"a": {"$mod": [2, 0]}}, doc! {"a": 1e300}));
+        for bad in [
+            doc! {"a": {"$mod": 4}},
+            doc! {"a": {"$mod": [4]}},
+            doc! {"a": {"$mod": [4, 1, 2]}},
+            doc! {"a": {"$mod": ["4", 1]}},
+            doc! {"a": {"$mod": [4, "1"]}},
+            doc! {"a": {"$mod": [0, 1]}},
+            doc! {"a": {"$mod": [f64::NAN, 1]}},
+            doc! {"a": {"$mod": [f64::INFINITY, 1]}},
+            doc! {"a": {"$mod": [1e300, 1]}},
+        ] {
+            assert_eq!(err(bad.clone()).code, ErrorCode::BadValue, "{bad}");
+        }
+    }
+
+    #[test]
+    fn size_operator() {
+        assert!(m(doc! {"a": {"$size": 2}}, doc! {"a": [1, [2, 3]]}));
+        assert!(m(doc! {"a": {"$size": 0}}, doc! {"a": []}));
+        assert!(!m(doc! {"a": {"$size": 0}}, doc! {}));
+        assert!(!m(doc! {"a": {"$size": 1}}, doc! {"a": 1}));
+        assert!(m(doc! {"a.b": {"$size": 1}}, doc! {"a": [{"b": [1]}]}));
+        assert!(m(doc! {"a": {"$size": 2.0}}, doc! {"a": [1, 2]}));
+        // $size does not look at arrays inside the array.
+        assert!(!m(doc! {"a": {"$size": 2}}, doc! {"a": [[1, 2]]}));
+        for bad in [
+            doc! {"a": {"$size": -1}},
+            doc! {"a": {"$size": 1.5}},
+            doc! {"a": {"$size": "1"}},
+            doc! {"a": {"$size": i64::MAX}},
+            doc! {"a": {"$size": f64::NAN}},
+        ] {
+            assert_eq!(err(bad.clone()).code, ErrorCode::BadValue, "{bad}");
+        }
+    }
+
+    #[test]
+    fn all_operator() {
+        assert!(m(doc! {"a": {"$all": [1, 2]}}, doc! {"a": [2, 3, 1]}));
+        assert!(!m(doc! {"a": {"$all": [1, 4]}}, doc! {"a": [2, 3, 1]}));
+        assert!(m(doc! {"a": {"$all": [1]}}, doc! {"a": 1}));
+        assert!(!m(doc! {"a": {"$all": []}}, doc! {"a": [1]}));
+        assert!(m(doc! {"a": {"$all": [[1, 2]]}}, doc! {"a": [[1, 2], 3]}));
+        assert!(m(
+            doc! {"a": {"$all": [re("^x", ""), "yz"]}},
+            doc! {"a": ["xa", "yz"]}
+        ));
+        assert!(m(
+            doc! {"a": {"$all": [{"$elemMatch": {"b": 1}}, {"$elemMatch": {"c": 2}}]}},
+            doc! {"a": [{"b": 1}, {"c": 2}]}
+        ));
+        assert!(!m(
+            doc! {"a": {"$all": [{"$elemMatch": {"b": 1, "c": 2}}]}},
+            doc! {"a": [{"b": 1}, {"c": 2}]}
+        ));
+        assert_eq!(
+            err(doc! {"a": {"$all": [{"$elemMatch": {"b": 1}}, 5]}}).code,
+            ErrorCode::BadValue
+        );
+        assert_eq!(err(doc! {"a": {"$all": 1}}).code, ErrorCode::BadValue);
+        assert_eq!(
+            err(doc! {"a": {"$all": [{"$gt": 1}]}}).code,
+            ErrorCode::BadValue
+        );
+    }
+
+    #[test]
+    fn elem_match_forms() {
+        let d = doc! {"a": [{"b": 1, "c": 2}, {"b": 3, "c": 4}]};
+        assert!(m(doc! {"a": {"$elemMatch": {"b": 1, "c": 2}}}, d.clone()));
+        assert!(!m(doc! {"a": {"$elemMatch": {"b": 1, "c": 4}}}, d.clone()));
+        // Without $elemMatch the conditions may be met by different elements.
+        assert!(m(doc! {"a.b": 1, "a.c": 4}, d.clone()));
+        assert!(m(
+            doc! {"a": {"$elemMatch": {"$or": [{"b": 3}, {"c": 9}]}}},
+            d.clone()
+        ));
+        assert!(m(
+            doc! {"a": {"$elemMatch": {"$gte": 2, "$lt": 3}}},
+            doc! {"a": [1, 2.5]}
+        ));
+        assert!(!m(doc! {"a": {"$elemMatch": {"$gte": 2}}}, doc! {"a": 5}));
+        assert!(!m(
+            doc! {"a": {"$elemMatch": {"$gt": 1}}},
+            doc! {"a": [[5]]}
+        ));
+        assert!(m(doc! {"a": {"$elemMatch": {"0": 5}}}, doc! {"a": [[5]]}));
+        assert!(m(
+            doc! {"a": {"$elemMatch": {"$not": {"$gt": 5}}}},
+            doc! {"a": [9, 3]}
+        ));
+        assert!(m(
+            doc! {"a.b": {"$elemMatch": {"c": 1}}},
+            doc! {"a": [{"b": [{"c": 1}]}]}
+        ));
+        assert!(m(
+            doc! {"a": {"$elemMatch": {"$elemMatch": {"$eq": 2}}}},
+            doc! {"a": [[1], [2]]}
+        ));
+        assert_eq!(err(doc! {"a": {"$elemMatch": 1}}).code, ErrorCode::BadValue);
+        assert_eq!(
+            err(doc! {"a": {"$elemMatch": {"$expr": {"$eq": [1, 1]}}}}).code,
+            ErrorCode::BadValue
+        );
+    }
+
+    #[test]
+    fn element_matcher_for_pull_and_projection() {
+        let gte = ElementMatcher::parse(&doc! {"$gte": 6}).unwrap();
+        assert!(gte.matches(&Bson::Int32(7)));
+        assert!(!gte.matches(&Bson::Int32(5)));
+        assert!(!gte.matches(&Bson::Array(vec![7.into()])));
+        let obj = ElementMatcher::parse(&doc! {"score": 8, "item": "B"}).unwrap();
+        assert!(obj.matches(&Bson::Document(doc! {"item": "B", "score": 8.0, "x": 1})));
+        assert!(!obj.matches(&Bson::Document(doc! {"item": "B"})));
+        assert!(!obj.matches(&Bson::Int32(8)));
+        let or = ElementMatcher::parse(&doc! {"$or": [{"a": 1}, {"b": 2}]}).unwrap();
+        assert!(or.matches(&Bson::Document(doc! {"b": 2})));
+        assert!(ElementMatcher::parse(&doc! {"$bad": 1}).is_err());
+    }
+
+    #[test]
+    fn positional_index_detection() {
+        assert_eq!(position(doc! {"a": 2}, doc! {"a": [1, 2, 3]}), Some(1));
+        assert_eq!(
+            position(doc! {"a.b": 5}, doc! {"a": [{"b": 1}, {"b": 5}]}),
+            Some(1)
+        );
+        // The outermost array position wins.
+        assert_eq!(
+            position(doc! {"a.b": 2}, doc! {"a": [{"b": [0]}, {"b": [1, 2]}]}),
+            Some(1)
+        );
+        assert_eq!(
+            position(
+                doc! {"a": {"$elemMatch": {"x": 2}}},
+                doc! {"a": [{"x": 1}, {"x": 2}]}
+            ),
+            Some(1)
+        );
+        assert_eq!(position(doc! {"a": [1, 2]}, doc! {"a": [1, 2]}), None);
+        assert_eq!(position(doc! {"b": 1}, doc! {"b": 1, "a": [1]}), None);
+        assert_eq!(position(doc! {"a.1": 2}, doc! {"a": [1, 2]}), None);
+        // $or does not record positions.
+        assert_eq!(position(doc! {"$or": [{"a": 2}]}, doc! {"a": [1, 2]}), None);
+        assert_eq!(
+            position(
+                doc! {"$and": [{"a": 2}, {"x": 1}]},
+                doc! {"a": [1, 2], "x": 1}
+            ),
+            Some(1)
+        );
+        let details = filter(doc! {"a": 9}).matches_with_details(&doc! {"a": [1]});
+        assert_eq!(details, MatchDetails::default());
+    }
+
+    #[test]
+    fn expr_in_filter() {
+        assert!(m(
+            doc! {"$expr": {"$gt": ["$a", "$b"]}},
+            doc! {"a": 3, "b": 2}
+        ));
+        assert!(!m(
+            doc! {"$expr": {"$gt": ["$a", "$b"]}},
+            doc! {"a": 1, "b": 2}
+        ));
+        assert!(m(
+            doc! {"$expr": {"$eq": ["$a", "x"]}, "b": 1},
+            doc! {"a": "x", "b": 1}
+        ));
+        let f = filter(doc! {"$expr": {"$add": ["$a", 1]}});
+        assert!(f.try_matches(&doc! {"a": "x"}).is_err());
+        assert!(!f.matches(&doc! {"a": "x"}));
+        assert!(f.matches(&doc! {"a": 1}));
+        assert!(!f.matches(&doc! {"a": -1}));
+    }
+
+    #[test]
+    fn bits_operators() {
+        assert!(m(doc! {"a": {"$bitsAllSet": [0, 2]}}, doc! {"a": 5}));
+        assert!(!m(doc! {"a": {"$bitsAllSet": [0, 1]}}, doc! {"a": 5}));
+        assert!(m(doc! {"a": {"$bitsAnySet": 6}}, doc! {"a": 4}));
+        assert!(m(doc! {"a": {"$bitsAllClear": 10}}, doc! {"a": 5}));
+        assert!(m(doc! {"a": {"$bitsAnyClear": [0, 1]}}, doc! {"a": 5}));
+        assert!(m(doc! {"a": {"$bitsAllSet": [100]}}, doc! {"a": -1}));
+        assert!(!m(doc! {"a": {"$bitsAllSet": [0]}}, doc! {"a": 1.5}));
+        assert_eq!(
+            err(doc! {"a": {"$bitsAllSet": -1}}).code,
+            ErrorCode::FailedToParse
+        );
+        assert_eq!(
+            err(doc! {"a": {"$bitsAllSet": [-1]}}).code,
+            ErrorCode::BadValue
+        );
+        assert_eq!(
+            err(doc! {"a": {"$bitsAllSet": "x"}}).code,
+            ErrorCode::BadValue
+        );
+    }
+
+    #[test]
+    fn equality_values_for_targeting() {
+        let f = filter(doc! {"_id": 5, "x": {"$gt": 1}});
+        assert_eq!(f.equality_values("_id"), Some(vec![Bson::Int32(5)]));
+        assert_eq!(f.equality_values("x"), None);
+        let f = filter(doc! {"$and": [{"_id": {"$in": [1, 2, 3]}}, {"_id": {"$in": [2, 3, 4]}}]});
+        assert_eq!(
+            f.equality_values("_id"),
+            Some(vec![Bson::Int32(2), Bson::Int32(3)])
+        );
+        let f = filter(doc! {"$or": [{"_id": 1}, {"_id": 2}]});
+        assert_eq!(f.equality_values("_id"), None);
+        let f = filter(doc! {"_id": {"$in": [1, re("x", "")]}});
+        assert_eq!(f.equality_values("_id"), None);
+        let f = filter(doc! {"_id": re("x", "")});
+        assert_eq!(f.equality_values("_id"), None);
+        let f = filter(doc! {"a.b": {"$eq": 1}});
+        assert_eq!(f.equality_values("a.b"), Some(vec![Bson::Int32(1)]));
+        let f = filter(doc! {"_id": {"$eq": {"$gt": 1}}});
+        assert_eq!(
+            f.equality_values("_id"),
+            Some(vec![Bson::Document(doc! {"$gt": 1})])
+        );
+    }
+
+    #[test]
+    fn upsert_seed_from_equalities() {
+        let seed = filter(doc! {"b": 1, "a.x": 2, "a.y": {"$eq": 3}, "c": {"$gt": 4}})
+            .upsert_seed()
+            .unwrap();
+        assert_eq!(seed, doc! {"a": {"x": 2, "y": 3}, "b": 1});
+        let seed = filter(doc! {"$and": [{"a": 1}, {"b": {"$in": [2]}}], "c": {"$in": [1, 2]}})
+            .upsert_seed()
+            .unwrap();
+        assert_eq!(seed, doc! {"a": 1, "b": 2});
+        assert_eq!(
+            filter(doc! {"$or": [{"a": 1}, {"b": 2}]})
+                .upsert_seed()
+                .unwrap(),
+            doc! {}
+        );
+        assert_eq!(
+            filter(doc! {"a": {"$all": [1]}}).upsert_seed().unwrap(),
+            doc! {"a": 1}
+        );
+        let e = filter(doc! {"a": {"$all": [1, 2]}})
+            .upsert_seed()
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotSingleValueField);
+        let e = filter(doc! {"a": 1, "a.b": 2}).upsert_seed().unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotSingleValueField);
+        assert!(filter(doc! {"a": 1, "ab": 2}).upsert_seed().is_ok());
+    }
+
+    #[test]
+    fn top_level_misc() {
+        assert!(m(doc! {"$alwaysTrue": 1}, doc! {}));
+        assert!(!m(doc! {"$alwaysFalse": 1}, doc! {}));
+        assert_eq!(err(doc! {"$alwaysTrue": 2}).code, ErrorCode::FailedToParse);
+        assert_eq!(err(doc! {"$where": "1"}).code, ErrorCode::BadValue);
+        assert!(m(doc! {"a": 1, "$comment": "hi"}, doc! {"a": 1}));
+        assert!(m(doc! {"": 1}, doc! {"": 1}));
+    }
+
+    fn arb_value() -> impl proptest::strategy::Strategy<Value = Bson> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Bson::Null),
+            Just(Bson::MinKey),
+            Just(Bson::MaxKey),
+            any::<i32>().prop_map(Bson::Int32),
+            prop_oneof![Just(i64::MIN), Just(i64::MAX), Just(0i64), Just(-1)].prop_map(Bson::Int64),
+            prop_oneof![Just(f64::NAN), Just(1e300), Just(-0.5), Just(2.0)].prop_map(Bson::Double),
+            "[ab$.0-9]{0,3}".prop_map(Bson::String),
+            any::<bool>().prop_map(Bson::Boolean),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Bson::Array),
+                proptest::collection::vec(
+                    (
+                        prop_oneof![
+                            Just("a"),
+                            Just("b"),
+                            Just("0"),
+                            Just("a.b"),
+                            Just("a.0"),
+                            Just("$eq"),
+                            Just("$gt"),
+                            Just("$in"),
+                            Just("$nin"),
+                            Just("$all"),
+                            Just("$size"),
+                            Just("$mod"),
+                            Just("$type"),
+                            Just("$exists"),
+                            Just("$elemMatch"),
+                            Just("$not"),
+                            Just("$regex"),
+                            Just("$and"),
+                            Just("$or"),
+                            Just("$nor"),
+                            Just("$bitsAllSet")
+                        ],
+                        inner
+                    ),
+                    0..3
+                )
+                .prop_map(|fields| {
+                    let mut d = Document::new();
+                    for (k, v) in fields {
+                        d.insert(k, v);
+                    }
+                    Bson::Document(d)
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_filters_never_panic(f in arb_value(), d in arb_value()) {
+            let (Bson::Document(f), Bson::Document(d)) = (f, d) else {
+                return Ok(());
+            };
+            if let Ok(parsed) = Filter::parse(&f) {
+                let details = parsed.matches_with_details(&d);
+                proptest::prop_assert!(details.matched || details.array_position.is_none());
+                let _ = parsed.upsert_seed();
+                let _ = parsed.equality_values("a");
+            }
+        }
+
+        #[test]
+        fn equality_agrees_with_in(v in arb_value(), d in arb_value()) {
+            let Bson::Document(d) = d else {
+                return Ok(());
+            };
+            let (Ok(eq), Ok(in_)) = (
+                Filter::parse(&doc! {"a": {"$eq": v.clone()}}),
+                Filter::parse(&doc! {"a": {"$in": [v.clone()]}}),
+            ) else {
+                return Ok(());
+            };
+            if matches!(v, Bson::RegularExpression(_)) {
+                return Ok(());
+            }
+            proptest::prop_assert_eq!(eq.matches(&d), in_.matches(&d));
+            let ne = filter(doc! {"a": {"$ne": v}});
+            proptest::prop_assert_eq!(eq.matches(&d), !ne.matches(&d));
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_rejected() {
+        let mut f = doc! {"a": 1};
+        for _ in 0..300 {
+            f = doc! {"$and": [f]};
+        }
+        assert_eq!(err(f).code, ErrorCode::BadValue);
+        let mut e = Bson::from(1);
+        for _ in 0..300 {
+            e = Bson::Document(doc! {"$abs": e});
+        }
+        assert!(Expr::parse(&e).is_err());
+    }
+
+    #[test]
+    fn no_panics_on_odd_input() {
+        let odd = [
+            doc! {"a": {"$size": i32::MIN}},
+            doc! {"a": {"$mod": [i64::MIN, i64::MIN]}},
+            doc! {"a": {"$type": i64::MAX}},
+            doc! {"a": {"$bitsAllSet": [i64::MAX]}},
+            doc! {"a": {"$bitsAllSet": f64::NAN}},
+            doc! {"a..b": 1},
+            doc! {"a": {"$regex": "\\"}},
+            doc! {"a": {"$regex": "[a"}},
+            doc! {"a": {"$regex": "(?"}},
+            doc! {"a": {"$regex": "(?'x"}},
+        ];
+        for f in odd {
+            if let Ok(f) = Filter::parse(&f) {
+                f.matches(&doc! {"a": [1, {"b": i64::MIN}], "b": -1.5});
+            }
+        }
+        assert!(m(doc! {"a": {"$mod": [-1, 0]}}, doc! {"a": [i64::MIN]}));
     }
 }

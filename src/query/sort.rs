@@ -1,23 +1,365 @@
-//! Sort specifications (API skeleton).
+//! Sort specifications: parsing `{a: 1, b: -1}` and ordering documents the
+//! way MongoDB's `find` sorts them.
+//!
+//! Each sort field reduces a document to one sort value: a missing field is
+//! `null`; an array field contributes its elements, and an ascending sort
+//! uses the smallest of all values the path reaches while a descending
+//! sort uses the largest; an empty array sorts below `null` in both
+//! directions. Values then order by [`compare`].
+//!
+//! Sorting many documents should compute each document's key once with
+//! [`SortSpec::key_for`] and order keys with [`SortSpec::compare_keys`];
+//! [`SortSpec::compare`] does the same work per comparison without
+//! allocating.
 
 use std::cmp::Ordering;
 
-use bson::Document;
+use bson::{Bson, Document};
 
 use crate::error::Result;
+use crate::query::compare::{compare, Number};
 
 /// A parsed sort specification such as `{a: 1, b: -1}`.
-#[derive(Debug, Clone)]
-pub struct SortSpec {}
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SortSpec {
+    fields: Vec<SortField>,
+}
 
-impl SortSpec {
-    pub fn parse(spec: &Document) -> Result<SortSpec> {
-        let _ = spec;
-        Ok(SortSpec {})
+/// One field of a sort specification.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortField {
+    path: String,
+    parts: Vec<Part>,
+    ascending: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Part {
+    name: String,
+    index: Option<usize>,
+}
+
+impl SortField {
+    /// The dotted path, as written in the specification.
+    pub fn path(&self) -> &str {
+        &self.path
     }
 
+    pub fn ascending(&self) -> bool {
+        self.ascending
+    }
+}
+
+/// The sort value of a missing field.
+static NULL: Bson = Bson::Null;
+/// The sort value of an empty array: below `null` (MongoDB uses
+/// `undefined`, which our comparison order puts level with `null`).
+static EMPTY_ARRAY: Bson = Bson::MinKey;
+
+impl SortSpec {
+    /// Parses `{field: 1 | -1, ...}`; an empty specification means no sort.
+    pub fn parse(spec: &Document) -> Result<SortSpec> {
+        let mut fields = Vec::with_capacity(spec.len());
+        for (path, direction) in spec {
+            if path.is_empty() || path.split('.').any(str::is_empty) {
+                crate::bail!(BadValue, "FieldPath field names may not be empty strings.");
+            }
+            if path.starts_with('$') {
+                crate::bail!(BadValue, "FieldPath field names may not start with '$'.");
+            }
+            let ascending = match direction {
+                Bson::Document(meta) if meta.contains_key("$meta") => {
+                    crate::bail!(BadValue, "$meta sort keys are not supported");
+                }
+                other => match Number::of(other).map(Number::to_f64) {
+                    Some(1.0) => true,
+                    Some(-1.0) => false,
+                    _ => crate::bail!(
+                        BadValue,
+                        "$sort key ordering must be 1 (for ascending) or -1 (for descending)"
+                    ),
+                },
+            };
+            fields.push(SortField {
+                path: path.clone(),
+                parts: path
+                    .split('.')
+                    .map(|name| Part {
+                        name: name.to_string(),
+                        index: array_index(name),
+                    })
+                    .collect(),
+                ascending,
+            });
+        }
+        Ok(SortSpec { fields })
+    }
+
+    /// True for `{}`: results keep their natural order.
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+
+    pub fn fields(&self) -> &[SortField] {
+        &self.fields
+    }
+
+    /// Orders two documents by the specification.
     pub fn compare(&self, a: &Document, b: &Document) -> Ordering {
-        let _ = (a, b);
+        for field in &self.fields {
+            let ord = compare(sort_value(a, field), sort_value(b, field));
+            let ord = if field.ascending { ord } else { ord.reverse() };
+            if ord != Ordering::Equal {
+                return ord;
+            }
+        }
         Ordering::Equal
+    }
+
+    /// The document's sort key, one value per field, for sorting large sets
+    /// with [`SortSpec::compare_keys`].
+    pub fn key_for(&self, doc: &Document) -> Vec<Bson> {
+        self.fields
+            .iter()
+            .map(|f| sort_value(doc, f).clone())
+            .collect()
+    }
+
+    /// Orders two keys from [`SortSpec::key_for`].
+    pub fn compare_keys(&self, a: &[Bson], b: &[Bson]) -> Ordering {
+        for ((field, x), y) in self.fields.iter().zip(a).zip(b) {
+            let ord = compare(x, y);
+            let ord = if field.ascending { ord } else { ord.reverse() };
+            if ord != Ordering::Equal {
+                return ord;
+            }
+        }
+        Ordering::Equal
+    }
+}
+
+fn array_index(name: &str) -> Option<usize> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if name.len() > 1 && name.starts_with('0') {
+        return None;
+    }
+    name.parse().ok()
+}
+
+/// The one value a field sorts a document by: the smallest (ascending) or
+/// largest (descending) of the values its path reaches.
+fn sort_value<'a>(doc: &'a Document, field: &SortField) -> &'a Bson {
+    let mut best: Option<&'a Bson> = None;
+    let mut offer = |v: &'a Bson| {
+        let better = match best {
+            None => true,
+            Some(current) => {
+                let ord = compare(v, current);
+                if field.ascending {
+                    ord == Ordering::Less
+                } else {
+                    ord == Ordering::Greater
+                }
+            }
+        };
+        if better {
+            best = Some(v);
+        }
+    };
+    visit_document(doc, &field.parts, &mut offer);
+    best.unwrap_or(&NULL)
+}
+
+fn visit_document<'a>(doc: &'a Document, parts: &[Part], offer: &mut dyn FnMut(&'a Bson)) {
+    let Some((first, rest)) = parts.split_first() else {
+        return;
+    };
+    match crate::query::filter::field(doc, &first.name) {
+        None => offer(&NULL),
+        Some(value) if rest.is_empty() => visit_leaf(value, offer),
+        Some(Bson::Document(sub)) => visit_document(sub, rest, offer),
+        Some(Bson::Array(items)) => visit_array(items, rest, offer),
+        Some(_) => offer(&NULL),
+    }
+}
+
+fn visit_leaf<'a>(value: &'a Bson, offer: &mut dyn FnMut(&'a Bson)) {
+    match value {
+        Bson::Array(items) if items.is_empty() => offer(&EMPTY_ARRAY),
+        Bson::Array(items) => items.iter().for_each(&mut *offer),
+        other => offer(other),
+    }
+}
+
+/// An array in the middle of a path: a numeric component selects an
+/// element; otherwise every document element continues the path.
+fn visit_array<'a>(items: &'a [Bson], rest: &[Part], offer: &mut dyn FnMut(&'a Bson)) {
+    if let Some(item) = rest[0].index.and_then(|i| items.get(i)) {
+        match (item, &rest[1..]) {
+            (value, []) => visit_leaf(value, offer),
+            (Bson::Document(sub), tail) => visit_document(sub, tail, offer),
+            (Bson::Array(inner), tail) => visit_array(inner, tail, offer),
+            _ => offer(&NULL),
+        }
+        return;
+    }
+    let mut any = false;
+    for item in items {
+        if let Bson::Document(sub) = item {
+            any = true;
+            visit_document(sub, rest, offer);
+        }
+    }
+    if !any {
+        offer(&NULL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+    use bson::doc;
+
+    fn sorted(spec: Document, docs: Vec<Document>) -> Vec<Document> {
+        let spec = SortSpec::parse(&spec).unwrap();
+        let mut a = docs.clone();
+        a.sort_by(|x, y| spec.compare(x, y));
+        let mut keyed: Vec<_> = docs.into_iter().map(|d| (spec.key_for(&d), d)).collect();
+        keyed.sort_by(|x, y| spec.compare_keys(&x.0, &y.0));
+        let b: Vec<_> = keyed.into_iter().map(|(_, d)| d).collect();
+        assert_eq!(a, b, "compare and key_for agree");
+        a
+    }
+
+    fn ids(docs: Vec<Document>) -> Vec<i32> {
+        docs.iter().map(|d| d.get_i32("_id").unwrap()).collect()
+    }
+
+    #[test]
+    fn parses_directions() {
+        assert!(SortSpec::parse(&doc! {}).unwrap().is_empty());
+        let s = SortSpec::parse(&doc! {"a": 1, "b": -1i64, "c": 1.0, "d": -1.0}).unwrap();
+        let dirs: Vec<_> = s
+            .fields()
+            .iter()
+            .map(|f| (f.path(), f.ascending()))
+            .collect();
+        assert_eq!(
+            dirs,
+            vec![("a", true), ("b", false), ("c", true), ("d", false)]
+        );
+        for bad in [
+            doc! {"a": 0},
+            doc! {"a": 2},
+            doc! {"a": "asc"},
+            doc! {"a": 0.5},
+            doc! {"a": {"$meta": "textScore"}},
+            doc! {"": 1},
+            doc! {"a..b": 1},
+        ] {
+            let e = SortSpec::parse(&bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::BadValue, "{bad}");
+        }
+        assert_eq!(
+            SortSpec::parse(&doc! {"a": 0}).unwrap_err().message,
+            "$sort key ordering must be 1 (for ascending) or -1 (for descending)"
+        );
+    }
+
+    #[test]
+    fn orders_across_types_and_fields() {
+        let docs = vec![
+            doc! {"_id": 1, "a": "x"},
+            doc! {"_id": 2, "a": 5},
+            doc! {"_id": 3},
+            doc! {"_id": 4, "a": 2.5},
+            doc! {"_id": 5, "a": null},
+            doc! {"_id": 6, "a": {"b": 1}},
+        ];
+        assert_eq!(
+            ids(sorted(doc! {"a": 1, "_id": 1}, docs.clone())),
+            vec![3, 5, 4, 2, 1, 6]
+        );
+        assert_eq!(
+            ids(sorted(doc! {"a": -1, "_id": 1}, docs)),
+            vec![6, 1, 2, 4, 3, 5]
+        );
+        let docs = vec![
+            doc! {"_id": 1, "a": 1, "b": 1},
+            doc! {"_id": 2, "a": 1, "b": 2},
+            doc! {"_id": 3, "a": 0, "b": 0},
+        ];
+        assert_eq!(ids(sorted(doc! {"a": -1, "b": -1}, docs)), vec![2, 1, 3]);
+    }
+
+    #[test]
+    fn arrays_use_min_ascending_and_max_descending() {
+        let docs = vec![
+            doc! {"_id": 1, "a": [1, 10]},
+            doc! {"_id": 2, "a": 5},
+            doc! {"_id": 3, "a": [3, 4]},
+            doc! {"_id": 4, "a": []},
+            doc! {"_id": 5},
+        ];
+        assert_eq!(
+            ids(sorted(doc! {"a": 1}, docs.clone())),
+            vec![4, 5, 1, 3, 2]
+        );
+        assert_eq!(ids(sorted(doc! {"a": -1}, docs)), vec![1, 2, 3, 5, 4]);
+    }
+
+    #[test]
+    fn dotted_paths_collect_through_arrays() {
+        let docs = vec![
+            doc! {"_id": 1, "a": [{"b": 3}, {"b": 9}]},
+            doc! {"_id": 2, "a": [{"b": 5}]},
+            doc! {"_id": 3, "a": {"b": 4}},
+            doc! {"_id": 4, "a": [{"c": 1}, {"b": 6}]},
+        ];
+        // _id 4 has a missing b in one element, which counts as null.
+        assert_eq!(ids(sorted(doc! {"a.b": 1}, docs.clone())), vec![4, 1, 3, 2]);
+        assert_eq!(ids(sorted(doc! {"a.b": -1}, docs)), vec![1, 4, 2, 3]);
+        let docs = vec![doc! {"_id": 1, "a": [5, 1]}, doc! {"_id": 2, "a": [2, 3]}];
+        assert_eq!(ids(sorted(doc! {"a.0": 1}, docs)), vec![2, 1]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn sort_order_is_consistent(
+            a in proptest::collection::vec(proptest::prelude::any::<i8>(), 0..3),
+            b in proptest::collection::vec(proptest::prelude::any::<i8>(), 0..3),
+            c in proptest::collection::vec(proptest::prelude::any::<i8>(), 0..3),
+            desc in proptest::prelude::any::<bool>(),
+        ) {
+            let spec = SortSpec::parse(&doc! {"x": if desc { -1 } else { 1 }}).unwrap();
+            let make = |v: &Vec<i8>| match v.len() {
+                0 => doc! {},
+                1 => doc! {"x": i32::from(v[0])},
+                _ => doc! {"x": v.iter().map(|&i| Bson::Int32(i32::from(i))).collect::<Vec<_>>()},
+            };
+            let docs = [make(&a), make(&b), make(&c)];
+            for x in &docs {
+                for y in &docs {
+                    proptest::prop_assert_eq!(spec.compare(x, y), spec.compare(y, x).reverse());
+                    proptest::prop_assert_eq!(
+                        spec.compare(x, y),
+                        spec.compare_keys(&spec.key_for(x), &spec.key_for(y))
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn numbers_compare_across_types() {
+        let docs = vec![
+            doc! {"_id": 1, "a": 2i64},
+            doc! {"_id": 2, "a": 1.5},
+            doc! {"_id": 3, "a": 1},
+        ];
+        assert_eq!(ids(sorted(doc! {"a": 1}, docs)), vec![3, 2, 1]);
     }
 }

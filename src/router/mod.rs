@@ -133,10 +133,10 @@ impl Router {
                             array_position: None,
                         },
                     ))),
-                    Some(f) => {
-                        let details = f.matches_with_details(&rec.doc);
-                        details.matched.then_some(Ok((rec, details)))
-                    }
+                    Some(f) => match f.try_matches_with_details(&rec.doc) {
+                        Ok(details) => details.matched.then_some(Ok((rec, details))),
+                        Err(e) => Some(Err(e)),
+                    },
                 },
             })
     }

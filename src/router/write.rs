@@ -15,7 +15,7 @@ use super::{Collection, Namespace, Record, Router};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
 use crate::query::sort::SortSpec;
-use crate::query::update::{ApplyContext, Update};
+use crate::query::update::{documents_identical, ApplyContext, Update};
 use crate::storage::{Space, WriteBatch};
 use crate::wire::MAX_BSON_OBJECT_SIZE;
 use crate::{bail, err};
@@ -283,7 +283,7 @@ impl Router {
                 outcome.before = Some(rec.doc.clone());
                 outcome.after = Some(new_doc.clone());
             }
-            if new_doc != rec.doc {
+            if !documents_identical(&new_doc, &rec.doc) {
                 let bytes = encode_document(&new_doc)?;
                 outcome.modified += 1;
                 batch.put(Space::Records, rec.key, bytes);
