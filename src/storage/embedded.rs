@@ -6,9 +6,12 @@
 //! replays the journal, so a batch is either wholly present after a crash
 //! or wholly absent.
 
+use std::fs::File;
 use std::ops::Bound;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use futures::future::BoxFuture;
@@ -16,8 +19,58 @@ use futures::future::BoxFuture;
 use super::durability::GroupCommit;
 use super::{CommitSeq, Engine, ScanIter, Space, StorageError, StorageResult, WriteBatch, WriteOp};
 
+/// Size at which a memtable is sealed and flushed to disk.
+const MEMTABLE_BYTES: u64 = 32 * 1024 * 1024;
+
 fn engine_err(e: fjall::Error) -> StorageError {
     StorageError::Engine(e.to_string())
+}
+
+/// The journal file fjall is appending to, opened for syncing.
+///
+/// fjall names journals `<n>.jnl` and appends to the highest-numbered one;
+/// when it rotates to a new file it first syncs the old one completely.
+/// So after the buffered bytes are handed to the OS, syncing the newest
+/// journal file makes every earlier write durable.
+struct ActiveJournal {
+    dir: PathBuf,
+    open: Option<(u64, File)>,
+}
+
+impl ActiveJournal {
+    fn new(dir: PathBuf) -> ActiveJournal {
+        ActiveJournal { dir, open: None }
+    }
+
+    fn newest(&self) -> std::io::Result<Option<u64>> {
+        let mut newest = None;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let name = entry?.file_name();
+            let Some(id) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".jnl"))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            newest = newest.max(Some(id));
+        }
+        Ok(newest)
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        let newest = self
+            .newest()?
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no journal file"))?;
+        let file = match &self.open {
+            Some((id, file)) if *id == newest => file,
+            _ => {
+                let file = File::open(self.dir.join(format!("{newest}.jnl")))?;
+                &self.open.insert((newest, file)).1
+            }
+        };
+        file.sync_data()
+    }
 }
 
 pub struct EmbeddedEngine {
@@ -39,14 +92,27 @@ impl EmbeddedEngine {
             .open()
             .map_err(engine_err)?;
         let records = db
-            .keyspace("records", KeyspaceCreateOptions::default)
+            .keyspace("records", || {
+                KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+            })
             .map_err(engine_err)?;
         let catalog = db
             .keyspace("catalog", KeyspaceCreateOptions::default)
             .map_err(engine_err)?;
         let sync_db = db.clone();
+        let journal = Mutex::new(ActiveJournal::new(dir.join("engine")));
         let group = GroupCommit::start(Box::new(move || {
-            sync_db.persist(PersistMode::SyncData).map_err(engine_err)
+            // Hand the journal's buffered bytes to the OS (brief, under
+            // fjall's journal lock), then sync the file outside that lock
+            // so writers keep appending while the disk works.
+            sync_db.persist(PersistMode::Buffer).map_err(engine_err)?;
+            match journal.lock().sync() {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    tracing::warn!("journal sync by file failed ({e}); syncing through the engine");
+                    sync_db.persist(PersistMode::SyncData).map_err(engine_err)
+                }
+            }
         }));
         Ok(Arc::new(EmbeddedEngine {
             db,
@@ -75,6 +141,14 @@ impl Engine for EmbeddedEngine {
 
     fn scan(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter {
         let iter = self.keyspace(space).range::<Vec<u8>, _>((from, to));
+        Box::new(iter.map(|guard| {
+            let (k, v) = guard.into_inner().map_err(engine_err)?;
+            Ok((k.to_vec(), v.to_vec()))
+        }))
+    }
+
+    fn scan_rev(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter {
+        let iter = self.keyspace(space).range::<Vec<u8>, _>((from, to)).rev();
         Box::new(iter.map(|guard| {
             let (k, v) = guard.into_inner().map_err(engine_err)?;
             Ok((k.to_vec(), v.to_vec()))
@@ -146,5 +220,14 @@ mod tests {
             .map(|r| r.unwrap().0)
             .collect();
         assert_eq!(keys, vec![b"a1".to_vec(), b"a2".to_vec(), b"a3".to_vec()]);
+        let rev: Vec<Vec<u8>> = e
+            .scan_rev(
+                Space::Records,
+                Bound::Unbounded,
+                Bound::Excluded(b"b".to_vec()),
+            )
+            .map(|r| r.unwrap().0)
+            .collect();
+        assert_eq!(rev, vec![b"a3".to_vec(), b"a2".to_vec(), b"a1".to_vec()]);
     }
 }

@@ -98,6 +98,9 @@ pub trait Engine: Send + Sync + 'static {
 
     fn scan(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter;
 
+    /// Like [`Engine::scan`], from the last key down to the first.
+    fn scan_rev(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter;
+
     /// Applies a batch atomically; returns its commit sequence.
     fn write(&self, batch: WriteBatch) -> StorageResult<CommitSeq>;
 
