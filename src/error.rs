@@ -97,6 +97,8 @@ error_codes! {
     Location40571 = 40571,
     Location40324 = 40324,
     Location40415 = 40415,
+    Location40414 = 40414,
+    Location51024 = 51024,
     Location15958 = 15958,
     Location31253 = 31253,
     Location31250 = 31250,
@@ -177,7 +179,13 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({}): {}", self.code.name(), self.code.number(), self.message)
+        write!(
+            f,
+            "{} ({}): {}",
+            self.code.name(),
+            self.code.number(),
+            self.message
+        )
     }
 }
 

@@ -4,6 +4,9 @@ use bson::{Bson, Document};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::router::Namespace;
+use crate::wire::message::checked_document;
+
+use super::Request;
 
 /// MongoDB's name for a value's BSON type, as used in error messages.
 pub fn type_name(v: &Bson) -> &'static str {
@@ -47,12 +50,18 @@ pub fn collection_namespace(cmd: &str, db: &str, body: &Document) -> Result<Name
             ErrorCode::InvalidNamespace,
             format!("collection name has invalid type {}", type_name(other)),
         )),
-        None => Err(Error::failed_to_parse(format!("missing collection name for {cmd}"))),
+        None => Err(Error::failed_to_parse(format!(
+            "missing collection name for {cmd}"
+        ))),
     }
 }
 
 /// An optional document field.
-pub fn opt_document<'a>(cmd: &str, body: &'a Document, field: &str) -> Result<Option<&'a Document>> {
+pub fn opt_document<'a>(
+    cmd: &str,
+    body: &'a Document,
+    field: &str,
+) -> Result<Option<&'a Document>> {
     match body.get(field) {
         None | Some(Bson::Null) => Ok(None),
         Some(Bson::Document(d)) => Ok(Some(d)),
@@ -122,13 +131,27 @@ pub fn opt_str<'a>(cmd: &str, body: &'a Document, field: &str) -> Result<Option<
     }
 }
 
-/// The documents of an array field (`documents`, `updates`, `deletes`).
-pub fn document_list(cmd: &str, body: &Document, field: &str) -> Result<Vec<Document>> {
-    let Some(items) = opt_array(cmd, body, field)? else {
-        return Err(Error::new(
-            ErrorCode::Location40415,
-            format!("BSON field '{cmd}.{field}' is missing but a required field"),
-        ));
+fn missing(cmd: &str, field: &str) -> Error {
+    Error::new(
+        ErrorCode::Location40414,
+        format!("BSON field '{cmd}.{field}' is missing but a required field"),
+    )
+}
+
+/// The documents of an array field (`documents`, `updates`, `deletes`),
+/// whether sent in the body or as a document sequence.
+pub fn document_list(req: &Request<'_>, field: &str) -> Result<Vec<Document>> {
+    let cmd = req.name.as_str();
+    if let Some(docs) = req.sequence(field) {
+        return docs
+            .iter()
+            .map(|d| {
+                checked_document(d).map_err(|e| Error::new(ErrorCode::InvalidBSON, e.to_string()))
+            })
+            .collect();
+    }
+    let Some(items) = opt_array(cmd, &req.body, field)? else {
+        return Err(missing(cmd, field));
     };
     let mut docs = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
@@ -143,6 +166,21 @@ pub fn document_list(cmd: &str, body: &Document, field: &str) -> Result<Vec<Docu
         }
     }
     Ok(docs)
+}
+
+/// The documents of an array field as BSON bytes, without building
+/// documents when they came as a document sequence.
+pub fn raw_document_list(req: &Request<'_>, field: &str) -> Result<Vec<Vec<u8>>> {
+    if let Some(docs) = req.sequence(field) {
+        return Ok(docs.iter().map(|d| d.to_vec()).collect());
+    }
+    document_list(req, field)?
+        .iter()
+        .map(|d| {
+            d.to_vec()
+                .map_err(|e| Error::bad_value(format!("cannot encode document: {e}")))
+        })
+        .collect()
 }
 
 /// Checks the size of a write batch against `maxWriteBatchSize`.

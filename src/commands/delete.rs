@@ -47,7 +47,7 @@ fn parse_statement(entry: &Document) -> Result<(Filter, bool)> {
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("delete", &req.db, &req.body)?;
-    let entries = document_list("delete", &req.body, "deletes")?;
+    let entries = document_list(req, "deletes")?;
     check_batch_size(entries.len())?;
     let ordered = bool_or("delete", &req.body, "ordered", true)?;
     let mut n = 0i64;

@@ -12,7 +12,7 @@ use crate::error::{Error, ErrorCode, Result};
 
 pub async fn create_indexes(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("createIndexes", &req.db, &req.body)?;
-    let specs = document_list("createIndexes", &req.body, "indexes")?;
+    let specs = document_list(req, "indexes")?;
     for spec in &specs {
         match spec.get("key") {
             Some(Bson::Document(k)) if !k.is_empty() => {}
@@ -51,7 +51,11 @@ pub async fn list_indexes(req: &Request<'_>) -> Result<Document> {
         ));
     }
     let id_index = doc! {"v": 2, "key": {"_id": 1}, "name": "_id_"};
-    Ok(first_batch_reply(0, &ns.full(), vec![Bson::Document(id_index)]))
+    Ok(first_batch_reply(
+        0,
+        &ns.full(),
+        vec![Bson::Document(id_index)],
+    ))
 }
 
 pub async fn drop_indexes(req: &Request<'_>) -> Result<Document> {
@@ -63,7 +67,9 @@ pub async fn drop_indexes(req: &Request<'_>) -> Result<Document> {
         ));
     }
     match req.body.get("index") {
-        Some(Bson::String(s)) if s == "*" => Ok(doc! {"nIndexesWas": 1, "msg": "non-_id indexes dropped for collection"}),
+        Some(Bson::String(s)) if s == "*" => {
+            Ok(doc! {"nIndexesWas": 1, "msg": "non-_id indexes dropped for collection"})
+        }
         Some(Bson::String(s)) if s == "_id_" => Err(Error::new(
             ErrorCode::InvalidOptions,
             "cannot drop _id index",
@@ -80,6 +86,8 @@ pub async fn drop_indexes(req: &Request<'_>) -> Result<Document> {
             ErrorCode::IndexNotFound,
             format!("can't find index with key: {k}"),
         )),
-        _ => Err(Error::type_mismatch("dropIndexes 'index' must be a string or a document")),
+        _ => Err(Error::type_mismatch(
+            "dropIndexes 'index' must be a string or a document",
+        )),
     }
 }

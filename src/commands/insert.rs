@@ -5,13 +5,13 @@ use std::sync::atomic::Ordering;
 
 use bson::{doc, Bson, Document};
 
-use super::args::{bool_or, check_batch_size, collection_namespace, document_list};
+use super::args::{bool_or, check_batch_size, collection_namespace, raw_document_list};
 use super::Request;
 use crate::error::Result;
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("insert", &req.db, &req.body)?;
-    let docs = document_list("insert", &req.body, "documents")?;
+    let docs = raw_document_list(req, "documents")?;
     check_batch_size(docs.len())?;
     let ordered = bool_or("insert", &req.body, "ordered", true)?;
     let count = docs.len() as u64;

@@ -28,12 +28,14 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bson::{doc, Binary, Bson, Document, Timestamp};
+use bytes::Bytes;
 use futures::future::BoxFuture;
 
 use crate::config::Config;
 use crate::cursor::CursorRegistry;
 use crate::error::{Error, ErrorCode, Result};
 use crate::router::SharedRouter;
+use crate::wire::Command;
 
 /// What every command can reach: the router, open cursors, counters.
 /// Cheap to clone.
@@ -150,15 +152,28 @@ pub struct Request<'a> {
     /// The database it runs against (`$db`).
     pub db: String,
     pub body: Document,
+    /// Document sequences sent beside the body (OP_MSG kind 1), as
+    /// validated BSON: `insert`'s `documents`, `update`'s `updates` …
+    pub sequences: Vec<(String, Vec<Bytes>)>,
+}
+
+impl Request<'_> {
+    /// The raw documents of a sequence, if the client sent one by that name.
+    pub fn sequence(&self, name: &str) -> Option<&[Bytes]> {
+        self.sequences
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, docs)| docs.as_slice())
+    }
 }
 
 /// The signature every command implements.
 pub type Handler = for<'a> fn(&'a Request<'a>) -> BoxFuture<'a, Result<Document>>;
 
 /// Runs one command document and returns the reply document.
-pub async fn handle(state: &ServerState, conn: &ConnectionInfo, body: Document) -> Document {
-    let name = body.keys().next().cloned().unwrap_or_default();
-    let result = run(state, conn, name.clone(), body).await;
+pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) -> Document {
+    let name = cmd.body.keys().next().cloned().unwrap_or_default();
+    let result = run(state, conn, name.clone(), cmd).await;
     let mut reply = match result {
         Ok(mut reply) => {
             if !reply.contains_key("ok") {
@@ -198,8 +213,9 @@ async fn run(
     state: &ServerState,
     conn: &ConnectionInfo,
     name: String,
-    body: Document,
+    cmd: Command,
 ) -> Result<Document> {
+    let Command { body, sequences } = cmd;
     if name.is_empty() {
         return Err(Error::new(
             ErrorCode::FailedToParse,
@@ -242,6 +258,7 @@ async fn run(
         name,
         db,
         body,
+        sequences,
     };
     (entry.handler)(&req).await
 }

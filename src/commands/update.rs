@@ -69,12 +69,13 @@ pub fn parse_statement(entry: &Document) -> Result<UpdateStatement> {
         multi,
         upsert,
         sort: None,
+        return_documents: false,
     })
 }
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("update", &req.db, &req.body)?;
-    let entries = document_list("update", &req.body, "updates")?;
+    let entries = document_list(req, "updates")?;
     check_batch_size(entries.len())?;
     let ordered = bool_or("update", &req.body, "ordered", true)?;
     let mut n = 0i64;

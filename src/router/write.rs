@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use bson::{doc, oid::ObjectId, Bson, Document};
+use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 
 use super::{Collection, Namespace, Record, Router};
 use crate::error::{Error, ErrorCode, Result};
@@ -37,6 +37,8 @@ pub struct UpdateStatement {
     pub upsert: bool,
     /// Which document a single update picks first (`findAndModify`).
     pub sort: Option<SortSpec>,
+    /// Keep the document before and after the change (`findAndModify`).
+    pub return_documents: bool,
 }
 
 /// The result of an update or a find-and-modify.
@@ -51,21 +53,26 @@ pub struct ModifyOutcome {
     pub after: Option<Document>,
 }
 
+/// Insert batches up to this size run on the async worker itself.
+const INLINE_INSERTS: usize = 64;
+
+/// Runs short work (point reads and writes: microseconds) right on the
+/// async worker, and anything that may scan where blocking is allowed,
+/// so a long scan never stalls other connections.
+pub fn maybe_blocking<T>(inline: bool, f: impl FnOnce() -> T) -> T {
+    if inline {
+        f()
+    } else {
+        tokio::task::block_in_place(f)
+    }
+}
+
 /// Encodes a document, refusing one over the BSON size limit.
 fn encode_document(doc: &Document) -> Result<Vec<u8>> {
     let bytes = doc
         .to_vec()
         .map_err(|e| err!(BadValue, "cannot encode document: {e}"))?;
-    if bytes.len() > MAX_BSON_OBJECT_SIZE {
-        return Err(Error::new(
-            ErrorCode::BSONObjectTooLarge,
-            format!(
-                "object to insert too large. size in bytes: {}, max size: {}",
-                bytes.len(),
-                MAX_BSON_OBJECT_SIZE
-            ),
-        ));
-    }
+    check_size(bytes.len())?;
     Ok(bytes)
 }
 
@@ -76,14 +83,19 @@ fn validate_id(id: &Bson) -> Result<()> {
         Bson::RegularExpression(_) => {
             bail!(InvalidIdField, "The '_id' value cannot be of type regex")
         }
-        Bson::Undefined => bail!(InvalidIdField, "The '_id' value cannot be of type undefined"),
+        Bson::Undefined => bail!(
+            InvalidIdField,
+            "The '_id' value cannot be of type undefined"
+        ),
         _ => Ok(()),
     }
 }
 
 /// Makes `_id` the first field, generating an ObjectId when missing.
 pub fn with_id_first(mut doc: Document) -> Document {
-    let id = doc.remove("_id").unwrap_or_else(|| Bson::ObjectId(ObjectId::new()));
+    let id = doc
+        .remove("_id")
+        .unwrap_or_else(|| Bson::ObjectId(ObjectId::new()));
     let mut out = Document::new();
     out.insert("_id", id);
     out.extend(doc);
@@ -92,12 +104,78 @@ pub fn with_id_first(mut doc: Document) -> Document {
 
 fn validate_for_insert(doc: &Document) -> Result<()> {
     for key in doc.keys() {
-        if key.starts_with('$') {
-            bail!(BadValue, "Document can't have $ prefixed field names: {key}");
-        }
+        check_top_level_name(key)?;
     }
     if let Some(id) = doc.get("_id") {
         validate_id(id)?;
+    }
+    Ok(())
+}
+
+fn check_top_level_name(key: &str) -> Result<()> {
+    if key.starts_with('$') {
+        bail!(
+            BadValue,
+            "Document can't have $ prefixed field names: {key}"
+        );
+    }
+    Ok(())
+}
+
+fn raw_error(e: bson::error::Error) -> Error {
+    Error::new(ErrorCode::InvalidBSON, format!("invalid document: {e}"))
+}
+
+/// Prepares one document to insert from its BSON bytes: checks field
+/// names and `_id`, and makes `_id` the first field (generating an
+/// ObjectId when it is missing). A document whose `_id` already comes
+/// first — what drivers send — is stored exactly as it arrived, without
+/// being decoded.
+pub fn prepare_insert(bytes: Vec<u8>) -> Result<(Bson, Vec<u8>)> {
+    let raw = RawDocument::from_bytes(&bytes).map_err(raw_error)?;
+    let mut id = None;
+    let mut id_first = false;
+    for (i, element) in raw.iter_elements().enumerate() {
+        let element = element.map_err(raw_error)?;
+        let key = element.key().as_str();
+        check_top_level_name(key)?;
+        if key == "_id" && id.is_none() {
+            id = Some(Bson::try_from(element.value().map_err(raw_error)?).map_err(raw_error)?);
+            id_first = i == 0;
+        }
+    }
+    let prepared = match id {
+        Some(id) if id_first => (id, bytes),
+        Some(_) => {
+            let doc = with_id_first(Document::try_from(raw).map_err(raw_error)?);
+            let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+            (id, encode_document(&doc)?)
+        }
+        None => {
+            let oid = ObjectId::new();
+            // {_id: ObjectId} followed by the original elements.
+            let body = bytes.get(4..).unwrap_or_default();
+            let len = 4 + 1 + 4 + 12 + body.len();
+            let mut out = Vec::with_capacity(len);
+            out.extend_from_slice(&(len as i32).to_le_bytes());
+            out.push(0x07);
+            out.extend_from_slice(b"_id\0");
+            out.extend_from_slice(&oid.bytes());
+            out.extend_from_slice(body);
+            (Bson::ObjectId(oid), out)
+        }
+    };
+    validate_id(&prepared.0)?;
+    check_size(prepared.1.len())?;
+    Ok(prepared)
+}
+
+fn check_size(len: usize) -> Result<()> {
+    if len > MAX_BSON_OBJECT_SIZE {
+        return Err(Error::new(
+            ErrorCode::BSONObjectTooLarge,
+            format!("object to insert too large. size in bytes: {len}, max size: {MAX_BSON_OBJECT_SIZE}"),
+        ));
     }
     Ok(())
 }
@@ -151,17 +229,15 @@ impl Router {
     pub async fn insert(
         &self,
         ns: &Namespace,
-        docs: Vec<Document>,
+        docs: Vec<Vec<u8>>,
         ordered: bool,
     ) -> Result<InsertOutcome> {
         let mut outcome = InsertOutcome::default();
-        // Validate and encode outside the lock.
+        // Validate outside the lock.
         let mut prepared = Vec::with_capacity(docs.len());
-        for (i, doc) in docs.into_iter().enumerate() {
-            let doc = with_id_first(doc);
-            let checked = validate_for_insert(&doc).and_then(|_| encode_document(&doc));
-            match checked {
-                Ok(bytes) => prepared.push((i, doc, bytes)),
+        for (i, bytes) in docs.into_iter().enumerate() {
+            match prepare_insert(bytes) {
+                Ok((id, bytes)) => prepared.push((i, id, bytes)),
                 Err(e) => {
                     outcome.errors.push((i, e));
                     if ordered {
@@ -171,22 +247,21 @@ impl Router {
             }
         }
         let first_error = outcome.errors.first().map(|(i, _)| *i);
-        let result = tokio::task::block_in_place(|| {
+        let result = maybe_blocking(prepared.len() <= INLINE_INSERTS, || {
             self.with_write_lock(ns, true, |coll| {
                 let mut batch = WriteBatch::default();
                 let mut seen = HashSet::new();
                 let mut inserted = 0;
                 let mut errors = Vec::new();
-                for (i, doc, bytes) in &prepared {
+                for (i, id, bytes) in &prepared {
                     if ordered && first_error.is_some_and(|f| *i > f) {
                         break;
                     }
-                    let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
-                    let key = Router::id_key(coll, &id);
+                    let key = Router::id_key(coll, id);
                     let exists =
                         seen.contains(&key) || self.engine.get(Space::Records, &key)?.is_some();
                     if exists {
-                        errors.push((*i, duplicate_key_error(ns, &id)));
+                        errors.push((*i, duplicate_key_error(ns, id)));
                         if ordered {
                             break;
                         }
@@ -219,7 +294,8 @@ impl Router {
 
     /// Applies one update statement.
     pub async fn update(&self, ns: &Namespace, stmt: &UpdateStatement) -> Result<ModifyOutcome> {
-        let result = tokio::task::block_in_place(|| {
+        let point = stmt.filter.equality_values("_id").is_some();
+        let result = maybe_blocking(point, || {
             self.with_write_lock(ns, stmt.upsert, |coll| self.update_locked(ns, coll, stmt))
         })?;
         match result {
@@ -279,7 +355,7 @@ impl Router {
                 inserting: false,
             };
             let new_doc = stmt.update.apply(&rec.doc, &ctx)?;
-            if !stmt.multi {
+            if stmt.return_documents {
                 outcome.before = Some(rec.doc.clone());
                 outcome.after = Some(new_doc.clone());
             }
@@ -320,7 +396,8 @@ impl Router {
         multi: bool,
         sort: Option<&SortSpec>,
     ) -> Result<(u64, Option<Document>)> {
-        let result = tokio::task::block_in_place(|| {
+        let point = filter.equality_values("_id").is_some();
+        let result = maybe_blocking(point, || {
             self.with_write_lock(ns, false, |coll| {
                 let targets = self.targets(coll, filter, multi, sort)?;
                 let n = targets.len() as u64;
@@ -345,5 +422,46 @@ impl Router {
                 Ok((n, doc))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared(d: Document) -> Result<Document> {
+        let (_, bytes) = prepare_insert(d.to_vec().unwrap())?;
+        Ok(Document::from_reader(&bytes[..]).unwrap())
+    }
+
+    #[test]
+    fn id_first_documents_are_kept_as_they_came() {
+        let d = doc! {"_id": 7, "a": {"b": [1, 2]}};
+        let bytes = d.to_vec().unwrap();
+        let (id, out) = prepare_insert(bytes.clone()).unwrap();
+        assert_eq!(id, Bson::Int32(7));
+        assert_eq!(out, bytes);
+    }
+
+    #[test]
+    fn a_missing_id_is_generated_first_and_a_late_id_moved_first() {
+        let d = prepared(doc! {"a": 1, "b": "x"}).unwrap();
+        assert_eq!(d.keys().collect::<Vec<_>>(), ["_id", "a", "b"]);
+        assert!(matches!(d.get("_id"), Some(Bson::ObjectId(_))));
+        let d = prepared(doc! {"a": 1, "_id": "k"}).unwrap();
+        assert_eq!(d, doc! {"_id": "k", "a": 1});
+        assert_eq!(d.keys().next().map(String::as_str), Some("_id"));
+    }
+
+    #[test]
+    fn bad_names_and_ids_are_refused() {
+        assert_eq!(
+            prepared(doc! {"$x": 1}).unwrap_err().code,
+            ErrorCode::BadValue
+        );
+        assert_eq!(
+            prepared(doc! {"_id": [1, 2]}).unwrap_err().code,
+            ErrorCode::InvalidIdField
+        );
     }
 }

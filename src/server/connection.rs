@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use bson::{doc, Bson, Document, RawDocument};
+use bson::{doc, Bson, Document};
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -14,7 +14,8 @@ use tokio_util::codec::Framed;
 
 use crate::commands::{self, ConnectionInfo, ServerState};
 use crate::error::{Error, ErrorCode};
-use crate::wire::{Message, MessageCodec, Reply};
+use crate::wire::message::checked_document;
+use crate::wire::{BsonCheckError, Command, Message, MessageCodec, Reply};
 
 pub async fn serve(
     socket: TcpStream,
@@ -42,10 +43,7 @@ pub async fn serve(
             Message::Msg(msg) => {
                 let body = match msg.command() {
                     Ok(cmd) => commands::handle(&state, &conn, cmd).await,
-                    Err(e) => error_reply(&Error::new(
-                        ErrorCode::InvalidBSON,
-                        format!("invalid BSON in message: {e}"),
-                    )),
+                    Err(e) => error_reply(&bson_error(&e)),
                 };
                 if msg.more_to_come() {
                     continue;
@@ -57,7 +55,13 @@ pub async fn serve(
             }
             Message::Query(q) => {
                 let body = match legacy_command(&q.full_collection_name, &q.query) {
-                    Ok(cmd) => commands::handle(&state, &conn, cmd).await,
+                    Ok(body) => {
+                        let cmd = Command {
+                            body,
+                            sequences: Vec::new(),
+                        };
+                        commands::handle(&state, &conn, cmd).await
+                    }
                     Err(e) => error_reply(&e),
                 };
                 encode(&body).map(|body| Reply::Legacy {
@@ -87,6 +91,13 @@ fn encode(doc: &Document) -> Option<Vec<u8>> {
     }
 }
 
+fn bson_error(e: &BsonCheckError) -> Error {
+    match e {
+        BsonCheckError::TooDeep => Error::new(ErrorCode::Overflow, e.to_string()),
+        BsonCheckError::Invalid(_) => Error::new(ErrorCode::InvalidBSON, e.to_string()),
+    }
+}
+
 fn error_reply(e: &Error) -> Document {
     let mut d = doc! {"ok": 0.0};
     d.extend(e.to_reply_fields());
@@ -101,10 +112,7 @@ fn legacy_command(full_name: &str, query: &[u8]) -> Result<Document, Error> {
             format!("OP_QUERY is only supported for commands, not for {full_name}; use OP_MSG"),
         ));
     };
-    let raw = RawDocument::from_bytes(query)
-        .map_err(|e| Error::new(ErrorCode::InvalidBSON, format!("invalid BSON: {e}")))?;
-    let mut cmd = Document::try_from(raw)
-        .map_err(|e| Error::new(ErrorCode::InvalidBSON, format!("invalid BSON: {e}")))?;
+    let mut cmd = checked_document(query).map_err(|e| bson_error(&e))?;
     // Old drivers wrap the command as {$query: {...}, $readPreference: ...}.
     if let Some(Bson::Document(inner)) = cmd.get("$query") {
         cmd = inner.clone();

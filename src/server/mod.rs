@@ -72,7 +72,10 @@ pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     tracing::info!("shutting down: draining connections");
     let _ = stop_tx.send(true);
     let drain = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(Duration::from_secs(30), drain).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(30), drain)
+        .await
+        .is_err()
+    {
         tracing::warn!("connections still busy after 30 s; closing them");
     }
     cursor_reaper.abort();

@@ -95,7 +95,10 @@ mod tests {
         let mut huge = BytesMut::new();
         huge.extend_from_slice(&(1_000_000_000i32).to_le_bytes());
         huge.extend_from_slice(&[0u8; 12]);
-        assert!(matches!(codec.decode(&mut huge), Err(WireError::BadLength(_))));
+        assert!(matches!(
+            codec.decode(&mut huge),
+            Err(WireError::BadLength(_))
+        ));
         let mut tiny = BytesMut::new();
         tiny.extend_from_slice(&(3i32).to_le_bytes());
         tiny.extend_from_slice(&[0u8; 12]);

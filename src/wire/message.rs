@@ -6,6 +6,7 @@
 use bson::{Document, RawDocument};
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::validate::{check_document, BsonCheckError};
 use super::{MAX_BSON_OBJECT_SIZE, OP_MSG, OP_REPLY};
 
 /// Why a message could not be read. The connection is closed after it.
@@ -63,21 +64,36 @@ impl OpMsg {
         self.flags & FLAG_MORE_TO_COME != 0
     }
 
-    /// The command document: the body with each document sequence added
-    /// as an array field named by its identifier.
-    pub fn command(&self) -> Result<Document, bson::error::Error> {
-        let mut doc = Document::try_from(RawDocument::from_bytes(&self.body)?)?;
-        for (name, docs) in &self.sequences {
-            let mut items = Vec::with_capacity(docs.len());
+    /// The command: the body as a document, the document sequences
+    /// still as bytes (an `insert` can store them as they came). Every
+    /// document is validated first, without recursion.
+    pub fn command(&self) -> Result<Command, BsonCheckError> {
+        let body = checked_document(&self.body)?;
+        for (_, docs) in &self.sequences {
             for d in docs {
-                items.push(bson::Bson::Document(Document::try_from(
-                    RawDocument::from_bytes(d)?,
-                )?));
+                check_document(d)?;
             }
-            doc.insert(name.clone(), items);
         }
-        Ok(doc)
+        Ok(Command {
+            body,
+            sequences: self.sequences.clone(),
+        })
     }
+}
+
+/// A command as the commands layer receives it.
+#[derive(Debug, Default)]
+pub struct Command {
+    pub body: Document,
+    /// `(identifier, validated BSON documents)` of each kind-1 section.
+    pub sequences: Vec<(String, Vec<Bytes>)>,
+}
+
+/// Validates BSON bytes, then turns them into a document.
+pub fn checked_document(bytes: &[u8]) -> Result<Document, BsonCheckError> {
+    check_document(bytes)?;
+    let raw = RawDocument::from_bytes(bytes).map_err(|e| BsonCheckError::Invalid(e.to_string()))?;
+    Document::try_from(raw).map_err(|e| BsonCheckError::Invalid(e.to_string()))
 }
 
 /// A legacy OP_QUERY request (handshake and `db.$cmd` commands).
@@ -275,8 +291,10 @@ mod tests {
         let raw = msg_body(0, &sections);
         let msg = parse_op_msg(7, &[], Bytes::from(raw)).unwrap();
         let cmd = msg.command().unwrap();
-        assert_eq!(cmd.get_str("insert").unwrap(), "c");
-        assert_eq!(cmd.get_array("documents").unwrap().len(), 2);
+        assert_eq!(cmd.body.get_str("insert").unwrap(), "c");
+        assert_eq!(cmd.sequences.len(), 1);
+        assert_eq!(cmd.sequences[0].0, "documents");
+        assert_eq!(cmd.sequences[0].1.len(), 2);
     }
 
     #[test]

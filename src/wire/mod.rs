@@ -9,9 +9,11 @@
 
 pub mod codec;
 pub mod message;
+pub mod validate;
 
 pub use codec::MessageCodec;
-pub use message::{Message, OpMsg, OpQuery, Reply, WireError};
+pub use message::{Command, Message, OpMsg, OpQuery, Reply, WireError};
+pub use validate::{check_document, BsonCheckError};
 
 /// Largest BSON document a client may send (16 MiB), as in `hello`.
 pub const MAX_BSON_OBJECT_SIZE: usize = 16 * 1024 * 1024;
