@@ -169,6 +169,32 @@ pub async fn reap_idle(state: ServerState, mut stop: tokio::sync::watch::Receive
     }
 }
 
+/// Ends a stream with `MaxTimeMSExpired` once `max_time_ms` has passed.
+/// The clock is read every 64 documents, so the check costs nothing
+/// per document.
+pub fn with_time_limit(stream: DocStream, max_time_ms: Option<u64>) -> DocStream {
+    let Some(ms) = max_time_ms.filter(|&ms| ms > 0) else {
+        return stream;
+    };
+    let deadline = Instant::now() + Duration::from_millis(ms);
+    let mut n = 0u32;
+    let mut expired = false;
+    Box::new(stream.map_while(move |item| {
+        if expired {
+            return None;
+        }
+        n = n.wrapping_add(1);
+        if n % 64 == 0 && Instant::now() >= deadline {
+            expired = true;
+            return Some(Err(Error::new(
+                ErrorCode::MaxTimeMSExpired,
+                "operation exceeded time limit",
+            )));
+        }
+        Some(item)
+    }))
+}
+
 /// The `cursor` sub-document of a `find`/`aggregate` reply.
 pub fn first_batch_reply(id: i64, ns: &str, docs: Vec<Bson>) -> Document {
     doc! {"cursor": {"firstBatch": docs, "id": id, "ns": ns}}
@@ -207,10 +233,27 @@ mod tests {
     }
 
     #[test]
+    fn time_limit_ends_a_slow_stream_with_max_time_ms_expired() {
+        let slow: DocStream = Box::new((0..10_000).map(|i| {
+            if i % 64 == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Ok(doc! {"_id": i})
+        }));
+        let mut limited = with_time_limit(slow, Some(5)).peekable();
+        let e = next_batch(&mut limited, None).err().unwrap();
+        assert_eq!(e.code, ErrorCode::MaxTimeMSExpired);
+        let fast: DocStream = Box::new((0..100).map(|i| Ok(doc! {"_id": i})));
+        assert_eq!(with_time_limit(fast, Some(60_000)).count(), 100);
+    }
+
+    #[test]
     fn idle_cursors_are_reaped_and_wrong_namespace_refused() {
         let reg = CursorRegistry::default();
         let id = reg.open("t.c".into(), stream(5));
-        let e = reg.with_cursor(id, "t.other", |_| Ok(((), false))).unwrap_err();
+        let e = reg
+            .with_cursor(id, "t.other", |_| Ok(((), false)))
+            .unwrap_err();
         assert_eq!(e.code, ErrorCode::Unauthorized);
         assert_eq!(reg.reap(Duration::from_secs(600)), 0);
         assert_eq!(reg.reap(Duration::ZERO), 1);

@@ -59,7 +59,10 @@ pub async fn get_parameter(req: &Request<'_>) -> Result<Document> {
         }
     }
     if reply.is_empty() && !all {
-        return Err(Error::new(ErrorCode::InvalidOptions, "no option found to get"));
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "no option found to get",
+        ));
     }
     Ok(reply)
 }

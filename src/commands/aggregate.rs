@@ -63,7 +63,12 @@ fn parse_stage(stage: &Document) -> Result<Stage> {
         "$sort" => Stage::Sort(SortSpec::parse(doc_arg()?)?),
         "$skip" => Stage::Skip(count_arg()?),
         "$limit" => match count_arg()? {
-            0 => return Err(Error::new(ErrorCode::Location15958, "the limit must be positive")),
+            0 => {
+                return Err(Error::new(
+                    ErrorCode::Location15958,
+                    "the limit must be positive",
+                ))
+            }
             n => Stage::Limit(n),
         },
         "$project" => Stage::Project(Projection::parse(doc_arg()?)?),
@@ -81,7 +86,9 @@ fn parse_stage(stage: &Document) -> Result<Stage> {
         "$group" => {
             let spec = doc_arg()?;
             let id = spec.get("_id").cloned().unwrap_or(Bson::Null);
-            if matches!(&id, Bson::String(s) if s.starts_with('$')) || matches!(id, Bson::Document(_)) {
+            if matches!(&id, Bson::String(s) if s.starts_with('$'))
+                || matches!(id, Bson::Document(_))
+            {
                 return Err(not_yet("$group by a field"));
             }
             let mut fields = Vec::new();
@@ -177,7 +184,11 @@ fn apply(stage: Stage, input: DocStream) -> Result<DocStream> {
             if n == 0 {
                 Box::new(std::iter::empty())
             } else {
-                let count = if n <= i32::MAX as i64 { Bson::Int32(n as i32) } else { Bson::Int64(n) };
+                let count = if n <= i32::MAX as i64 {
+                    Bson::Int32(n as i32)
+                } else {
+                    Bson::Int64(n)
+                };
                 Box::new(std::iter::once(Ok(doc! {field: count})))
             }
         }
@@ -226,9 +237,12 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     }
     let cursor_opts = opt_document("aggregate", b, "cursor")?;
     let batch_size = match cursor_opts.and_then(|c| c.get("batchSize")) {
-        Some(v) => Some(number_as_i64(v).filter(|n| *n >= 0).ok_or_else(|| {
-            Error::bad_value("cursor.batchSize must be a non-negative number")
-        })? as usize),
+        Some(v) => Some(
+            number_as_i64(v)
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| Error::bad_value("cursor.batchSize must be a non-negative number"))?
+                as usize,
+        ),
         None => None,
     };
     let mut stages = Vec::with_capacity(pipeline.len());

@@ -49,7 +49,9 @@ pub async fn list_databases(req: &Request<'_>) -> Result<Document> {
     if name_only {
         Ok(doc! {"databases": out})
     } else {
-        Ok(doc! {"databases": out, "totalSize": total as i64, "totalSizeMb": (total / (1024 * 1024)) as i64})
+        Ok(
+            doc! {"databases": out, "totalSize": total as i64, "totalSizeMb": (total / (1024 * 1024)) as i64},
+        )
     }
 }
 
@@ -76,12 +78,18 @@ pub async fn list_collections(req: &Request<'_>) -> Result<Document> {
             continue;
         }
         if name_only {
-            out.push(Bson::Document(doc! {"name": &c.ns.coll, "type": "collection"}));
+            out.push(Bson::Document(
+                doc! {"name": &c.ns.coll, "type": "collection"},
+            ));
         } else {
             out.push(Bson::Document(info));
         }
     }
-    Ok(first_batch_reply(0, &format!("{}.$cmd.listCollections", req.db), out))
+    Ok(first_batch_reply(
+        0,
+        &format!("{}.$cmd.listCollections", req.db),
+        out,
+    ))
 }
 
 pub async fn create(req: &Request<'_>) -> Result<Document> {
@@ -102,7 +110,10 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
     }
     let mut options = Document::new();
     for (k, v) in &req.body {
-        if matches!(k.as_str(), "validator" | "validationLevel" | "validationAction" | "collation") {
+        if matches!(
+            k.as_str(),
+            "validator" | "validationLevel" | "validationAction" | "collation"
+        ) {
             options.insert(k.clone(), v.clone());
         }
     }
@@ -164,7 +175,10 @@ pub async fn rename_collection(req: &Request<'_>) -> Result<Document> {
         ));
     }
     if !drop_target && router.catalog.get(&to).is_some() {
-        return Err(Error::new(ErrorCode::NamespaceExists, "target namespace exists"));
+        return Err(Error::new(
+            ErrorCode::NamespaceExists,
+            "target namespace exists",
+        ));
     }
     let seq = tokio::task::block_in_place(|| router.catalog.rename(&from, &to, drop_target))?;
     router.durable(seq).await?;

@@ -6,7 +6,7 @@ use bson::{doc, Bson, Document};
 
 use super::args::{self, bool_or, collection_namespace, opt_document, opt_i64, opt_non_negative};
 use super::Request;
-use crate::cursor::{first_batch_reply, next_batch, DEFAULT_FIRST_BATCH};
+use crate::cursor::{first_batch_reply, next_batch, with_time_limit, DEFAULT_FIRST_BATCH};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
 use crate::query::projection::Projection;
@@ -19,6 +19,7 @@ struct Find {
     spec: FindSpec,
     batch_size: Option<usize>,
     single_batch: bool,
+    max_time_ms: Option<u64>,
 }
 
 fn parse(req: &Request<'_>) -> Result<Find> {
@@ -47,6 +48,7 @@ fn parse(req: &Request<'_>) -> Result<Find> {
         Some(n) => Some(n as u64),
     };
     let batch_size = opt_non_negative("find", b, "batchSize")?.map(|n| n as usize);
+    let max_time_ms = opt_non_negative("find", b, "maxTimeMS")?;
     // hint, comment, maxTimeMS, readConcern, allowDiskUse … are accepted
     // and do not change the result.
     opt_document("find", b, "collation")?;
@@ -61,6 +63,7 @@ fn parse(req: &Request<'_>) -> Result<Find> {
         },
         batch_size,
         single_batch,
+        max_time_ms,
     })
 }
 
@@ -75,12 +78,20 @@ pub async fn find(req: &Request<'_>) -> Result<Document> {
         (None, Some(l)) => Some((l as usize).min(DEFAULT_FIRST_BATCH)),
         (None, None) => Some(DEFAULT_FIRST_BATCH),
     };
-    let router = req.state.router.clone();
-    let (batch, stream) = tokio::task::block_in_place(|| -> Result<_> {
-        let mut stream = router.find(&f.ns, f.spec)?.peekable();
+    let router = &req.state.router;
+    // A query that pins `_id` is a few point reads: run it right here.
+    // Anything else may scan, so it runs where blocking is allowed.
+    let point = f
+        .spec
+        .filter
+        .as_ref()
+        .is_some_and(|flt| flt.equality_values("_id").is_some());
+    let run = || -> Result<_> {
+        let mut stream = with_time_limit(router.find(&f.ns, f.spec)?, f.max_time_ms).peekable();
         let batch = next_batch(&mut stream, first)?;
         Ok((batch, stream))
-    })?;
+    };
+    let (batch, stream) = crate::router::maybe_blocking(point, run)?;
     let id = if batch.exhausted || f.single_batch {
         0
     } else {
@@ -121,7 +132,10 @@ pub async fn get_more(req: &Request<'_>) -> Result<Document> {
     let batch_size = opt_non_negative("getMore", b, "batchSize")?
         .filter(|&n| n > 0)
         .map(|n| n as usize);
-    req.state.counters.op_getmore.fetch_add(1, Ordering::Relaxed);
+    req.state
+        .counters
+        .op_getmore
+        .fetch_add(1, Ordering::Relaxed);
     let state = req.state;
     let (docs, exhausted) = tokio::task::block_in_place(|| {
         state.cursors.with_cursor(id, &ns, |stream| {
@@ -146,7 +160,9 @@ pub async fn kill_cursors(req: &Request<'_>) -> Result<Document> {
     let mut not_found = Vec::new();
     for id in ids {
         let Some(n) = args::number_as_i64(id) else {
-            return Err(Error::type_mismatch("killCursors.cursors must be an array of longs"));
+            return Err(Error::type_mismatch(
+                "killCursors.cursors must be an array of longs",
+            ));
         };
         if req.state.cursors.kill(n) {
             killed.push(Bson::Int64(n));

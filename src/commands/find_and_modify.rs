@@ -75,6 +75,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
                 multi: false,
                 upsert,
                 sort,
+                return_documents: true,
             };
             let outcome = req.state.router.update(&ns, &stmt).await?;
             let upserted = outcome.upserted_id.is_some();

@@ -27,30 +27,95 @@ macro_rules! command {
 
 /// Every command, sorted by name.
 pub static COMMANDS: &[CommandEntry] = &[
-    command!("abortTransaction", admin::no_transaction, true, "abort a transaction"),
-    command!("aggregate", aggregate::run, false, "run an aggregation pipeline"),
-    command!("buildInfo", admin::build_info, false, "server version and build"),
+    command!(
+        "abortTransaction",
+        admin::no_transaction,
+        true,
+        "abort a transaction"
+    ),
+    command!(
+        "aggregate",
+        aggregate::run,
+        false,
+        "run an aggregation pipeline"
+    ),
+    command!(
+        "buildInfo",
+        admin::build_info,
+        false,
+        "server version and build"
+    ),
     command!("buildinfo", admin::build_info, false, "alias of buildInfo"),
-    command!("collStats", catalog::coll_stats, false, "collection statistics"),
-    command!("commitTransaction", admin::no_transaction, true, "commit a transaction"),
-    command!("connectionStatus", admin::connection_status, false, "authenticated users"),
+    command!(
+        "collStats",
+        catalog::coll_stats,
+        false,
+        "collection statistics"
+    ),
+    command!(
+        "commitTransaction",
+        admin::no_transaction,
+        true,
+        "commit a transaction"
+    ),
+    command!(
+        "connectionStatus",
+        admin::connection_status,
+        false,
+        "authenticated users"
+    ),
     command!("count", count::run, false, "count documents"),
     command!("create", catalog::create, false, "create a collection"),
-    command!("createIndexes", indexes::create_indexes, false, "create indexes"),
+    command!(
+        "createIndexes",
+        indexes::create_indexes,
+        false,
+        "create indexes"
+    ),
     command!("dbStats", catalog::db_stats, false, "database statistics"),
     command!("delete", delete::run, false, "delete documents"),
-    command!("distinct", distinct::run, false, "distinct values of a field"),
+    command!(
+        "distinct",
+        distinct::run,
+        false,
+        "distinct values of a field"
+    ),
     command!("drop", catalog::drop, false, "drop a collection"),
-    command!("dropDatabase", catalog::drop_database, false, "drop a database"),
+    command!(
+        "dropDatabase",
+        catalog::drop_database,
+        false,
+        "drop a database"
+    ),
     command!("dropIndexes", indexes::drop_indexes, false, "drop indexes"),
     command!("endSessions", admin::ok, false, "end logical sessions"),
     command!("find", find::find, false, "query documents"),
-    command!("findAndModify", find_and_modify::run, false, "update or remove one document and return it"),
-    command!("findandmodify", find_and_modify::run, false, "alias of findAndModify"),
-    command!("getCmdLineOpts", admin::get_cmd_line_opts, true, "command-line options"),
+    command!(
+        "findAndModify",
+        find_and_modify::run,
+        false,
+        "update or remove one document and return it"
+    ),
+    command!(
+        "findandmodify",
+        find_and_modify::run,
+        false,
+        "alias of findAndModify"
+    ),
+    command!(
+        "getCmdLineOpts",
+        admin::get_cmd_line_opts,
+        true,
+        "command-line options"
+    ),
     command!("getLog", admin::get_log, true, "recent log lines"),
     command!("getMore", find::get_more, false, "next batch of a cursor"),
-    command!("getParameter", admin::get_parameter, true, "server parameters"),
+    command!(
+        "getParameter",
+        admin::get_parameter,
+        true,
+        "server parameters"
+    ),
     command!("hello", handshake::hello, false, "handshake"),
     command!("hostInfo", admin::host_info, false, "host information"),
     command!("insert", insert::run, false, "insert documents"),
@@ -58,18 +123,43 @@ pub static COMMANDS: &[CommandEntry] = &[
     command!("ismaster", handshake::hello, false, "legacy handshake"),
     command!("killCursors", find::kill_cursors, false, "close cursors"),
     command!("killSessions", admin::ok, false, "kill logical sessions"),
-    command!("listCollections", catalog::list_collections, false, "list collections"),
+    command!(
+        "listCollections",
+        catalog::list_collections,
+        false,
+        "list collections"
+    ),
     command!("listCommands", admin::list_commands, false, "list commands"),
-    command!("listDatabases", catalog::list_databases, true, "list databases"),
+    command!(
+        "listDatabases",
+        catalog::list_databases,
+        true,
+        "list databases"
+    ),
     command!("listIndexes", indexes::list_indexes, false, "list indexes"),
     command!("logout", admin::ok, false, "log out"),
     command!("ping", admin::ok, false, "check the server answers"),
     command!("refreshSessions", admin::ok, false, "keep sessions alive"),
-    command!("renameCollection", catalog::rename_collection, true, "rename a collection"),
+    command!(
+        "renameCollection",
+        catalog::rename_collection,
+        true,
+        "rename a collection"
+    ),
     command!("serverStatus", admin::server_status, false, "server status"),
-    command!("startSession", admin::start_session, false, "start a logical session"),
+    command!(
+        "startSession",
+        admin::start_session,
+        false,
+        "start a logical session"
+    ),
     command!("update", update::run, false, "update documents"),
-    command!("whatsmyuri", admin::whats_my_uri, false, "the client's address"),
+    command!(
+        "whatsmyuri",
+        admin::whats_my_uri,
+        false,
+        "the client's address"
+    ),
 ];
 
 pub fn lookup(name: &str) -> Option<&'static CommandEntry> {

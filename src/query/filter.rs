@@ -23,6 +23,7 @@
 //! or `$not`, like MongoDB.
 
 use std::cmp::Ordering;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use bson::{Bson, Document};
@@ -118,6 +119,42 @@ impl Filter {
         let mut result: Option<Vec<Bson>> = None;
         collect_equalities(&self.root, path, &mut result);
         result
+    }
+
+    /// The range `path` is confined to by comparisons (`$gt`, `$gte`,
+    /// `$lt`, `$lte`, `$eq`) that every match must satisfy, or `None` when
+    /// no such comparison names it. Bounds are in BSON order; type
+    /// bracketing (a numeric bound never matches a string) is left to the
+    /// caller, who still applies the whole filter to what the range yields.
+    pub fn range_bounds(&self, path: &str) -> Option<(Bound<Bson>, Bound<Bson>)> {
+        let mut conjuncts = Vec::new();
+        necessary_conjuncts(&self.root, &mut conjuncts);
+        let mut lower: Bound<Bson> = Bound::Unbounded;
+        let mut upper: Bound<Bson> = Bound::Unbounded;
+        let mut found = false;
+        for p in conjuncts {
+            if p.path.dotted != path {
+                continue;
+            }
+            let Pred::Compare { op, value } = &p.pred else {
+                continue;
+            };
+            // Arrays match element-wise and regexes by pattern: no range.
+            if matches!(value, Bson::Array(_) | Bson::RegularExpression(_)) {
+                continue;
+            }
+            found = true;
+            let (lo, hi) = match op {
+                CmpOp::Eq => (Bound::Included(value), Bound::Included(value)),
+                CmpOp::Gt => (Bound::Excluded(value), Bound::Unbounded),
+                CmpOp::Gte => (Bound::Included(value), Bound::Unbounded),
+                CmpOp::Lt => (Bound::Unbounded, Bound::Excluded(value)),
+                CmpOp::Lte => (Bound::Unbounded, Bound::Included(value)),
+            };
+            lower = tighter(lower, lo, Ordering::Greater);
+            upper = tighter(upper, hi, Ordering::Less);
+        }
+        found.then_some((lower, upper))
     }
 
     /// The document an upsert starts from: the filter's equality conditions
@@ -277,6 +314,29 @@ fn collect_equalities(node: &Node, path: &str, result: &mut Option<Vec<Bson>>) {
                 .filter(|v| values.iter().any(|w| values_equal(v, w)))
                 .collect(),
         });
+    }
+}
+
+/// The tighter of two bounds: the larger lower bound (`wanted` Greater)
+/// or the smaller upper bound (`wanted` Less); exclusive wins a tie.
+fn tighter(current: Bound<Bson>, candidate: Bound<&Bson>, wanted: Ordering) -> Bound<Bson> {
+    let candidate = match candidate {
+        Bound::Unbounded => return current,
+        Bound::Included(v) => Bound::Included(v.clone()),
+        Bound::Excluded(v) => Bound::Excluded(v.clone()),
+    };
+    let value = |b: &Bound<Bson>| match b {
+        Bound::Included(v) | Bound::Excluded(v) => Some(v.clone()),
+        Bound::Unbounded => None,
+    };
+    match (value(&current), value(&candidate)) {
+        (None, _) => candidate,
+        (Some(cur), Some(cand)) => match compare(&cand, &cur) {
+            o if o == wanted => candidate,
+            Ordering::Equal if matches!(candidate, Bound::Excluded(_)) => candidate,
+            _ => current,
+        },
+        (Some(_), None) => current,
     }
 }
 
@@ -2765,5 +2825,30 @@ mod tests {
             }
         }
         assert!(m(doc! {"a": {"$mod": [-1, 0]}}, doc! {"a": [i64::MIN]}));
+    }
+
+    #[test]
+    fn range_bounds_intersect_the_comparisons_on_a_path() {
+        use std::ops::Bound;
+        let f = Filter::parse(&doc! {"_id": {"$gte": 5, "$gt": 5, "$lt": 10}, "x": 1}).unwrap();
+        assert_eq!(
+            f.range_bounds("_id"),
+            Some((
+                Bound::Excluded(Bson::Int32(5)),
+                Bound::Excluded(Bson::Int32(10))
+            ))
+        );
+        let f =
+            Filter::parse(&doc! {"$and": [{"_id": {"$lte": 3}}, {"_id": {"$lte": 2}}]}).unwrap();
+        assert_eq!(
+            f.range_bounds("_id"),
+            Some((Bound::Unbounded, Bound::Included(Bson::Int32(2))))
+        );
+        let f = Filter::parse(&doc! {"$or": [{"_id": {"$gt": 1}}, {"y": 2}]}).unwrap();
+        assert_eq!(f.range_bounds("_id"), None);
+        assert_eq!(
+            Filter::parse(&doc! {"x": 1}).unwrap().range_bounds("_id"),
+            None
+        );
     }
 }

@@ -41,7 +41,10 @@ impl Namespace {
             );
         }
         if db.len() + 1 + coll.len() > 255 {
-            bail!(InvalidNamespace, "Fully qualified namespace is too long: {db}.{coll}");
+            bail!(
+                InvalidNamespace,
+                "Fully qualified namespace is too long: {db}.{coll}"
+            );
         }
         Ok(Namespace {
             db: db.to_string(),
@@ -53,7 +56,10 @@ impl Namespace {
     pub fn parse(full: &str) -> Result<Namespace> {
         match full.split_once('.') {
             Some((db, coll)) => Namespace::new(db, coll),
-            None => Err(err!(InvalidNamespace, "Invalid namespace specified '{full}'")),
+            None => Err(err!(
+                InvalidNamespace,
+                "Invalid namespace specified '{full}'"
+            )),
         }
     }
 
@@ -76,7 +82,10 @@ pub fn validate_db_name(db: &str) -> Result<()> {
     if db.len() >= 64 {
         bail!(InvalidNamespace, "db name is too long: {db}");
     }
-    if db.chars().any(|c| matches!(c, '/' | '\\' | '.' | ' ' | '"' | '$' | '\0')) {
+    if db
+        .chars()
+        .any(|c| matches!(c, '/' | '\\' | '.' | ' ' | '"' | '$' | '\0'))
+    {
         bail!(InvalidNamespace, "Invalid database name: '{db}'");
     }
     Ok(())
@@ -298,7 +307,11 @@ impl Catalog {
         });
         let mut batch = WriteBatch::default();
         batch.delete(Space::Catalog, ns_key(from));
-        batch.put(Space::Catalog, ns_key(to), encode(&renamed.meta_document())?);
+        batch.put(
+            Space::Catalog,
+            ns_key(to),
+            encode(&renamed.meta_document())?,
+        );
         seq = seq.max(self.engine.write(batch)?);
         // Writers holding the old handle re-resolve and find the new name.
         coll.dropped.store(true, Ordering::Release);

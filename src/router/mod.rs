@@ -16,12 +16,13 @@ pub mod catalog;
 mod write;
 
 use std::collections::BTreeSet;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use bson::{Bson, Document};
 
 pub use catalog::{Collection, Namespace};
-pub use write::{InsertOutcome, ModifyOutcome, UpdateStatement};
+pub use write::{maybe_blocking, InsertOutcome, ModifyOutcome, UpdateStatement};
 
 use crate::error::{Error, Result};
 use crate::query::filter::{Filter, MatchDetails};
@@ -86,33 +87,89 @@ impl Router {
         keys::record_key(coll.id, UNSHARDED_HASH, &keystring::encode_id(id))
     }
 
-    /// The records the filter may match: point lookups when it pins
-    /// `_id`, else every record of the collection, in key order.
+    /// How to reach the records a filter may match: point lookups when
+    /// it pins `_id`, a key range when it bounds `_id`, else the whole
+    /// collection. In an unsharded collection key order is `_id` order.
+    fn access(&self, coll: &Collection, filter: Option<&Filter>) -> Access {
+        if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
+            return Access::Points(ids.iter().map(|id| Router::id_key(coll, id)).collect());
+        }
+        let (all_from, all_to) = keys::collection_range(coll.id);
+        let Some((lower, upper)) = filter.and_then(|f| f.range_bounds("_id")) else {
+            return Access::Range(all_from, all_to);
+        };
+        let prefix = keys::record_key(coll.id, UNSHARDED_HASH, &[]);
+        let with_prefix = |tail: &[u8]| {
+            let mut k = prefix.clone();
+            k.extend_from_slice(tail);
+            k
+        };
+        // A comparison only matches values of its own type class, so a
+        // one-sided range stops at the edge of that class.
+        let class_start = |v: &Bson| with_prefix(&keystring::encode_id(v)[..1]);
+        let class_end = |v: &Bson| {
+            let first = keystring::encode_id(v).first().copied().unwrap_or(0);
+            with_prefix(&[first.saturating_add(1)])
+        };
+        let (from, to) = match (&lower, &upper) {
+            (Bound::Unbounded, Bound::Unbounded) => (all_from, all_to),
+            (lo, hi) => {
+                let from = match lo {
+                    Bound::Included(v) => Bound::Included(with_prefix(&keystring::encode_id(v))),
+                    Bound::Excluded(v) => Bound::Excluded(with_prefix(&keystring::encode_id(v))),
+                    Bound::Unbounded => match hi {
+                        Bound::Included(v) | Bound::Excluded(v) => Bound::Included(class_start(v)),
+                        Bound::Unbounded => all_from,
+                    },
+                };
+                let to = match hi {
+                    Bound::Included(v) => Bound::Included(with_prefix(&keystring::encode_id(v))),
+                    Bound::Excluded(v) => Bound::Excluded(with_prefix(&keystring::encode_id(v))),
+                    Bound::Unbounded => match lo {
+                        Bound::Included(v) | Bound::Excluded(v) => Bound::Excluded(class_end(v)),
+                        Bound::Unbounded => all_to,
+                    },
+                };
+                (from, to)
+            }
+        };
+        Access::Range(from, to)
+    }
+
+    /// The records the filter may match, in key order (`reverse` for
+    /// descending).
     pub(crate) fn candidates(
         &self,
         coll: &Collection,
         filter: Option<&Filter>,
+        reverse: bool,
     ) -> Box<dyn Iterator<Item = Result<Record>> + Send> {
-        if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
-            let keys: BTreeSet<Vec<u8>> = ids.iter().map(|id| Router::id_key(coll, id)).collect();
-            let engine = self.engine.clone();
-            return Box::new(keys.into_iter().filter_map(move |key| {
-                match engine.get(Space::Records, &key) {
+        match self.access(coll, filter) {
+            Access::Points(keys) => {
+                let engine = self.engine.clone();
+                let fetch = move |key: Vec<u8>| match engine.get(Space::Records, &key) {
                     Ok(Some(v)) => Some(decode_record(key, &v)),
                     Ok(None) => None,
                     Err(e) => Some(Err(e.into())),
+                };
+                if reverse {
+                    Box::new(keys.into_iter().rev().filter_map(fetch))
+                } else {
+                    Box::new(keys.into_iter().filter_map(fetch))
                 }
-            }));
-        }
-        let (from, to) = keys::collection_range(coll.id);
-        Box::new(
-            self.engine
-                .scan(Space::Records, from, to)
-                .map(|item| {
+            }
+            Access::Range(from, to) => {
+                let scan = if reverse {
+                    self.engine.scan_rev(Space::Records, from, to)
+                } else {
+                    self.engine.scan(Space::Records, from, to)
+                };
+                Box::new(scan.map(|item| {
                     let (k, v) = item?;
                     decode_record(k, &v)
-                }),
-        )
+                }))
+            }
+        }
     }
 
     /// Matching records with what the match found.
@@ -121,8 +178,18 @@ impl Router {
         coll: &Collection,
         filter: Option<&Filter>,
     ) -> impl Iterator<Item = Result<(Record, MatchDetails)>> + Send + 'static {
+        self.matching_ordered(coll, filter, false)
+    }
+
+    /// [`Router::matching`] in key order or its reverse.
+    pub(crate) fn matching_ordered(
+        &self,
+        coll: &Collection,
+        filter: Option<&Filter>,
+        reverse: bool,
+    ) -> impl Iterator<Item = Result<(Record, MatchDetails)>> + Send + 'static {
         let filter = filter.cloned();
-        self.candidates(coll, filter.as_ref())
+        self.candidates(coll, filter.as_ref(), reverse)
             .filter_map(move |rec| match rec {
                 Err(e) => Some(Err(e)),
                 Ok(rec) => match &filter {
@@ -142,11 +209,14 @@ impl Router {
     }
 
     /// Runs a query and returns its results as a lazy stream.
+    ///
+    /// A sort on `_id` alone follows key order and streams; any other sort
+    /// keeps only the best `skip + limit` rows when there is a limit, and
+    /// refuses to hold more than [`MAX_SORT_BYTES`] of documents otherwise.
     pub fn find(&self, ns: &Namespace, spec: FindSpec) -> Result<DocStream> {
         let Some(coll) = self.catalog.get(ns) else {
             return Ok(Box::new(std::iter::empty()));
         };
-        let matching = self.matching(&coll, spec.filter.as_ref());
         let projection = spec.projection.clone();
         let project = move |(rec, details): (Record, MatchDetails)| -> Result<Document> {
             match &projection {
@@ -159,30 +229,32 @@ impl Router {
             .limit
             .filter(|&l| l > 0)
             .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
-        match spec.sort {
-            Some(sort) => {
-                let mut rows = Vec::new();
-                for item in matching {
-                    rows.push(item?);
-                }
-                rows.sort_by(|a, b| sort.compare(&a.0.doc, &b.0.doc));
-                let rows = rows.into_iter().skip(skip);
-                let rows: Box<dyn Iterator<Item = (Record, MatchDetails)> + Send> = match limit {
-                    Some(l) => Box::new(rows.take(l)),
-                    None => Box::new(rows),
-                };
-                Ok(Box::new(rows.map(project)))
-            }
-            None => {
-                let rows = matching.skip(skip);
-                let rows: Box<dyn Iterator<Item = Result<(Record, MatchDetails)>> + Send> =
-                    match limit {
-                        Some(l) => Box::new(rows.take(l)),
-                        None => Box::new(rows),
-                    };
-                Ok(Box::new(rows.map(move |r| r.and_then(&project))))
-            }
+        let id_order = match &spec.sort {
+            None => Some(false),
+            Some(sort) => id_sort_direction(sort).map(|ascending| !ascending),
+        };
+        if let Some(reverse) = id_order {
+            let rows = self
+                .matching_ordered(&coll, spec.filter.as_ref(), reverse)
+                .skip(skip);
+            let rows: Box<dyn Iterator<Item = Result<(Record, MatchDetails)>> + Send> = match limit
+            {
+                Some(l) => Box::new(rows.take(l)),
+                None => Box::new(rows),
+            };
+            return Ok(Box::new(rows.map(move |r| r.and_then(&project))));
         }
+        let Some(sort) = spec.sort else {
+            return Ok(Box::new(std::iter::empty()));
+        };
+        let keep = limit.map(|l| l.saturating_add(skip));
+        let rows = sorted_rows(self.matching(&coll, spec.filter.as_ref()), &sort, keep)?;
+        let rows = rows.into_iter().skip(skip);
+        let rows: Box<dyn Iterator<Item = (Record, MatchDetails)> + Send> = match limit {
+            Some(l) => Box::new(rows.take(l)),
+            None => Box::new(rows),
+        };
+        Ok(Box::new(rows.map(project)))
     }
 
     /// Per-collection figures for `collStats` and `dbStats`.
@@ -196,6 +268,67 @@ impl Router {
         }
         Ok(stats)
     }
+}
+
+/// Most bytes of documents a sort without a limit holds in memory,
+/// MongoDB's default for a blocking sort.
+pub const MAX_SORT_BYTES: usize = 100 * 1024 * 1024;
+
+/// Where a query's candidate records come from.
+enum Access {
+    /// Exact record keys, in key order.
+    Points(BTreeSet<Vec<u8>>),
+    /// A range of record keys.
+    Range(Bound<Vec<u8>>, Bound<Vec<u8>>),
+}
+
+/// `Some(ascending)` when the sort is on `_id` alone.
+fn id_sort_direction(sort: &SortSpec) -> Option<bool> {
+    match sort.fields() {
+        [only] if only.path() == "_id" => Some(only.ascending()),
+        _ => None,
+    }
+}
+
+/// Sorts matching rows. With `keep`, only the best `keep` rows are held:
+/// rows gather in a buffer that is sorted and cut back to `keep` whenever
+/// it doubles, so memory stays proportional to `keep`.
+fn sorted_rows(
+    rows: impl Iterator<Item = Result<(Record, MatchDetails)>>,
+    sort: &SortSpec,
+    keep: Option<usize>,
+) -> Result<Vec<(Record, MatchDetails)>> {
+    let mut buf: Vec<(Vec<Bson>, usize, (Record, MatchDetails))> = Vec::new();
+    let mut bytes = 0usize;
+    let order = |a: &(Vec<Bson>, usize, (Record, MatchDetails)),
+                 b: &(Vec<Bson>, usize, (Record, MatchDetails))| {
+        sort.compare_keys(&a.0, &b.0).then(a.1.cmp(&b.1))
+    };
+    for (seq, row) in rows.enumerate() {
+        let row = row?;
+        let key = sort.key_for(&row.0.doc);
+        if keep.is_none() {
+            bytes += crate::commands::args::document_size(&row.0.doc);
+            if bytes > MAX_SORT_BYTES {
+                return Err(crate::err!(
+                    QueryExceededMemoryLimitNoDiskUseAllowed,
+                    "Sort exceeded memory limit of {MAX_SORT_BYTES} bytes, but did not opt in to external sorting."
+                ));
+            }
+        }
+        buf.push((key, seq, row));
+        if let Some(k) = keep {
+            if buf.len() >= k.saturating_mul(2).max(1024) {
+                buf.sort_by(order);
+                buf.truncate(k);
+            }
+        }
+    }
+    buf.sort_by(order);
+    if let Some(k) = keep {
+        buf.truncate(k);
+    }
+    Ok(buf.into_iter().map(|(_, _, row)| row).collect())
 }
 
 #[derive(Debug, Default, Clone, Copy)]
