@@ -1,1 +1,732 @@
 //! Test harness: starts a Shardgate server for the driver tests.
+//!
+//! Sits outside the server: every test talks to a real `shardgate` process
+//! over loopback, through the official Rust driver (`mongodb`) or, for the
+//! wire-level tests, through raw bytes on a `TcpStream` (see [`wire`]).
+//!
+//! Each test starts its own server ([`TestServer::start`]) on a free
+//! 127.0.0.1 port with a fresh temporary data directory, so tests run in
+//! parallel without sharing state. The server's stdout and stderr go to a log
+//! file beside the data directory; when a test panics, the log is printed so
+//! the failure can be read together with what the server said.
+//!
+//! The binary is `$SHARDGATE_BIN`, else `<workspace>/target/release/shardgate`,
+//! else `<workspace>/target/debug/shardgate` (`$CARGO_TARGET_DIR` is honoured).
+
+use std::{
+    fs::{File, OpenOptions},
+    io::{Read, Seek, SeekFrom},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::{mpsc, Arc, Mutex},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+pub use mongodb;
+pub use mongodb::bson;
+
+use mongodb::{
+    bson::{doc, Document},
+    error::{Error, ErrorKind, WriteFailure},
+    options::ClientOptions,
+    Client, Database,
+};
+
+/// How long one test's server may live before the watchdog kills it, so that
+/// a server that stops answering fails the test instead of hanging the suite.
+/// Override with `SHARDGATE_TEST_TIMEOUT_SECS`.
+const DEFAULT_WATCHDOG_SECS: u64 = 240;
+
+/// How long to wait for a freshly started server to answer `ping`.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running `shardgate` process owned by one test.
+pub struct TestServer {
+    /// A driver client connected with `directConnection=true`.
+    pub client: Client,
+    /// `127.0.0.1:PORT`.
+    pub addr: SocketAddr,
+    child: Arc<Mutex<Option<Child>>>,
+    /// Holds `data/` and `server.log`; removed on drop.
+    root: tempfile::TempDir,
+    log_path: PathBuf,
+    watchdog: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
+}
+
+/// Where the server binary is.
+pub fn server_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("SHARDGATE_BIN") {
+        return PathBuf::from(p);
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("compat-tests lives inside the workspace")
+        .to_path_buf();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"));
+    for profile in ["release", "debug"] {
+        let p = target.join(profile).join("shardgate");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!(
+        "no shardgate binary: set SHARDGATE_BIN or run `cargo build --release -p shardgate` \
+         (looked in {})",
+        target.display()
+    );
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind an ephemeral loopback port")
+        .port()
+}
+
+/// The driver connection string for a server at `addr`.
+pub fn uri(addr: SocketAddr) -> String {
+    format!(
+        "mongodb://{addr}/?directConnection=true&serverSelectionTimeoutMS=10000\
+         &connectTimeoutMS=5000&appname=shardgate-compat-tests"
+    )
+}
+
+impl TestServer {
+    /// Starts a server on a free port with a fresh data directory and waits
+    /// until it answers `ping`.
+    pub async fn start() -> TestServer {
+        Self::start_with_args(&[]).await
+    }
+
+    /// Like [`TestServer::start`], with extra command-line arguments.
+    pub async fn start_with_args(extra: &[&str]) -> TestServer {
+        let root = tempfile::Builder::new()
+            .prefix("shardgate-test-")
+            .tempdir()
+            .expect("create temp dir");
+        std::fs::create_dir_all(root.path().join("data")).expect("create data dir");
+        let log_path = root.path().join("server.log");
+        let child = Arc::new(Mutex::new(None));
+        let watchdog = spawn_watchdog(child.clone());
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let mut last_err = String::new();
+        // A port picked as free may be taken before the server binds it;
+        // try a few ports before giving up.
+        for _attempt in 0..4 {
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            match launch(&child, root.path(), &log_path, addr, &extra).await {
+                Ok(client) => {
+                    return TestServer {
+                        client,
+                        addr,
+                        child,
+                        root,
+                        log_path,
+                        watchdog: Some(watchdog),
+                    };
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        let log = read_tail(&log_path, 64 * 1024);
+        panic!("shardgate did not start: {last_err}\n---- server log ----\n{log}");
+    }
+
+    /// The data directory this server uses (kept across restarts).
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    /// The log file holding the server's stdout and stderr.
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        read_tail(&self.log_path, usize::MAX)
+    }
+
+    /// The process id of the running server, if it is running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.lock().unwrap().as_ref().map(|c| c.id())
+    }
+
+    /// A database handle on the harness client.
+    pub fn db(&self, name: &str) -> Database {
+        self.client.database(name)
+    }
+
+    /// A new client to this server with options adjusted by `f`
+    /// (e.g. to install a command event handler).
+    pub async fn client_with(&self, f: impl FnOnce(&mut ClientOptions)) -> Client {
+        let mut opts = ClientOptions::parse(uri(self.addr))
+            .await
+            .expect("parse uri");
+        f(&mut opts);
+        Client::with_options(opts).expect("build client")
+    }
+
+    /// A fresh client (new connection pool) to this server.
+    pub async fn new_client(&self) -> Client {
+        self.client_with(|_| {}).await
+    }
+
+    /// Kills the server with SIGKILL (no chance to flush anything) and waits
+    /// for it to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits up to `timeout` for the server to exit; kills
+    /// it with SIGKILL after that. Returns the exit status if it exited by
+    /// itself.
+    pub fn stop(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let mut guard = self.child.lock().unwrap();
+        let Some(mut c) = guard.take() else {
+            return None;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        let deadline = Instant::now() + timeout;
+        loop {
+            match c.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Stops the server (gracefully if it is still running) and starts it
+    /// again on the same data directory. `self.client` is replaced with a
+    /// client to the new process.
+    pub async fn restart(&mut self) {
+        self.stop(Duration::from_secs(15));
+        let mut last_err = String::new();
+        // Prefer the same port; fall back to a new one if it is taken.
+        let mut ports = vec![self.addr.port()];
+        for _ in 0..3 {
+            ports.push(free_port());
+        }
+        for port in ports {
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            match launch(&self.child, self.root.path(), &self.log_path, addr, &[]).await {
+                Ok(client) => {
+                    self.client = client;
+                    self.addr = addr;
+                    return;
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        panic!(
+            "shardgate did not restart: {last_err}\n---- server log ----\n{}",
+            self.log()
+        );
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.lock().map(|mut g| g.take()).unwrap_or(None) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some((stop, handle)) = self.watchdog.take() {
+            let _ = stop.send(());
+            let _ = handle.join();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "---- shardgate log ({}) ----\n{}\n---- end of shardgate log ----",
+                self.log_path.display(),
+                read_tail(&self.log_path, 64 * 1024)
+            );
+        }
+    }
+}
+
+/// Starts the process and waits until it answers `ping`; on failure the
+/// child is killed and the reason returned.
+async fn launch(
+    slot: &Arc<Mutex<Option<Child>>>,
+    root: &Path,
+    log_path: &Path,
+    addr: SocketAddr,
+    extra: &[String],
+) -> Result<Client, String> {
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .map_err(|e| format!("open log: {e}"))?;
+    let log2 = log.try_clone().map_err(|e| format!("clone log: {e}"))?;
+    let log_level = std::env::var("SHARDGATE_TEST_LOG_LEVEL").unwrap_or_else(|_| "info".into());
+    let bin = server_binary();
+    let child = Command::new(&bin)
+        .arg("--bind")
+        .arg(addr.to_string())
+        .arg("--data-dir")
+        .arg(root.join("data"))
+        .arg("--log-level")
+        .arg(&log_level)
+        .args(extra)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log2))
+        .spawn()
+        .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
+    *slot.lock().unwrap() = Some(child);
+
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    let mut why = String::from("timed out");
+    while Instant::now() < deadline {
+        if let Some(status) = exited(slot) {
+            return Err(format!("server exited during startup with {status}"));
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            match ping(addr).await {
+                Ok(client) => {
+                    // The port answered, but was it our process? One that
+                    // failed to bind exits at once.
+                    if let Some(status) = exited(slot) {
+                        return Err(format!("server exited during startup with {status}"));
+                    }
+                    return Ok(client);
+                }
+                Err(e) => why = format!("ping failed: {e}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    if let Some(mut c) = slot.lock().unwrap().take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    Err(format!(
+        "no answer on {addr} within {STARTUP_TIMEOUT:?}: {why}"
+    ))
+}
+
+fn exited(slot: &Arc<Mutex<Option<Child>>>) -> Option<ExitStatus> {
+    let mut g = slot.lock().unwrap();
+    let status = g.as_mut().and_then(|c| c.try_wait().ok().flatten());
+    if status.is_some() {
+        g.take();
+    }
+    status
+}
+
+async fn ping(addr: SocketAddr) -> Result<Client, String> {
+    let mut opts = ClientOptions::parse(uri(addr))
+        .await
+        .map_err(|e| e.to_string())?;
+    opts.server_selection_timeout = Some(Duration::from_secs(3));
+    let probe = Client::with_options(opts).map_err(|e| e.to_string())?;
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        probe.database("admin").run_command(doc! {"ping": 1}),
+    )
+    .await;
+    match r {
+        Ok(Ok(_)) => {
+            // The client used by the tests gets the normal timeouts.
+            Client::with_uri_str(uri(addr))
+                .await
+                .map_err(|e| e.to_string())
+        }
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("ping timed out".into()),
+    }
+}
+
+fn spawn_watchdog(child: Arc<Mutex<Option<Child>>>) -> (mpsc::Sender<()>, JoinHandle<()>) {
+    let secs = std::env::var("SHARDGATE_TEST_TIMEOUT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(DEFAULT_WATCHDOG_SECS);
+    let (tx, rx) = mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
+            if let Some(mut c) = child.lock().unwrap().take() {
+                eprintln!(
+                    "watchdog: test ran over {secs}s; killing shardgate pid {}",
+                    c.id()
+                );
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    });
+    (tx, handle)
+}
+
+fn read_tail(path: &Path, max: usize) -> String {
+    let Ok(mut f) = File::open(path) else {
+        return String::from("(no log file)");
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(max as u64);
+    let _ = f.seek(SeekFrom::Start(start));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let mut s = String::from_utf8_lossy(&buf).into_owned();
+    if start > 0 {
+        s.insert_str(0, "...(earlier lines cut)...\n");
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------
+// Error helpers
+// ---------------------------------------------------------------------------
+
+/// What a failed command or write said: MongoDB's code, codeName and message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub code: i32,
+    pub code_name: String,
+    pub message: String,
+}
+
+/// Extracts the server's code/codeName/message from a driver error: a
+/// command error, a single write error, or the first of a batch's write
+/// errors. `None` for network and client-side errors.
+pub fn failure(e: &Error) -> Option<Failure> {
+    match &*e.kind {
+        ErrorKind::Command(c) => Some(Failure {
+            code: c.code,
+            code_name: c.code_name.clone(),
+            message: c.message.clone(),
+        }),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some(Failure {
+            code: w.code,
+            code_name: w.code_name.clone().unwrap_or_default(),
+            message: w.message.clone(),
+        }),
+        ErrorKind::InsertMany(m) => {
+            m.write_errors
+                .as_ref()
+                .and_then(|v| v.first())
+                .map(|w| Failure {
+                    code: w.code,
+                    code_name: w.code_name.clone().unwrap_or_default(),
+                    message: w.message.clone(),
+                })
+        }
+        _ => None,
+    }
+}
+
+/// Asserts that `r` failed on the server with `code` (and `code_name`, if
+/// not empty) and returns the failure.
+#[track_caller]
+pub fn expect_failure<T: std::fmt::Debug>(
+    r: mongodb::error::Result<T>,
+    code: i32,
+    code_name: &str,
+) -> Failure {
+    match r {
+        Ok(v) => panic!("expected error {code} {code_name}, got success: {v:?}"),
+        Err(e) => {
+            let f =
+                failure(&e).unwrap_or_else(|| panic!("expected server error {code}, got {e:?}"));
+            assert_eq!(f.code, code, "wrong error code in {f:?}");
+            if !code_name.is_empty() {
+                assert_eq!(f.code_name, code_name, "wrong codeName in {f:?}");
+            }
+            assert!(!f.message.is_empty(), "error without errmsg: {f:?}");
+            f
+        }
+    }
+}
+
+/// Runs a raw command on `db` and asserts it fails with `code`/`code_name`.
+pub async fn expect_command_error(
+    db: &Database,
+    cmd: Document,
+    code: i32,
+    code_name: &str,
+) -> Failure {
+    let shown = format!("{cmd}");
+    let r = db.run_command(cmd).await;
+    match r {
+        Ok(v) => panic!("expected {shown} to fail with {code} {code_name}, got {v}"),
+        Err(e) => {
+            let f = failure(&e)
+                .unwrap_or_else(|| panic!("{shown}: expected server error {code}, got {e:?}"));
+            assert_eq!(f.code, code, "{shown}: wrong error code in {f:?}");
+            if !code_name.is_empty() {
+                assert_eq!(f.code_name, code_name, "{shown}: wrong codeName in {f:?}");
+            }
+            assert!(!f.message.is_empty(), "{shown}: error without errmsg");
+            f
+        }
+    }
+}
+
+/// Runs a raw command on `db` and asserts it fails with one of `allowed`
+/// (code, codeName) pairs — for cases where MongoDB 7.0 patch releases differ.
+pub async fn expect_command_error_in(
+    db: &Database,
+    cmd: Document,
+    allowed: &[(i32, &str)],
+) -> Failure {
+    let shown = format!("{cmd}");
+    match db.run_command(cmd).await {
+        Ok(v) => panic!("expected {shown} to fail with one of {allowed:?}, got {v}"),
+        Err(e) => {
+            let f =
+                failure(&e).unwrap_or_else(|| panic!("{shown}: expected server error, got {e:?}"));
+            assert!(
+                allowed
+                    .iter()
+                    .any(|(c, n)| *c == f.code && *n == f.code_name),
+                "{shown}: got {f:?}, expected one of {allowed:?}"
+            );
+            assert!(!f.message.is_empty(), "{shown}: error without errmsg");
+            f
+        }
+    }
+}
+
+/// Reads a numeric field as i64 whatever its BSON numeric type (servers
+/// legitimately answer counts as int32, int64 or double).
+#[track_caller]
+pub fn num(d: &Document, key: &str) -> i64 {
+    match d.get(key) {
+        Some(mongodb::bson::Bson::Int32(v)) => *v as i64,
+        Some(mongodb::bson::Bson::Int64(v)) => *v,
+        Some(mongodb::bson::Bson::Double(v)) if v.fract() == 0.0 => *v as i64,
+        other => panic!("field {key:?} is not an integer: {other:?} in {d}"),
+    }
+}
+
+/// Reads a numeric field as f64 whatever its BSON numeric type.
+#[track_caller]
+pub fn numf(d: &Document, key: &str) -> f64 {
+    match d.get(key) {
+        Some(mongodb::bson::Bson::Int32(v)) => *v as f64,
+        Some(mongodb::bson::Bson::Int64(v)) => *v as f64,
+        Some(mongodb::bson::Bson::Double(v)) => *v,
+        other => panic!("field {key:?} is not a number: {other:?} in {d}"),
+    }
+}
+
+/// `ok` is 1 (as int or double).
+#[track_caller]
+pub fn assert_ok(d: &Document) {
+    assert_eq!(numf(d, "ok"), 1.0, "reply not ok: {d}");
+}
+
+/// The documents of a reply's first cursor batch.
+#[track_caller]
+pub fn first_batch(reply: &Document) -> Vec<Document> {
+    let cursor = reply
+        .get_document("cursor")
+        .unwrap_or_else(|_| panic!("no cursor in {reply}"));
+    batch(cursor, "firstBatch")
+}
+
+/// The documents of a getMore reply's batch.
+#[track_caller]
+pub fn next_batch(reply: &Document) -> Vec<Document> {
+    let cursor = reply
+        .get_document("cursor")
+        .unwrap_or_else(|_| panic!("no cursor in {reply}"));
+    batch(cursor, "nextBatch")
+}
+
+#[track_caller]
+fn batch(cursor: &Document, key: &str) -> Vec<Document> {
+    cursor
+        .get_array(key)
+        .unwrap_or_else(|_| panic!("no {key} in {cursor}"))
+        .iter()
+        .map(|b| b.as_document().expect("batch holds documents").clone())
+        .collect()
+}
+
+/// The cursor id of a find/aggregate/getMore reply.
+#[track_caller]
+pub fn cursor_id(reply: &Document) -> i64 {
+    let cursor = reply
+        .get_document("cursor")
+        .unwrap_or_else(|_| panic!("no cursor in {reply}"));
+    num(cursor, "id")
+}
+
+// ---------------------------------------------------------------------------
+// Raw wire access
+// ---------------------------------------------------------------------------
+
+/// Hand-built frames for tests that must send what no driver sends.
+pub mod wire {
+    use mongodb::bson::Document;
+    use std::time::Duration;
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpStream,
+    };
+
+    pub const OP_MSG: i32 = 2013;
+    pub const OP_QUERY: i32 = 2004;
+    pub const OP_REPLY: i32 = 1;
+
+    /// A message header followed by `body`.
+    pub fn frame(request_id: i32, op_code: i32, body: &[u8]) -> Vec<u8> {
+        let len = 16 + body.len() as i32;
+        let mut out = Vec::with_capacity(len as usize);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&request_id.to_le_bytes());
+        out.extend_from_slice(&0i32.to_le_bytes());
+        out.extend_from_slice(&op_code.to_le_bytes());
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// An OP_MSG with flags 0 and one kind-0 section holding `doc_bytes`
+    /// (which need not be valid BSON).
+    pub fn op_msg_raw(request_id: i32, doc_bytes: &[u8]) -> Vec<u8> {
+        let mut body = Vec::with_capacity(5 + doc_bytes.len());
+        body.extend_from_slice(&0u32.to_le_bytes());
+        body.push(0);
+        body.extend_from_slice(doc_bytes);
+        frame(request_id, OP_MSG, &body)
+    }
+
+    /// An OP_MSG carrying the command `doc`.
+    pub fn op_msg(request_id: i32, doc: &Document) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        doc.to_writer(&mut bytes).expect("serialize command");
+        op_msg_raw(request_id, &bytes)
+    }
+
+    /// What came back on a connection.
+    #[derive(Debug)]
+    pub enum Outcome {
+        /// A reply: its opCode and its (first) document, if it parsed.
+        Reply { op_code: i32, doc: Option<Document> },
+        /// The server closed the connection (or reset it).
+        Closed,
+        /// Nothing within the time allowed.
+        Silent,
+    }
+
+    /// Reads one reply, distinguishing a closed connection and silence.
+    pub async fn read_reply(stream: &mut TcpStream, wait: Duration) -> Outcome {
+        match tokio::time::timeout(wait, read_reply_inner(stream)).await {
+            Err(_) => Outcome::Silent,
+            Ok(None) => Outcome::Closed,
+            Ok(Some(o)) => o,
+        }
+    }
+
+    async fn read_reply_inner(stream: &mut TcpStream) -> Option<Outcome> {
+        let mut header = [0u8; 16];
+        stream.read_exact(&mut header).await.ok()?;
+        let len = i32::from_le_bytes(header[0..4].try_into().unwrap());
+        let op_code = i32::from_le_bytes(header[12..16].try_into().unwrap());
+        if !(16..=64 * 1024 * 1024).contains(&len) {
+            return Some(Outcome::Reply { op_code, doc: None });
+        }
+        let mut body = vec![0u8; len as usize - 16];
+        stream.read_exact(&mut body).await.ok()?;
+        let doc = match op_code {
+            OP_MSG if body.len() > 5 && body[4] == 0 => Document::from_reader(&body[5..]).ok(),
+            // responseFlags, cursorID, startingFrom, numberReturned, documents
+            OP_REPLY if body.len() > 20 => Document::from_reader(&body[20..]).ok(),
+            _ => None,
+        };
+        Some(Outcome::Reply { op_code, doc })
+    }
+
+    /// A raw connection that sends commands exactly as given (the driver
+    /// would add its own `lsid`/`$clusterTime`), with `$db` appended.
+    pub struct RawConn {
+        pub stream: TcpStream,
+        next_id: i32,
+    }
+
+    impl RawConn {
+        pub async fn connect(addr: std::net::SocketAddr) -> RawConn {
+            let stream = TcpStream::connect(addr).await.expect("connect to server");
+            RawConn { stream, next_id: 1 }
+        }
+
+        /// Sends `cmd` to database `db` and returns the reply document;
+        /// panics if the connection closes or stays silent for 30 s.
+        pub async fn command(&mut self, db: &str, mut cmd: Document) -> Document {
+            cmd.insert("$db", db);
+            self.next_id += 1;
+            let shown = format!("{cmd}");
+            assert!(
+                send(&mut self.stream, &op_msg(self.next_id, &cmd)).await,
+                "send {shown}"
+            );
+            match read_reply(&mut self.stream, Duration::from_secs(30)).await {
+                Outcome::Reply { doc: Some(d), .. } => d,
+                other => panic!("no reply to {shown}: {other:?}"),
+            }
+        }
+    }
+
+    /// Writes `bytes`, ignoring errors (the server may already have closed).
+    pub async fn send(stream: &mut TcpStream, bytes: &[u8]) -> bool {
+        stream.write_all(bytes).await.is_ok() && stream.flush().await.is_ok()
+    }
+}
+
+/// A BSON regular expression value. Written to compile against both bson 2
+/// and bson 3 (`mongodb::bson` is bson 3 when any workspace member enables
+/// the driver's `bson-3` feature).
+#[allow(clippy::useless_conversion)]
+pub fn regex(pattern: &str, options: &str) -> mongodb::bson::Bson {
+    let mut opts: Vec<char> = options.chars().collect();
+    opts.sort_unstable();
+    let opts: String = opts.into_iter().collect();
+    mongodb::bson::Bson::RegularExpression(mongodb::bson::Regex {
+        pattern: pattern.to_string().try_into().expect("pattern without NUL"),
+        options: opts.try_into().expect("options without NUL"),
+    })
+}
+
+/// A tiny deterministic PRNG (xorshift64*) for generated test input.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}

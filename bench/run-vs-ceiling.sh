@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds Shardgate, the benchmark and the ceiling server; starts the ceiling
+# and a Shardgate on a fresh data directory; runs every workload against both,
+# alternating, at concurrency 1 and 16; stops both servers. Loopback only.
+#
+#   bench/run-vs-ceiling.sh                       # defaults, see below
+#   bench/run-vs-ceiling.sh --docs 50000 --duration 5   # extra shardgate-bench flags
+#
+# Environment: CEILING_DIR (the ceiling's sources, default ../shared/tools/ceiling
+# beside the repository), CEILING_PORT (27200), SHARDGATE_PORT (27300),
+# CONCURRENCY (1,16), LOG (where the output is also written), SKIP_BUILD=1 (use
+# the binaries already built).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ceiling_dir="${CEILING_DIR:-$repo/../shared/tools/ceiling}"
+ceiling_port="${CEILING_PORT:-27200}"
+shardgate_port="${SHARDGATE_PORT:-27300}"
+concurrency="${CONCURRENCY:-1,16}"
+ceiling_target="${CEILING_TARGET_DIR:-/tmp/ceiling-target}"
+log="${LOG:-/tmp/shardgate-bench-$(date +%Y%m%d-%H%M%S).log}"
+
+if [[ "${SKIP_BUILD:-}" != 1 ]]; then
+    echo "== building (release)"
+    cargo build --release --manifest-path "$ceiling_dir/Cargo.toml" --target-dir "$ceiling_target"
+    (cd "$repo" && cargo build --release --bin shardgate --bin shardgate-bench)
+fi
+
+data_dir="$(mktemp -d /tmp/sgbench-data.XXXXXX)"
+pids=()
+stop() {
+    for pid in "${pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$data_dir"
+}
+trap stop EXIT
+
+wait_for_port() {
+    local port=$1 name=$2
+    for _ in $(seq 1 150); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    echo "$name did not start listening on 127.0.0.1:$port" >&2
+    return 1
+}
+
+for port in "$ceiling_port" "$shardgate_port"; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        echo "something already listens on 127.0.0.1:$port; stop it or set CEILING_PORT/SHARDGATE_PORT" >&2
+        exit 1
+    fi
+done
+
+echo "== starting the ceiling on 127.0.0.1:$ceiling_port"
+"$ceiling_target/release/ceiling" --host 127.0.0.1 --port "$ceiling_port" >/tmp/ceiling.log 2>&1 &
+pids+=("$!")
+echo "== starting shardgate on 127.0.0.1:$shardgate_port, data in $data_dir"
+"$repo/target/release/shardgate" --bind "127.0.0.1:$shardgate_port" --data-dir "$data_dir" \
+    --log-level warn >/tmp/shardgate-bench-server.log 2>&1 &
+shardgate_pid=$!
+pids+=("$shardgate_pid")
+wait_for_port "$ceiling_port" ceiling
+wait_for_port "$shardgate_port" shardgate
+
+echo "== benchmark (output also in $log)"
+"$repo/target/release/shardgate-bench" \
+    --uri "mongodb://127.0.0.1:$shardgate_port/?directConnection=true" \
+    --compare-uri "mongodb://127.0.0.1:$ceiling_port/?directConnection=true" \
+    --concurrency "$concurrency" \
+    --rss-pid "$shardgate_pid" \
+    "$@" 2>&1 | tee "$log"
