@@ -195,6 +195,48 @@ pub fn with_time_limit(stream: DocStream, max_time_ms: Option<u64>) -> DocStream
     }))
 }
 
+/// `cursor.batchSize` of a command that answers with a cursor.
+pub fn cursor_batch_size(cmd: &str, body: &Document) -> Result<Option<usize>> {
+    match body.get("cursor") {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Document(c)) => match c.get("batchSize") {
+            None => Ok(None),
+            Some(v) => match crate::commands::args::number_as_i64(v) {
+                Some(n) if n >= 0 => Ok(Some(n as usize)),
+                _ => Err(Error::new(
+                    ErrorCode::Location51024,
+                    format!("BSON field 'batchSize' value must be >= 0, actual value '{v}'"),
+                )),
+            },
+        },
+        Some(_) => Err(Error::type_mismatch(format!(
+            "BSON field '{cmd}.cursor' is the wrong type, expected type 'object'"
+        ))),
+    }
+}
+
+/// Answers with a cursor over `docs`: the first batch now, the rest
+/// through `getMore`.
+pub fn reply_with_cursor(
+    req: &crate::commands::Request<'_>,
+    ns: String,
+    docs: Vec<Document>,
+    batch_size: Option<usize>,
+) -> Document {
+    let stream: DocStream = Box::new(docs.into_iter().map(Ok));
+    let mut stream = stream.peekable();
+    let (batch_docs, exhausted) = match next_batch(&mut stream, batch_size) {
+        Ok(b) => (b.docs, b.exhausted),
+        Err(_) => (Vec::new(), true),
+    };
+    let id = if exhausted {
+        0
+    } else {
+        req.state.cursors.open(ns.clone(), stream)
+    };
+    first_batch_reply(id, &ns, batch_docs)
+}
+
 /// The `cursor` sub-document of a `find`/`aggregate` reply.
 pub fn first_batch_reply(id: i64, ns: &str, docs: Vec<Bson>) -> Document {
     doc! {"cursor": {"firstBatch": docs, "id": id, "ns": ns}}

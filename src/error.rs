@@ -90,6 +90,7 @@ error_codes! {
     Location40352 = 40352,
     Location51270 = 51270,
     UnknownError = 8,
+    TransactionTooOld = 225,
     InvalidPipelineOperator = 168,
     QueryFeatureNotAllowed = 224,
     EmptyFieldName = 56,

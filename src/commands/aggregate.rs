@@ -220,6 +220,26 @@ fn apply(stage: Stage, input: DocStream) -> Result<DocStream> {
 }
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
+    super::args::check_fields(
+        req,
+        &[
+            "pipeline",
+            "explain",
+            "allowDiskUse",
+            "cursor",
+            "bypassDocumentValidation",
+            "collation",
+            "hint",
+            "let",
+            "fromMongos",
+            "needsMerge",
+            "isMapReduceCommand",
+            "collectionUUID",
+            "exchange",
+            "runtimeConstants",
+            "searchQueryPlanningInfo",
+        ],
+    )?;
     let b = &req.body;
     let ns = match b.get("aggregate") {
         Some(Bson::String(_)) => collection_namespace("aggregate", &req.db, b)?,
@@ -228,7 +248,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     };
     let Some(pipeline) = args::opt_array("aggregate", b, "pipeline")? else {
         return Err(Error::new(
-            ErrorCode::Location40415,
+            ErrorCode::Location40414,
             "BSON field 'aggregate.pipeline' is missing but a required field",
         ));
     };

@@ -115,9 +115,10 @@ pub fn number_as_i64(v: &Bson) -> Option<i64> {
 pub fn opt_non_negative(cmd: &str, body: &Document, field: &str) -> Result<Option<u64>> {
     match opt_i64(cmd, body, field)? {
         None => Ok(None),
-        Some(n) if n < 0 => Err(Error::bad_value(format!(
-            "BSON field '{field}' value must be >= 0, actual value '{n}'"
-        ))),
+        Some(n) if n < 0 => Err(Error::new(
+            ErrorCode::Location51024,
+            format!("BSON field '{field}' value must be >= 0, actual value '{n}'"),
+        )),
         Some(n) => Ok(Some(n as u64)),
     }
 }
@@ -129,6 +130,45 @@ pub fn opt_str<'a>(cmd: &str, body: &'a Document, field: &str) -> Result<Option<
         Some(Bson::String(s)) => Ok(Some(s)),
         Some(other) => Err(wrong_type(cmd, field, other, "string")),
     }
+}
+
+/// Arguments every command accepts (MongoDB's generic arguments).
+const GENERIC_FIELDS: &[&str] = &[
+    "apiDeprecationErrors",
+    "apiStrict",
+    "apiVersion",
+    "autocommit",
+    "clientOperationKey",
+    "comment",
+    "lsid",
+    "maxTimeMS",
+    "mayBypassWriteBlocking",
+    "readConcern",
+    "startTransaction",
+    "stmtId",
+    "txnNumber",
+    "txnRetryCounter",
+    "writeConcern",
+];
+
+/// Refuses a field the command does not know, as MongoDB's command
+/// parsers do: `{find: "c", frobnicate: 1}` is an error, not ignored.
+/// `$`-prefixed fields (`$db`, `$clusterTime`, `$readPreference` …) are
+/// for the server and drivers and always pass.
+pub fn check_fields(req: &Request<'_>, known: &[&str]) -> Result<()> {
+    for key in req.body.keys().skip(1) {
+        if key.starts_with('$')
+            || known.contains(&key.as_str())
+            || GENERIC_FIELDS.contains(&key.as_str())
+        {
+            continue;
+        }
+        return Err(Error::new(
+            ErrorCode::Location40415,
+            format!("BSON field '{}.{key}' is an unknown field.", req.name),
+        ));
+    }
+    Ok(())
 }
 
 fn missing(cmd: &str, field: &str) -> Error {
@@ -181,6 +221,11 @@ pub fn raw_document_list(req: &Request<'_>, field: &str) -> Result<Vec<Vec<u8>>>
                 .map_err(|e| Error::bad_value(format!("cannot encode document: {e}")))
         })
         .collect()
+}
+
+/// A count as MongoDB reports it in write replies: an int32.
+pub fn count_i32(n: u64) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// Checks the size of a write batch against `maxWriteBatchSize`.

@@ -5,7 +5,7 @@ use bson::{doc, Bson, Document};
 
 use super::args::{bool_or, collection_namespace, opt_document, opt_str};
 use super::Request;
-use crate::cursor::first_batch_reply;
+use crate::cursor::{cursor_batch_size, reply_with_cursor};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
 use crate::router::{Collection, Namespace};
@@ -71,6 +71,7 @@ pub async fn list_collections(req: &Request<'_>) -> Result<Document> {
     let filter = opt_document("listCollections", b, "filter")?
         .map(Filter::parse)
         .transpose()?;
+    let batch_size = cursor_batch_size("listCollections", b)?;
     let mut out = Vec::new();
     for c in req.state.router.catalog.list_db(&req.db) {
         let info = collection_info(&c);
@@ -78,18 +79,13 @@ pub async fn list_collections(req: &Request<'_>) -> Result<Document> {
             continue;
         }
         if name_only {
-            out.push(Bson::Document(
-                doc! {"name": &c.ns.coll, "type": "collection"},
-            ));
+            out.push(doc! {"name": &c.ns.coll, "type": "collection"});
         } else {
-            out.push(Bson::Document(info));
+            out.push(info);
         }
     }
-    Ok(first_batch_reply(
-        0,
-        &format!("{}.$cmd.listCollections", req.db),
-        out,
-    ))
+    let ns = format!("{}.$cmd.listCollections", req.db);
+    Ok(reply_with_cursor(req, ns, out, batch_size))
 }
 
 pub async fn create(req: &Request<'_>) -> Result<Document> {
@@ -118,6 +114,16 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
         }
     }
     let router = &req.state.router;
+    if let Some(existing) = router.catalog.get(&ns) {
+        // Creating it again with the same options is a no-op, as in 7.0.
+        if existing.options == options {
+            return Ok(Document::new());
+        }
+        return Err(Error::new(
+            ErrorCode::NamespaceExists,
+            format!("Collection {ns} already exists with different options"),
+        ));
+    }
     let (_, seq) = tokio::task::block_in_place(|| router.catalog.create(&ns, options, false))?;
     router.durable(seq.unwrap_or(0)).await?;
     Ok(Document::new())

@@ -10,6 +10,10 @@ use crate::query::filter::Filter;
 use crate::router::FindSpec;
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
+    super::args::check_fields(
+        req,
+        &["query", "limit", "skip", "hint", "collation", "fields"],
+    )?;
     let b = &req.body;
     let ns = collection_namespace("count", &req.db, b)?;
     let filter = opt_document("count", b, "query")?

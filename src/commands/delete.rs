@@ -5,14 +5,22 @@ use std::sync::atomic::Ordering;
 
 use bson::{doc, Bson, Document};
 
+use super::args::count_i32;
 use super::args::{bool_or, check_batch_size, collection_namespace, document_list, number_as_i64};
 use super::Request;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
 
-fn parse_statement(entry: &Document) -> Result<(Filter, bool)> {
-    let filter = match entry.get("q") {
-        Some(Bson::Document(q)) => Filter::parse(q)?,
+/// One `deletes` entry, checked for shape; the filter is parsed when it
+/// runs, so a bad filter is that statement's write error.
+struct Statement<'a> {
+    q: &'a Document,
+    multi: bool,
+}
+
+fn check_statement(entry: &Document) -> Result<Statement<'_>> {
+    let q = match entry.get("q") {
+        Some(Bson::Document(q)) => q,
         Some(other) => {
             return Err(Error::type_mismatch(format!(
                 "BSON field 'delete.deletes.q' is the wrong type '{}', expected type 'object'",
@@ -21,7 +29,7 @@ fn parse_statement(entry: &Document) -> Result<(Filter, bool)> {
         }
         None => {
             return Err(Error::new(
-                ErrorCode::Location40415,
+                ErrorCode::Location40414,
                 "BSON field 'delete.deletes.q' is missing but a required field",
             ))
         }
@@ -29,7 +37,7 @@ fn parse_statement(entry: &Document) -> Result<(Filter, bool)> {
     let limit = match entry.get("limit") {
         None => {
             return Err(Error::new(
-                ErrorCode::Location40415,
+                ErrorCode::Location40414,
                 "BSON field 'delete.deletes.limit' is missing but a required field",
             ))
         }
@@ -42,20 +50,28 @@ fn parse_statement(entry: &Document) -> Result<(Filter, bool)> {
             "The limit field in delete objects must be 0 or 1. Got {limit}"
         )));
     }
-    Ok((filter, limit == 0))
+    Ok(Statement {
+        q,
+        multi: limit == 0,
+    })
 }
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
+    super::args::check_fields(req, &["deletes", "ordered", "let"])?;
     let ns = collection_namespace("delete", &req.db, &req.body)?;
     let entries = document_list(req, "deletes")?;
     check_batch_size(entries.len())?;
     let ordered = bool_or("delete", &req.body, "ordered", true)?;
     let mut n = 0i64;
     let mut errors = Vec::new();
-    for (i, entry) in entries.iter().enumerate() {
+    let statements = entries
+        .iter()
+        .map(check_statement)
+        .collect::<Result<Vec<_>>>()?;
+    for (i, st) in statements.iter().enumerate() {
         req.state.counters.op_delete.fetch_add(1, Ordering::Relaxed);
-        let result = match parse_statement(entry) {
-            Ok((filter, multi)) => req.state.router.delete(&ns, &filter, multi, None).await,
+        let result = match Filter::parse(st.q) {
+            Ok(filter) => req.state.router.delete(&ns, &filter, st.multi, None).await,
             Err(e) => Err(e),
         };
         match result {
@@ -68,7 +84,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             }
         }
     }
-    let mut reply = doc! {"n": n};
+    let mut reply = doc! {"n": count_i32(n as u64)};
     if !errors.is_empty() {
         reply.insert("writeErrors", errors);
     }

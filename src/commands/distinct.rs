@@ -37,11 +37,12 @@ fn collect_values(v: &Bson, path: &[&str], out: &mut Vec<Bson>) {
 }
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
+    super::args::check_fields(req, &["key", "query", "collation", "hint"])?;
     let b = &req.body;
     let ns = collection_namespace("distinct", &req.db, b)?;
     let Some(key) = opt_str("distinct", b, "key")? else {
         return Err(Error::new(
-            ErrorCode::Location40415,
+            ErrorCode::Location40414,
             "BSON field 'distinct.key' is missing but a required field",
         ));
     };

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use bson::{doc, Bson, Document};
 
-use super::args::{self, bool_or, collection_namespace, opt_document, opt_i64, opt_non_negative};
+use super::args::{self, bool_or, collection_namespace, opt_document, opt_non_negative};
 use super::Request;
 use crate::cursor::{first_batch_reply, next_batch, with_time_limit, DEFAULT_FIRST_BATCH};
 use crate::error::{Error, ErrorCode, Result};
@@ -37,16 +37,8 @@ fn parse(req: &Request<'_>) -> Result<Find> {
         _ => None,
     };
     let skip = opt_non_negative("find", b, "skip")?.unwrap_or(0);
-    let mut single_batch = bool_or("find", b, "singleBatch", false)?;
-    let limit = match opt_i64("find", b, "limit")? {
-        None | Some(0) => None,
-        Some(n) if n < 0 => {
-            // A negative limit is the legacy "one batch of at most |n|".
-            single_batch = true;
-            Some(n.unsigned_abs())
-        }
-        Some(n) => Some(n as u64),
-    };
+    let single_batch = bool_or("find", b, "singleBatch", false)?;
+    let limit = opt_non_negative("find", b, "limit")?.filter(|&n| n > 0);
     let batch_size = opt_non_negative("find", b, "batchSize")?.map(|n| n as usize);
     let max_time_ms = opt_non_negative("find", b, "maxTimeMS")?;
     // hint, comment, maxTimeMS, readConcern, allowDiskUse … are accepted
@@ -68,6 +60,34 @@ fn parse(req: &Request<'_>) -> Result<Find> {
 }
 
 pub async fn find(req: &Request<'_>) -> Result<Document> {
+    super::args::check_fields(
+        req,
+        &[
+            "filter",
+            "projection",
+            "sort",
+            "hint",
+            "skip",
+            "limit",
+            "batchSize",
+            "singleBatch",
+            "max",
+            "min",
+            "returnKey",
+            "showRecordId",
+            "tailable",
+            "oplogReplay",
+            "noCursorTimeout",
+            "awaitData",
+            "allowPartialResults",
+            "collation",
+            "allowDiskUse",
+            "let",
+            "term",
+            "readOnce",
+            "includeQueryStatsMetrics",
+        ],
+    )?;
     let f = parse(req)?;
     req.state.counters.op_query.fetch_add(1, Ordering::Relaxed);
     let ns = f.ns.full();
@@ -101,6 +121,16 @@ pub async fn find(req: &Request<'_>) -> Result<Document> {
 }
 
 pub async fn get_more(req: &Request<'_>) -> Result<Document> {
+    super::args::check_fields(
+        req,
+        &[
+            "collection",
+            "batchSize",
+            "term",
+            "lastKnownCommittedOpTime",
+            "includeQueryStatsMetrics",
+        ],
+    )?;
     let b = &req.body;
     let id = match b.get("getMore") {
         Some(Bson::Int64(id)) => *id,
@@ -123,12 +153,21 @@ pub async fn get_more(req: &Request<'_>) -> Result<Document> {
         }
         None => {
             return Err(Error::new(
-                ErrorCode::Location40415,
+                ErrorCode::Location40414,
                 "BSON field 'getMore.collection' is missing but a required field",
             ))
         }
     };
-    let ns = crate::router::Namespace::new(&req.db, &coll)?.full();
+    // Cursors of commands such as listCollections live on `db.$cmd.…`
+    // namespaces, which are not collection names; the cursor itself
+    // checks the namespace matches.
+    if coll.is_empty() || coll.contains('\0') {
+        return Err(Error::new(
+            ErrorCode::InvalidNamespace,
+            format!("Invalid collection name for getMore: '{coll}'"),
+        ));
+    }
+    let ns = format!("{}.{coll}", req.db);
     let batch_size = opt_non_negative("getMore", b, "batchSize")?
         .filter(|&n| n > 0)
         .map(|n| n as usize);
@@ -152,7 +191,7 @@ pub async fn kill_cursors(req: &Request<'_>) -> Result<Document> {
     collection_namespace("killCursors", &req.db, &req.body)?;
     let Some(ids) = args::opt_array("killCursors", &req.body, "cursors")? else {
         return Err(Error::new(
-            ErrorCode::Location40415,
+            ErrorCode::Location40414,
             "BSON field 'killCursors.cursors' is missing but a required field",
         ));
     };

@@ -13,6 +13,23 @@ use crate::query::update::Update;
 use crate::router::UpdateStatement;
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
+    super::args::check_fields(
+        req,
+        &[
+            "query",
+            "sort",
+            "remove",
+            "update",
+            "new",
+            "fields",
+            "upsert",
+            "bypassDocumentValidation",
+            "collation",
+            "arrayFilters",
+            "hint",
+            "let",
+        ],
+    )?;
     let cmd = req.name.as_str();
     let b = &req.body;
     let ns = collection_namespace(cmd, &req.db, b)?;

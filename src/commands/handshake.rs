@@ -31,6 +31,9 @@ pub async fn hello(req: &Request<'_>) -> Result<Document> {
         "maxWireVersion": MAX_WIRE_VERSION,
         "readOnly": false,
     });
+    if matches!(req.body.get("helloOk"), Some(bson::Bson::Boolean(true))) {
+        reply.insert("helloOk", true);
+    }
     if req.body.contains_key("saslSupportedMechs") {
         reply.insert("saslSupportedMechs", Vec::<bson::Bson>::new());
     }

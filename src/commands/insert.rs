@@ -5,11 +5,13 @@ use std::sync::atomic::Ordering;
 
 use bson::{doc, Bson, Document};
 
+use super::args::count_i32;
 use super::args::{bool_or, check_batch_size, collection_namespace, raw_document_list};
 use super::Request;
 use crate::error::Result;
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
+    super::args::check_fields(req, &["documents", "ordered", "bypassDocumentValidation"])?;
     let ns = collection_namespace("insert", &req.db, &req.body)?;
     let docs = raw_document_list(req, "documents")?;
     check_batch_size(docs.len())?;
@@ -20,7 +22,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         .counters
         .op_insert
         .fetch_add(count, Ordering::Relaxed);
-    let mut reply = doc! {"n": outcome.inserted as i64};
+    let mut reply = doc! {"n": count_i32(outcome.inserted)};
     if !outcome.errors.is_empty() {
         let errors: Vec<Bson> = outcome
             .errors

@@ -20,6 +20,7 @@ pub mod handshake;
 pub mod indexes;
 pub mod insert;
 pub mod registry;
+pub mod retry;
 pub mod update;
 
 use std::net::SocketAddr;
@@ -48,6 +49,7 @@ pub struct StateInner {
     pub config: Config,
     pub started: Instant,
     pub counters: Counters,
+    pub retries: retry::RetryTable,
     cluster_time: AtomicU64,
 }
 
@@ -80,6 +82,7 @@ impl ServerState {
             config,
             started: Instant::now(),
             counters: Counters::default(),
+            retries: retry::RetryTable::default(),
             cluster_time: AtomicU64::new(0),
         }))
     }
@@ -252,6 +255,14 @@ async fn run(
         ));
     }
     state.counters.op_command.fetch_add(1, Ordering::Relaxed);
+    let retry = retry::is_retryable_write(&name)
+        .then(|| retry::retry_key(&body))
+        .flatten();
+    if let Some((session, txn)) = &retry {
+        if let Some(reply) = state.retries.lookup(session, *txn)? {
+            return Ok(reply);
+        }
+    }
     let req = Request {
         state,
         conn,
@@ -260,7 +271,11 @@ async fn run(
         body,
         sequences,
     };
-    (entry.handler)(&req).await
+    let reply = (entry.handler)(&req).await?;
+    if let Some((session, txn)) = retry {
+        state.retries.record(session, txn, &reply);
+    }
+    Ok(reply)
 }
 
 /// Multi-document transactions are not built yet; a command that would

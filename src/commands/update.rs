@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use bson::{doc, Bson, Document};
 
+use super::args::count_i32;
 use super::args::{bool_or, check_batch_size, collection_namespace, document_list, opt_array};
 use super::Request;
 use crate::error::{Error, Result};
@@ -26,14 +27,14 @@ pub fn parse_statement(entry: &Document) -> Result<UpdateStatement> {
         }
         None => {
             return Err(Error::new(
-                crate::error::ErrorCode::Location40415,
+                crate::error::ErrorCode::Location40414,
                 "BSON field 'update.updates.q' is missing but a required field",
             ))
         }
     };
     let Some(u) = entry.get("u") else {
         return Err(Error::new(
-            crate::error::ErrorCode::Location40415,
+            crate::error::ErrorCode::Location40414,
             "BSON field 'update.updates.u' is missing but a required field",
         ));
     };
@@ -74,6 +75,10 @@ pub fn parse_statement(entry: &Document) -> Result<UpdateStatement> {
 }
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
+    super::args::check_fields(
+        req,
+        &["updates", "ordered", "bypassDocumentValidation", "let"],
+    )?;
     let ns = collection_namespace("update", &req.db, &req.body)?;
     let entries = document_list(req, "updates")?;
     check_batch_size(entries.len())?;
@@ -82,6 +87,28 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let mut modified = 0i64;
     let mut upserted = Vec::new();
     let mut errors = Vec::new();
+    // A statement without `q` or `u` fails the whole command; a bad
+    // filter or update fails only its statement.
+    for entry in &entries {
+        for field in ["q", "u"] {
+            match entry.get(field) {
+                Some(Bson::Document(_)) => {}
+                Some(Bson::Array(_)) if field == "u" => {}
+                Some(other) => {
+                    return Err(Error::type_mismatch(format!(
+                        "BSON field 'update.updates.{field}' is the wrong type '{}', expected type 'object'",
+                        super::args::type_name(other)
+                    )))
+                }
+                None => {
+                    return Err(Error::new(
+                        crate::error::ErrorCode::Location40414,
+                        format!("BSON field 'update.updates.{field}' is missing but a required field"),
+                    ))
+                }
+            }
+        }
+    }
     for (i, entry) in entries.iter().enumerate() {
         req.state.counters.op_update.fetch_add(1, Ordering::Relaxed);
         let result = match parse_statement(entry) {
@@ -105,7 +132,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             }
         }
     }
-    let mut reply = doc! {"n": n, "nModified": modified};
+    let mut reply = doc! {"n": count_i32(n as u64), "nModified": count_i32(modified as u64)};
     if !upserted.is_empty() {
         reply.insert("upserted", upserted);
     }
