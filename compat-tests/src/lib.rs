@@ -190,9 +190,7 @@ impl TestServer {
     /// itself.
     pub fn stop(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let mut guard = self.child.lock().unwrap();
-        let Some(mut c) = guard.take() else {
-            return None;
-        };
+        let mut c = guard.take()?;
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(c.id().to_string())

@@ -40,7 +40,7 @@ async fn load(
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 // Mix single inserts and small batches.
-                if i % 3 == 0 {
+                if i.is_multiple_of(3) {
                     let ids: Vec<String> = (0..5).map(|k| format!("r{round}-w{w}-{i}-{k}")).collect();
                     let docs: Vec<Document> =
                         ids.iter().map(|id| doc! {"_id": id, "w": w as i32, "i": i as i64, "pad": "p".repeat(200)}).collect();

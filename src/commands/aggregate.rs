@@ -25,7 +25,7 @@ enum Stage {
     GroupConstant(Bson, Vec<(String, Bson)>),
 }
 
-fn stage_arg<'a>(stage: &'a Document) -> Result<(&'a str, &'a Bson)> {
+fn stage_arg(stage: &Document) -> Result<(&str, &Bson)> {
     if stage.len() != 1 {
         return Err(Error::new(
             ErrorCode::Location40324,

@@ -206,11 +206,7 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
         ));
     };
     let stats = tokio::task::block_in_place(|| router.collection_stats(&coll))?;
-    let avg = if stats.count > 0 {
-        stats.size / stats.count
-    } else {
-        0
-    };
+    let avg = stats.size.checked_div(stats.count).unwrap_or(0);
     Ok(doc! {
         "ns": ns.full(),
         "sharded": false,

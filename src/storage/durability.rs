@@ -205,7 +205,7 @@ mod tests {
             assert!(t.await.is_ok_and(|r| r.is_ok()));
         }
         let n = syncs.load(Ordering::SeqCst);
-        assert!(n >= 1 && n < 64, "64 writers took {n} syncs");
+        assert!((1..64).contains(&n), "64 writers took {n} syncs");
     }
 
     #[tokio::test]
