@@ -1,5 +1,6 @@
 //! Reading command arguments with MongoDB's type rules and errors.
 
+pub use crate::query::compare::type_name;
 use bson::{Bson, Document};
 
 use crate::error::{Error, ErrorCode, Result};
@@ -7,33 +8,6 @@ use crate::router::Namespace;
 use crate::wire::message::checked_document;
 
 use super::Request;
-
-/// MongoDB's name for a value's BSON type, as used in error messages.
-pub fn type_name(v: &Bson) -> &'static str {
-    match v {
-        Bson::Double(_) => "double",
-        Bson::String(_) => "string",
-        Bson::Document(_) => "object",
-        Bson::Array(_) => "array",
-        Bson::Binary(_) => "binData",
-        Bson::Undefined => "undefined",
-        Bson::ObjectId(_) => "objectId",
-        Bson::Boolean(_) => "bool",
-        Bson::DateTime(_) => "date",
-        Bson::Null => "null",
-        Bson::RegularExpression(_) => "regex",
-        Bson::DbPointer(_) => "dbPointer",
-        Bson::JavaScriptCode(_) => "javascript",
-        Bson::Symbol(_) => "symbol",
-        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
-        Bson::Int32(_) => "int",
-        Bson::Timestamp(_) => "timestamp",
-        Bson::Int64(_) => "long",
-        Bson::Decimal128(_) => "decimal",
-        Bson::MinKey => "minKey",
-        Bson::MaxKey => "maxKey",
-    }
-}
 
 fn wrong_type(cmd: &str, field: &str, v: &Bson, expected: &str) -> Error {
     Error::type_mismatch(format!(

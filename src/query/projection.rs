@@ -14,6 +14,7 @@
 //!   evaluated by [`Expr`]) are computed fields, added after the included
 //!   ones in projection order.
 
+use crate::query::compare::type_name;
 use std::sync::Arc;
 
 use bson::{Bson, Document};
@@ -881,33 +882,6 @@ fn positional_at(out: &mut Document, path: &[String], details: &MatchDetails) ->
         }
     }
     Ok(())
-}
-
-/// MongoDB's `typeName`.
-fn type_name(value: &Bson) -> &'static str {
-    match value {
-        Bson::Double(_) => "double",
-        Bson::String(_) => "string",
-        Bson::Document(_) => "object",
-        Bson::Array(_) => "array",
-        Bson::Binary(_) => "binData",
-        Bson::Undefined => "undefined",
-        Bson::ObjectId(_) => "objectId",
-        Bson::Boolean(_) => "bool",
-        Bson::DateTime(_) => "date",
-        Bson::Null => "null",
-        Bson::RegularExpression(_) => "regex",
-        Bson::DbPointer(_) => "dbPointer",
-        Bson::JavaScriptCode(_) => "javascript",
-        Bson::Symbol(_) => "symbol",
-        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
-        Bson::Int32(_) => "int",
-        Bson::Timestamp(_) => "timestamp",
-        Bson::Int64(_) => "long",
-        Bson::Decimal128(_) => "decimal",
-        Bson::MinKey => "minKey",
-        Bson::MaxKey => "maxKey",
-    }
 }
 
 #[cfg(test)]

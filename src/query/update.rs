@@ -26,6 +26,7 @@
 //! int64, int64 overflow is an error, anything with a double is a double and
 //! anything with a decimal is a decimal (34 digits, round half to even).
 
+use crate::query::compare::type_name;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -2675,33 +2676,6 @@ mod decimal {
 // ---------------------------------------------------------------------------
 // Messages
 // ---------------------------------------------------------------------------
-
-/// MongoDB's `typeName`.
-fn type_name(value: &Bson) -> &'static str {
-    match value {
-        Bson::Double(_) => "double",
-        Bson::String(_) => "string",
-        Bson::Document(_) => "object",
-        Bson::Array(_) => "array",
-        Bson::Binary(_) => "binData",
-        Bson::Undefined => "undefined",
-        Bson::ObjectId(_) => "objectId",
-        Bson::Boolean(_) => "bool",
-        Bson::DateTime(_) => "date",
-        Bson::Null => "null",
-        Bson::RegularExpression(_) => "regex",
-        Bson::DbPointer(_) => "dbPointer",
-        Bson::JavaScriptCode(_) => "javascript",
-        Bson::Symbol(_) => "symbol",
-        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
-        Bson::Int32(_) => "int",
-        Bson::Timestamp(_) => "timestamp",
-        Bson::Int64(_) => "long",
-        Bson::Decimal128(_) => "decimal",
-        Bson::MinKey => "minKey",
-        Bson::MaxKey => "maxKey",
-    }
-}
 
 /// `name: value` as MongoDB prints an element in messages.
 fn element_string(name: &str, value: &Bson) -> String {
