@@ -13,16 +13,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::watch;
 
 use super::{StorageError, StorageResult};
-
-/// Longest a sync waits for more writers to join it. Small against a
-/// journal sync (several hundred microseconds to milliseconds).
-pub const GATHER_WINDOW: Duration = Duration::from_micros(500);
 
 /// The sync step of a backend, run on the syncer thread.
 pub type SyncFn = Box<dyn Fn() -> StorageResult<()> + Send + 'static>;
@@ -128,7 +124,6 @@ impl Drop for GroupCommit {
 
 impl Shared {
     fn run(&self, sync: SyncFn) {
-        let mut last_batch = 1u64;
         loop {
             {
                 let mut pending = self.pending.lock();
@@ -140,14 +135,12 @@ impl Shared {
                 }
                 *pending = false;
             }
-            self.gather(last_batch);
             let synced_before = self.synced.borrow().upto;
             let target = self.issued.load(Ordering::Acquire);
             let started = Instant::now();
             let failed = sync().is_err();
-            last_batch = target.saturating_sub(synced_before).max(1);
             tracing::trace!(
-                writes = last_batch,
+                writes = target.saturating_sub(synced_before),
                 micros = started.elapsed().as_micros() as u64,
                 "journal synced"
             );
@@ -158,23 +151,6 @@ impl Shared {
                     s.upto = target;
                 }
             });
-        }
-    }
-
-    /// Before a sync, waits briefly for the writers the previous sync
-    /// released to come back with their next write, so that a steady set
-    /// of N writers is covered by one sync instead of alternating halves.
-    /// Waits at most [`GATHER_WINDOW`], and not at all for a lone writer.
-    fn gather(&self, expected: u64) {
-        if expected <= 1 {
-            return;
-        }
-        let synced = self.synced.borrow().upto;
-        let deadline = Instant::now() + GATHER_WINDOW;
-        while self.issued.load(Ordering::Acquire).saturating_sub(synced) < expected
-            && Instant::now() < deadline
-        {
-            thread::sleep(Duration::from_micros(50));
         }
     }
 }
