@@ -442,6 +442,33 @@ impl DecimalValue {
     }
 
     /// The nearest double.
+    /// The value as an int64 when it is integral and fits.
+    pub fn to_i64_exact(&self) -> Option<i64> {
+        let DecimalValue::Finite {
+            negative,
+            coefficient,
+            exponent,
+        } = *self
+        else {
+            return None;
+        };
+        let mut value = coefficient;
+        let mut exponent = exponent;
+        while exponent > 0 {
+            value = value.checked_mul(10)?;
+            exponent -= 1;
+        }
+        while exponent < 0 {
+            if value % 10 != 0 {
+                return None;
+            }
+            value /= 10;
+            exponent += 1;
+        }
+        let value = i128::try_from(value).ok()?;
+        i64::try_from(if negative { -value } else { value }).ok()
+    }
+
     pub fn to_f64(&self) -> f64 {
         match *self {
             DecimalValue::NaN => f64::NAN,

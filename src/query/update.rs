@@ -27,6 +27,7 @@
 //! anything with a decimal is a decimal (34 digits, round half to even).
 
 use crate::query::compare::type_name;
+use crate::query::compare::DecimalValue;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -899,7 +900,7 @@ fn parse_integer(field: &str, value: &Bson) -> Result<i64> {
             }
             Ok(*d as i64)
         }
-        Bson::Decimal128(d) => match decimal::to_i64_exact(&decimal::decode(d)) {
+        Bson::Decimal128(d) => match DecimalValue::from_decimal128(d).to_i64_exact() {
             Some(n) => Ok(n),
             None => bail!(
                 FailedToParse,
@@ -2173,7 +2174,7 @@ enum Num {
     Int(i32),
     Long(i64),
     Double(f64),
-    Decimal(decimal::Dec),
+    Decimal(DecimalValue),
 }
 
 impl Num {
@@ -2182,7 +2183,7 @@ impl Num {
             Bson::Int32(n) => Num::Int(*n),
             Bson::Int64(n) => Num::Long(*n),
             Bson::Double(d) => Num::Double(*d),
-            Bson::Decimal128(d) => Num::Decimal(decimal::decode(d)),
+            Bson::Decimal128(d) => Num::Decimal(DecimalValue::from_decimal128(d)),
             _ => return None,
         })
     }
@@ -2192,7 +2193,7 @@ impl Num {
             Num::Int(n) => Bson::Int32(n),
             Num::Long(n) => Bson::Int64(n),
             Num::Double(d) => Bson::Double(d),
-            Num::Decimal(d) => Bson::Decimal128(decimal::encode(d)),
+            Num::Decimal(d) => Bson::Decimal128(d.to_decimal128()),
         }
     }
 
@@ -2201,26 +2202,26 @@ impl Num {
             Num::Int(n) => f64::from(n),
             Num::Long(n) => n as f64,
             Num::Double(d) => d,
-            Num::Decimal(d) => decimal::to_f64(d),
+            Num::Decimal(d) => d.to_f64(),
         }
     }
 
-    fn to_decimal(self) -> decimal::Dec {
+    fn to_decimal(self) -> DecimalValue {
         match self {
-            Num::Int(n) => decimal::from_i64(i64::from(n)),
-            Num::Long(n) => decimal::from_i64(n),
-            Num::Double(d) => decimal::from_f64(d),
+            Num::Int(n) => DecimalValue::from_i64(i64::from(n)),
+            Num::Long(n) => DecimalValue::from_i64(n),
+            Num::Double(d) => DecimalValue::from_f64(d),
             Num::Decimal(d) => d,
         }
     }
 
     /// `None` when int64 arithmetic overflows (MongoDB refuses the update).
     fn add(self, other: Num) -> Option<Num> {
-        self.combine(other, i64::checked_add, |a, b| a + b, decimal::add)
+        self.combine(other, i64::checked_add, |a, b| a + b, |a, b| a.add(&b))
     }
 
     fn mul(self, other: Num) -> Option<Num> {
-        self.combine(other, i64::checked_mul, |a, b| a * b, decimal::mul)
+        self.combine(other, i64::checked_mul, |a, b| a * b, |a, b| a.mul(&b))
     }
 
     fn combine(
@@ -2228,7 +2229,7 @@ impl Num {
         other: Num,
         int: fn(i64, i64) -> Option<i64>,
         double: fn(f64, f64) -> f64,
-        dec: fn(decimal::Dec, decimal::Dec) -> decimal::Dec,
+        dec: fn(DecimalValue, DecimalValue) -> DecimalValue,
     ) -> Option<Num> {
         match (self, other) {
             (Num::Decimal(_), _) | (_, Num::Decimal(_)) => {
@@ -2251,7 +2252,7 @@ impl Num {
             Num::Int(n) => i64::from(n),
             Num::Long(n) => n,
             Num::Double(d) => d as i64,
-            Num::Decimal(d) => decimal::to_f64(d) as i64,
+            Num::Decimal(d) => d.to_f64() as i64,
         }
     }
 
@@ -2261,414 +2262,7 @@ impl Num {
             Num::Int(n) => format!("(NumberInt){n}"),
             Num::Long(n) => format!("(NumberLong){n}"),
             Num::Double(d) => format!("(NumberDouble){d}"),
-            Num::Decimal(d) => format!("(NumberDecimal){}", decimal::encode(d)),
-        }
-    }
-}
-
-/// Decimal128 arithmetic for `$inc`/`$mul`: IEEE 754-2008 decimal with 34
-/// digits, rounding half to even, exponents clamped to BSON's range.
-mod decimal {
-    use std::cmp::Ordering;
-
-    use bson::Decimal128;
-
-    const DIGITS: usize = 34;
-    const MAX_EXP: i64 = 6111;
-    const MIN_EXP: i64 = -6176;
-    const BIAS: i64 = 6176;
-    const MAX_COEFFICIENT: u128 = 9_999_999_999_999_999_999_999_999_999_999_999;
-
-    #[derive(Debug, Clone, Copy, PartialEq)]
-    pub(super) enum Dec {
-        NaN,
-        Infinity {
-            negative: bool,
-        },
-        Finite {
-            negative: bool,
-            coefficient: u128,
-            exponent: i64,
-        },
-    }
-
-    pub(super) fn decode(d: &Decimal128) -> Dec {
-        let bytes = d.bytes();
-        let mut low = [0u8; 8];
-        let mut high = [0u8; 8];
-        low.copy_from_slice(&bytes[..8]);
-        high.copy_from_slice(&bytes[8..]);
-        let (low, high) = (u64::from_le_bytes(low), u64::from_le_bytes(high));
-        let negative = high >> 63 == 1;
-        match (high >> 58) & 0x1f {
-            0x1f => return Dec::NaN,
-            0x1e => return Dec::Infinity { negative },
-            _ => {}
-        }
-        let (exponent, coefficient) = if (high >> 61) & 0b11 == 0b11 {
-            // The "11" form only holds coefficients above 10^34: non-canonical zero.
-            ((high >> 47) & 0x3fff, 0)
-        } else {
-            let coefficient = (u128::from(high & 0x1_ffff_ffff_ffff) << 64) | u128::from(low);
-            ((high >> 49) & 0x3fff, coefficient)
-        };
-        let coefficient = if coefficient > MAX_COEFFICIENT {
-            0
-        } else {
-            coefficient
-        };
-        Dec::Finite {
-            negative,
-            coefficient,
-            exponent: exponent as i64 - BIAS,
-        }
-    }
-
-    pub(super) fn encode(d: Dec) -> Decimal128 {
-        let (high, low) = match d {
-            Dec::NaN => (0x7c00_0000_0000_0000u64, 0u64),
-            Dec::Infinity { negative } => (0x7800_0000_0000_0000 | (u64::from(negative) << 63), 0),
-            Dec::Finite {
-                negative,
-                coefficient,
-                exponent,
-            } => {
-                let biased = u64::try_from(exponent + BIAS).unwrap_or(0) & 0x3fff;
-                let high = (u64::from(negative) << 63)
-                    | (biased << 49)
-                    | ((coefficient >> 64) as u64 & 0x1_ffff_ffff_ffff);
-                (high, coefficient as u64)
-            }
-        };
-        let mut bytes = [0u8; 16];
-        bytes[..8].copy_from_slice(&low.to_le_bytes());
-        bytes[8..].copy_from_slice(&high.to_le_bytes());
-        Decimal128::from_bytes(bytes)
-    }
-
-    pub(super) fn from_i64(n: i64) -> Dec {
-        Dec::Finite {
-            negative: n < 0,
-            coefficient: u128::from(n.unsigned_abs()),
-            exponent: 0,
-        }
-    }
-
-    /// A double as MongoDB converts it: rounded to 15 significant digits.
-    pub(super) fn from_f64(d: f64) -> Dec {
-        if d.is_nan() {
-            return Dec::NaN;
-        }
-        if d.is_infinite() {
-            return Dec::Infinity { negative: d < 0.0 };
-        }
-        let text = format!("{:.14e}", d.abs());
-        let (mantissa, exponent) = text.split_once('e').unwrap_or((text.as_str(), "0"));
-        let digits: Vec<u8> = mantissa
-            .bytes()
-            .filter(u8::is_ascii_digit)
-            .map(|b| b - b'0')
-            .collect();
-        let exponent = exponent.parse::<i64>().unwrap_or(0) - 14;
-        finish(d.is_sign_negative(), digits, exponent)
-    }
-
-    pub(super) fn to_f64(d: Dec) -> f64 {
-        match d {
-            Dec::NaN => f64::NAN,
-            Dec::Infinity { negative } => {
-                if negative {
-                    f64::NEG_INFINITY
-                } else {
-                    f64::INFINITY
-                }
-            }
-            Dec::Finite {
-                negative,
-                coefficient,
-                exponent,
-            } => {
-                let text = format!(
-                    "{}{}e{}",
-                    if negative { "-" } else { "" },
-                    coefficient,
-                    exponent
-                );
-                text.parse().unwrap_or(0.0)
-            }
-        }
-    }
-
-    /// The value as an int64 when it is integral and fits.
-    pub(super) fn to_i64_exact(d: &Dec) -> Option<i64> {
-        let Dec::Finite {
-            negative,
-            coefficient,
-            exponent,
-        } = *d
-        else {
-            return None;
-        };
-        let mut value = coefficient;
-        let mut exponent = exponent;
-        while exponent > 0 {
-            value = value.checked_mul(10)?;
-            exponent -= 1;
-        }
-        while exponent < 0 {
-            if value % 10 != 0 {
-                return None;
-            }
-            value /= 10;
-            exponent += 1;
-        }
-        let value = i128::try_from(value).ok()?;
-        i64::try_from(if negative { -value } else { value }).ok()
-    }
-
-    pub(super) fn add(a: Dec, b: Dec) -> Dec {
-        match (a, b) {
-            (Dec::NaN, _) | (_, Dec::NaN) => Dec::NaN,
-            (Dec::Infinity { negative: x }, Dec::Infinity { negative: y }) => {
-                if x == y {
-                    a
-                } else {
-                    Dec::NaN
-                }
-            }
-            (Dec::Infinity { .. }, _) => a,
-            (_, Dec::Infinity { .. }) => b,
-            (
-                Dec::Finite {
-                    negative: na,
-                    coefficient: ca,
-                    exponent: ea,
-                },
-                Dec::Finite {
-                    negative: nb,
-                    coefficient: cb,
-                    exponent: eb,
-                },
-            ) => {
-                let exponent = ea.min(eb);
-                let da = shifted(ca, ea - exponent);
-                let db = shifted(cb, eb - exponent);
-                if na == nb {
-                    return finish(na, add_digits(&da, &db), exponent);
-                }
-                match compare_digits(&da, &db) {
-                    Ordering::Greater => finish(na, sub_digits(&da, &db), exponent),
-                    Ordering::Less => finish(nb, sub_digits(&db, &da), exponent),
-                    Ordering::Equal => finish(false, vec![0], exponent),
-                }
-            }
-        }
-    }
-
-    pub(super) fn mul(a: Dec, b: Dec) -> Dec {
-        let zero = |d: &Dec| matches!(d, Dec::Finite { coefficient: 0, .. });
-        let negative = |d: &Dec| match d {
-            Dec::NaN => false,
-            Dec::Infinity { negative } | Dec::Finite { negative, .. } => *negative,
-        };
-        match (a, b) {
-            (Dec::NaN, _) | (_, Dec::NaN) => Dec::NaN,
-            (Dec::Infinity { .. }, _) | (_, Dec::Infinity { .. }) => {
-                if zero(&a) || zero(&b) {
-                    Dec::NaN
-                } else {
-                    Dec::Infinity {
-                        negative: negative(&a) != negative(&b),
-                    }
-                }
-            }
-            (
-                Dec::Finite {
-                    negative: na,
-                    coefficient: ca,
-                    exponent: ea,
-                },
-                Dec::Finite {
-                    negative: nb,
-                    coefficient: cb,
-                    exponent: eb,
-                },
-            ) => finish(na != nb, mul_digits(&digits(ca), &digits(cb)), ea + eb),
-        }
-    }
-
-    fn digits(mut n: u128) -> Vec<u8> {
-        let mut out = Vec::new();
-        loop {
-            out.push((n % 10) as u8);
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        out.reverse();
-        out
-    }
-
-    /// `n` followed by `zeros` zeros, as digits. Exponents are within
-    /// BSON's range, so `zeros` stays below 12,300.
-    fn shifted(n: u128, zeros: i64) -> Vec<u8> {
-        let mut out = digits(n);
-        out.resize(out.len() + usize::try_from(zeros).unwrap_or(0), 0);
-        out
-    }
-
-    fn strip(digits: &[u8]) -> &[u8] {
-        let first = digits.iter().position(|&d| d != 0).unwrap_or(digits.len());
-        if first == digits.len() {
-            &[0]
-        } else {
-            &digits[first..]
-        }
-    }
-
-    fn compare_digits(a: &[u8], b: &[u8]) -> Ordering {
-        let (a, b) = (strip(a), strip(b));
-        a.len().cmp(&b.len()).then_with(|| a.cmp(b))
-    }
-
-    fn add_digits(a: &[u8], b: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(a.len().max(b.len()) + 1);
-        let (mut i, mut j, mut carry) = (a.len(), b.len(), 0u8);
-        while i > 0 || j > 0 || carry > 0 {
-            let x = if i > 0 {
-                i -= 1;
-                a[i]
-            } else {
-                0
-            };
-            let y = if j > 0 {
-                j -= 1;
-                b[j]
-            } else {
-                0
-            };
-            let sum = x + y + carry;
-            out.push(sum % 10);
-            carry = sum / 10;
-        }
-        out.reverse();
-        out
-    }
-
-    /// `a - b` for `a >= b`.
-    fn sub_digits(a: &[u8], b: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(a.len());
-        let (mut i, mut j, mut borrow) = (a.len(), b.len(), 0i8);
-        while i > 0 {
-            i -= 1;
-            let y = if j > 0 {
-                j -= 1;
-                b[j] as i8
-            } else {
-                0
-            };
-            let mut d = a[i] as i8 - y - borrow;
-            borrow = 0;
-            if d < 0 {
-                d += 10;
-                borrow = 1;
-            }
-            out.push(d as u8);
-        }
-        out.reverse();
-        out
-    }
-
-    fn mul_digits(a: &[u8], b: &[u8]) -> Vec<u8> {
-        let mut acc = vec![0u32; a.len() + b.len()];
-        for (i, &x) in a.iter().enumerate().rev() {
-            for (j, &y) in b.iter().enumerate().rev() {
-                acc[i + j + 1] += u32::from(x) * u32::from(y);
-            }
-        }
-        for k in (1..acc.len()).rev() {
-            let carry = acc[k] / 10;
-            acc[k] %= 10;
-            acc[k - 1] += carry;
-        }
-        acc.into_iter().map(|d| d as u8).collect()
-    }
-
-    /// Drops the last `drop` digits, rounding half to even.
-    fn round_off(digits: &[u8], drop: usize) -> Vec<u8> {
-        if drop == 0 {
-            return digits.to_vec();
-        }
-        if drop > digits.len() {
-            return vec![0];
-        }
-        let (kept, dropped) = digits.split_at(digits.len() - drop);
-        let mut kept = if kept.is_empty() {
-            vec![0]
-        } else {
-            kept.to_vec()
-        };
-        let first = dropped[0];
-        let rest_nonzero = dropped[1..].iter().any(|&d| d != 0);
-        let odd = kept.last().is_some_and(|d| d % 2 == 1);
-        if first > 5 || (first == 5 && (rest_nonzero || odd)) {
-            let mut i = kept.len();
-            loop {
-                if i == 0 {
-                    kept.insert(0, 1);
-                    break;
-                }
-                i -= 1;
-                if kept[i] == 9 {
-                    kept[i] = 0;
-                } else {
-                    kept[i] += 1;
-                    break;
-                }
-            }
-        }
-        kept
-    }
-
-    /// Rounds an exact result to 34 digits and BSON's exponent range.
-    fn finish(negative: bool, digits: Vec<u8>, exponent: i64) -> Dec {
-        let mut digits = strip(&digits).to_vec();
-        let mut exponent = exponent;
-        if digits.len() > DIGITS {
-            let drop = digits.len() - DIGITS;
-            digits = round_off(&digits, drop);
-            exponent += drop as i64;
-            if digits.len() > DIGITS {
-                digits = round_off(&digits, 1);
-                exponent += 1;
-            }
-        }
-        if exponent < MIN_EXP {
-            let drop = usize::try_from(MIN_EXP - exponent).unwrap_or(usize::MAX);
-            digits = strip(&round_off(&digits, drop)).to_vec();
-            exponent = MIN_EXP;
-        }
-        let is_zero = digits.iter().all(|&d| d == 0);
-        if exponent > MAX_EXP {
-            if is_zero {
-                exponent = MAX_EXP;
-            } else {
-                let pad = usize::try_from(exponent - MAX_EXP).unwrap_or(usize::MAX);
-                if digits.len().saturating_add(pad) > DIGITS {
-                    return Dec::Infinity { negative };
-                }
-                digits.resize(digits.len() + pad, 0);
-                exponent = MAX_EXP;
-            }
-        }
-        let coefficient = digits
-            .iter()
-            .fold(0u128, |acc, &d| acc * 10 + u128::from(d));
-        Dec::Finite {
-            negative,
-            coefficient,
-            exponent,
+            Num::Decimal(d) => format!("(NumberDecimal){}", d.to_decimal128()),
         }
     }
 }
@@ -3181,7 +2775,11 @@ mod tests {
             "1E-6176",
         ] {
             let d: bson::Decimal128 = text.parse().unwrap();
-            assert_eq!(decimal::encode(decimal::decode(&d)), d, "{text}");
+            assert_eq!(
+                DecimalValue::from_decimal128(&d).to_decimal128(),
+                d,
+                "{text}"
+            );
         }
     }
 
