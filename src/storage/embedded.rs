@@ -13,11 +13,14 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, Snapshot};
 use futures::future::BoxFuture;
 
 use super::durability::GroupCommit;
-use super::{CommitSeq, Engine, ScanIter, Space, StorageError, StorageResult, WriteBatch, WriteOp};
+use super::{
+    CommitSeq, Engine, Reader, ScanIter, SharedReader, Space, StorageError, StorageResult,
+    WriteBatch, WriteOp,
+};
 
 /// Size at which a memtable is sealed and flushed to disk.
 const MEMTABLE_BYTES: u64 = 32 * 1024 * 1024;
@@ -73,11 +76,70 @@ impl ActiveJournal {
     }
 }
 
-pub struct EmbeddedEngine {
-    db: Database,
+/// The engine's keyspaces, one per [`Space`].
+#[derive(Clone)]
+struct Spaces {
     records: Keyspace,
     catalog: Keyspace,
+    index: Keyspace,
+}
+
+impl Spaces {
+    fn get(&self, space: Space) -> &Keyspace {
+        match space {
+            Space::Records => &self.records,
+            Space::Catalog => &self.catalog,
+            Space::Index => &self.index,
+        }
+    }
+}
+
+pub struct EmbeddedEngine {
+    db: Database,
+    spaces: Spaces,
     group: Arc<GroupCommit>,
+}
+
+/// A point-in-time view of every space.
+struct EmbeddedSnapshot {
+    snapshot: Snapshot,
+    spaces: Spaces,
+}
+
+/// Owned `(key, value)` pairs. A fjall iterator holds its own snapshot,
+/// so it reads one point in time however long it is kept.
+fn owned(
+    iter: impl Iterator<Item = fjall::Guard> + Send + 'static,
+) -> impl Iterator<Item = StorageResult<(Vec<u8>, Vec<u8>)>> + Send + 'static {
+    iter.map(|guard| {
+        let (k, v) = guard.into_inner().map_err(engine_err)?;
+        Ok((k.to_vec(), v.to_vec()))
+    })
+}
+
+impl Reader for EmbeddedSnapshot {
+    fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        Ok(self
+            .snapshot
+            .get(self.spaces.get(space), key)
+            .map_err(engine_err)?
+            .map(|v| v.to_vec()))
+    }
+
+    fn scan(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter {
+        Box::new(owned(
+            self.snapshot
+                .range::<Vec<u8>, _>(self.spaces.get(space), (from, to)),
+        ))
+    }
+
+    fn scan_rev(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter {
+        Box::new(owned(
+            self.snapshot
+                .range::<Vec<u8>, _>(self.spaces.get(space), (from, to))
+                .rev(),
+        ))
+    }
 }
 
 impl EmbeddedEngine {
@@ -99,6 +161,9 @@ impl EmbeddedEngine {
         let catalog = db
             .keyspace("catalog", KeyspaceCreateOptions::default)
             .map_err(engine_err)?;
+        let index = db
+            .keyspace("index", KeyspaceCreateOptions::default)
+            .map_err(engine_err)?;
         let sync_db = db.clone();
         let journal = Mutex::new(ActiveJournal::new(dir.join("engine")));
         let group = GroupCommit::start(Box::new(move || {
@@ -116,21 +181,21 @@ impl EmbeddedEngine {
         }));
         Ok(Arc::new(EmbeddedEngine {
             db,
-            records,
-            catalog,
+            spaces: Spaces {
+                records,
+                catalog,
+                index,
+            },
             group,
         }))
     }
 
     fn keyspace(&self, space: Space) -> &Keyspace {
-        match space {
-            Space::Records => &self.records,
-            Space::Catalog => &self.catalog,
-        }
+        self.spaces.get(space)
     }
 }
 
-impl Engine for EmbeddedEngine {
+impl Reader for EmbeddedEngine {
     fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
         Ok(self
             .keyspace(space)
@@ -140,19 +205,22 @@ impl Engine for EmbeddedEngine {
     }
 
     fn scan(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter {
-        let iter = self.keyspace(space).range::<Vec<u8>, _>((from, to));
-        Box::new(iter.map(|guard| {
-            let (k, v) = guard.into_inner().map_err(engine_err)?;
-            Ok((k.to_vec(), v.to_vec()))
-        }))
+        Box::new(owned(self.keyspace(space).range::<Vec<u8>, _>((from, to))))
     }
 
     fn scan_rev(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter {
-        let iter = self.keyspace(space).range::<Vec<u8>, _>((from, to)).rev();
-        Box::new(iter.map(|guard| {
-            let (k, v) = guard.into_inner().map_err(engine_err)?;
-            Ok((k.to_vec(), v.to_vec()))
-        }))
+        Box::new(owned(
+            self.keyspace(space).range::<Vec<u8>, _>((from, to)).rev(),
+        ))
+    }
+}
+
+impl Engine for EmbeddedEngine {
+    fn snapshot(&self) -> SharedReader {
+        Arc::new(EmbeddedSnapshot {
+            snapshot: self.db.snapshot(),
+            spaces: self.spaces.clone(),
+        })
     }
 
     fn write(&self, batch: WriteBatch) -> StorageResult<CommitSeq> {

@@ -14,6 +14,17 @@ pub fn hash_bytes(hash: i64) -> [u8; 8] {
     ((hash as u64) ^ (1 << 63)).to_be_bytes()
 }
 
+/// The hash a record key is stored under.
+pub fn record_hash(key: &[u8]) -> Option<i64> {
+    let bytes: [u8; 8] = key.get(8..16)?.try_into().ok()?;
+    Some((u64::from_be_bytes(bytes) ^ (1 << 63)) as i64)
+}
+
+/// The `keystring(_id)` part of a record key.
+pub fn record_id_key(key: &[u8]) -> &[u8] {
+    key.get(16..).unwrap_or_default()
+}
+
 /// The key of one record.
 pub fn record_key(collection: u64, hash: i64, id_key: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(16 + id_key.len());
@@ -41,6 +52,17 @@ pub fn partition_range(collection: u64, min: i64, max: i64) -> (Bound<Vec<u8>>, 
     (Bound::Included(from), Bound::Excluded(to))
 }
 
+/// The key of one index entry: `collection id | index number (4 bytes,
+/// big-endian) | entry`. Number 0 is the `_id` index of a sharded
+/// collection, whose entries map `keystring(_id)` to the record's hash.
+pub fn index_key(collection: u64, index: u32, entry: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(12 + entry.len());
+    key.extend_from_slice(&collection.to_be_bytes());
+    key.extend_from_slice(&index.to_be_bytes());
+    key.extend_from_slice(entry);
+    key
+}
+
 /// The key range of every record of `collection`.
 pub fn collection_range(collection: u64) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     (
@@ -66,6 +88,14 @@ mod tests {
         for w in hashes.windows(2) {
             assert!(hash_bytes(w[0]) < hash_bytes(w[1]));
         }
+    }
+
+    #[test]
+    fn record_keys_give_back_their_parts() {
+        let key = record_key(9, -42, b"id");
+        assert_eq!(record_hash(&key), Some(-42));
+        assert_eq!(record_id_key(&key), b"id");
+        assert_eq!(record_hash(b"short"), None);
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub enum Space {
     Records,
     /// Collection metadata and partition maps, keyed by namespace.
     Catalog,
+    /// Index entries, keyed by [`keys::index_key`].
+    Index,
 }
 
 /// One change inside an atomic [`WriteBatch`].
@@ -87,19 +89,33 @@ pub type CommitSeq = u64;
 /// An owned iterator over `(key, value)` pairs in key order.
 pub type ScanIter = Box<dyn Iterator<Item = StorageResult<(Vec<u8>, Vec<u8>)>> + Send>;
 
+/// Reads: point lookups and ordered range scans. A scan sees the data as
+/// it was when the scan started.
+pub trait Reader: Send + Sync + 'static {
+    fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>>;
+
+    fn scan(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter;
+
+    /// Like [`Reader::scan`], from the last key down to the first.
+    fn scan_rev(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter;
+}
+
+/// A reader shared between the tasks of one query.
+pub type SharedReader = Arc<dyn Reader>;
+
 /// What a storage backend offers the router.
 ///
 /// Writes become visible to readers when [`Engine::write`] returns and
 /// durable when the future of [`Engine::durable`] resolves: callers reply
 /// to a client only after that, which is how "acknowledged means durable"
 /// holds while concurrent writers share one sync.
-pub trait Engine: Send + Sync + 'static {
-    fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>>;
-
-    fn scan(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter;
-
-    /// Like [`Engine::scan`], from the last key down to the first.
-    fn scan_rev(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter;
+pub trait Engine: Reader {
+    /// A consistent view of everything committed so far, across all
+    /// spaces: a batch is wholly in it or wholly absent, however long
+    /// the view is kept. A query over many partitions reads them all
+    /// through one snapshot, so a document moving between partitions is
+    /// seen exactly once.
+    fn snapshot(&self) -> SharedReader;
 
     /// Applies a batch atomically; returns its commit sequence.
     fn write(&self, batch: WriteBatch) -> StorageResult<CommitSeq>;
