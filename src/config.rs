@@ -29,9 +29,39 @@ pub struct Config {
     /// Block cache of the embedded engine, in MiB.
     #[arg(long, default_value_t = 256)]
     pub cache_mb: u64,
+
+    /// Physical partitions of a newly sharded collection when
+    /// `shardCollection` names no `numInitialChunks`.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=8192))]
+    pub initial_partitions: u64,
+
+    /// Most partitions one query reads at once (0: all it targets).
+    #[arg(long, default_value_t = 0)]
+    pub fanout_parallelism: usize,
+
+    /// A physical partition holding more bytes of documents than this
+    /// splits in two, in the background.
+    #[arg(long, default_value_t = 10 << 30)]
+    pub partition_split_bytes: u64,
+
+    /// Most bytes of documents with one shard-key value (one logical
+    /// partition); a write past it fails.
+    #[arg(long, default_value_t = 20 << 30)]
+    pub logical_partition_max_bytes: u64,
 }
 
 impl Config {
+    /// The partition settings the router runs with.
+    pub fn partition_options(&self) -> crate::router::PartitionOptions {
+        crate::router::PartitionOptions {
+            initial_partitions: self.initial_partitions,
+            fanout_parallelism: self.fanout_parallelism,
+            split_bytes: self.partition_split_bytes,
+            logical_max_bytes: self.logical_partition_max_bytes,
+            host: self.bind.to_string(),
+        }
+    }
+
     /// The arguments as `getCmdLineOpts` reports them.
     pub fn argv() -> Vec<String> {
         std::env::args().collect()

@@ -106,6 +106,11 @@ error_codes! {
     Location51091 = 51091,
     Location16554 = 16554,
     Location16608 = 16608,
+    AlreadyInitialized = 23,
+    ShardKeyNotFound = 61,
+    OutOfDiskSpace = 14031,
+    Location15955 = 15955,
+    Location40602 = 40602,
 }
 
 /// A failure to report to the client as `{ok: 0, errmsg, code, codeName}`.

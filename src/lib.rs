@@ -22,6 +22,7 @@ pub mod commands;
 pub mod config;
 pub mod cursor;
 pub mod error;
+pub mod partition;
 pub mod query;
 pub mod router;
 pub mod server;

@@ -1,7 +1,9 @@
-//! `aggregate`, in the subset drivers need before the aggregation
-//! pipeline is built: `$match`, `$sort`, `$skip`, `$limit`, `$project`,
-//! `$count`, and `$group` with a constant `_id` and `$sum` — the shape of
-//! `countDocuments`. Any other stage is refused by name.
+//! `aggregate`, in the subset drivers and mongosh's helpers need before
+//! the aggregation pipeline is built: `$match`, `$sort`, `$skip`,
+//! `$limit`, `$project`, `$count`, `$group` with `$sum` (the shape of
+//! `countDocuments` and of `sh.status()`'s chunk counts) and a leading
+//! `$collStats` (one document per partition, as `getShardDistribution()`
+//! reads). Any other stage is refused by name.
 
 use bson::{doc, Bson, Document};
 
@@ -9,6 +11,7 @@ use super::args::{self, collection_namespace, number_as_i64, opt_document};
 use super::Request;
 use crate::cursor::{first_batch_reply, next_batch, DEFAULT_FIRST_BATCH};
 use crate::error::{Error, ErrorCode, Result};
+use crate::query::expr::Expr;
 use crate::query::filter::{Filter, MatchDetails};
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
@@ -21,8 +24,10 @@ enum Stage {
     Limit(usize),
     Project(Projection),
     Count(String),
-    /// `$group` with a constant `_id`; fields are `(name, $sum argument)`.
-    GroupConstant(Bson, Vec<(String, Bson)>),
+    /// `$group` by an `_id` expression; fields are `(name, $sum argument)`.
+    Group(Expr, Vec<(String, Expr)>),
+    /// `$collStats`: storage figures per partition.
+    CollStats(Document),
 }
 
 fn stage_arg(stage: &Document) -> Result<(&str, &Bson)> {
@@ -85,23 +90,25 @@ fn parse_stage(stage: &Document) -> Result<Stage> {
         },
         "$group" => {
             let spec = doc_arg()?;
-            let id = spec.get("_id").cloned().unwrap_or(Bson::Null);
-            if matches!(&id, Bson::String(s) if s.starts_with('$'))
-                || matches!(id, Bson::Document(_))
-            {
-                return Err(not_yet("$group by a field"));
-            }
+            let Some(id) = spec.get("_id") else {
+                return Err(Error::new(
+                    ErrorCode::Location15955,
+                    "a group specification must include an _id",
+                ));
+            };
+            let id = Expr::parse(id)?;
             let mut fields = Vec::new();
             for (k, v) in spec.iter().filter(|(k, _)| k.as_str() != "_id") {
                 match v.as_document().and_then(|d| d.get("$sum")) {
                     Some(sum) if v.as_document().is_some_and(|d| d.len() == 1) => {
-                        fields.push((k.clone(), sum.clone()))
+                        fields.push((k.clone(), Expr::parse(sum)?))
                     }
                     _ => return Err(not_yet("$group accumulators other than $sum")),
                 }
             }
-            Stage::GroupConstant(id, fields)
+            Stage::Group(id, fields)
         }
+        "$collStats" => Stage::CollStats(doc_arg()?.clone()),
         other if other.starts_with('$') => {
             return Err(Error::new(
                 ErrorCode::Location40324,
@@ -124,28 +131,14 @@ fn not_yet(what: &str) -> Error {
     )
 }
 
-fn sum_value(arg: &Bson, doc: &Document) -> Result<f64> {
-    match arg {
-        Bson::String(path) if path.starts_with('$') => {
-            let mut v = Some(&Bson::Document(doc.clone())).cloned();
-            for part in path[1..].split('.') {
-                v = match v {
-                    Some(Bson::Document(d)) => d.get(part).cloned(),
-                    _ => None,
-                };
-            }
-            Ok(match v {
-                Some(Bson::Int32(n)) => n as f64,
-                Some(Bson::Int64(n)) => n as f64,
-                Some(Bson::Double(n)) => n,
-                _ => 0.0,
-            })
-        }
-        Bson::Int32(n) => Ok(*n as f64),
-        Bson::Int64(n) => Ok(*n as f64),
-        Bson::Double(n) => Ok(*n),
-        _ => Ok(0.0),
-    }
+/// The number `$sum` adds for one document: non-numbers add nothing.
+fn sum_value(arg: &Expr, doc: &Document) -> Result<f64> {
+    Ok(match arg.evaluate_value(doc)? {
+        Some(Bson::Int32(n)) => n as f64,
+        Some(Bson::Int64(n)) => n as f64,
+        Some(Bson::Double(n)) => n,
+        _ => 0.0,
+    })
 }
 
 /// A sum as MongoDB reports it: an int when it fits, else a long or double.
@@ -192,29 +185,44 @@ fn apply(stage: Stage, input: DocStream) -> Result<DocStream> {
                 Box::new(std::iter::once(Ok(doc! {field: count})))
             }
         }
-        Stage::GroupConstant(id, fields) => {
-            let mut totals = vec![(0.0f64, true); fields.len()];
-            let mut any = false;
+        Stage::Group(id, fields) => {
+            // Groups in the order their first document came.
+            let mut groups: Vec<(Bson, Vec<(f64, bool)>)> = Vec::new();
+            let mut index: std::collections::HashMap<Vec<u8>, usize> =
+                std::collections::HashMap::new();
             for d in input {
                 let d = d?;
-                any = true;
+                let key = id.evaluate_value(&d)?.unwrap_or(Bson::Null);
+                let slot = crate::storage::keystring::encode_id(&key);
+                let at = *index.entry(slot).or_insert_with(|| {
+                    groups.push((key, vec![(0.0, true); fields.len()]));
+                    groups.len() - 1
+                });
                 for (i, (_, arg)) in fields.iter().enumerate() {
                     let v = sum_value(arg, &d)?;
-                    if let Some(t) = totals.get_mut(i) {
+                    if let Some(t) = groups.get_mut(at).and_then(|g| g.1.get_mut(i)) {
                         t.0 += v;
                         t.1 &= v.fract() == 0.0;
                     }
                 }
             }
-            if !any {
-                Box::new(std::iter::empty())
-            } else {
-                let mut out = doc! {"_id": id};
-                for ((name, _), (total, integral)) in fields.iter().zip(totals) {
-                    out.insert(name.clone(), number(total, integral));
-                }
-                Box::new(std::iter::once(Ok(out)))
-            }
+            let out: Vec<Result<Document>> = groups
+                .into_iter()
+                .map(|(key, totals)| {
+                    let mut out = doc! {"_id": key};
+                    for ((name, _), (total, integral)) in fields.iter().zip(totals) {
+                        out.insert(name.clone(), number(total, integral));
+                    }
+                    Ok(out)
+                })
+                .collect();
+            Box::new(out.into_iter())
+        }
+        Stage::CollStats(_) => {
+            return Err(Error::new(
+                ErrorCode::Location40602,
+                "$collStats is only valid as the first stage in a pipeline",
+            ))
         }
     })
 }
@@ -287,14 +295,27 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     };
     let router = req.state.router.clone();
     let full = ns.full();
+    let coll_stats = match stages.peek() {
+        Some(Stage::CollStats(spec)) => Some(spec.clone()),
+        _ => None,
+    };
+    if coll_stats.is_some() {
+        stages.next();
+    }
     let (batch, stream) = tokio::task::block_in_place(|| -> Result<_> {
-        let mut stream = router.find(
-            &ns,
-            FindSpec {
-                filter,
-                ..FindSpec::default()
-            },
-        )?;
+        let mut stream: DocStream = match &coll_stats {
+            Some(spec) => {
+                let docs = coll_stats_documents(&router, &ns, spec)?;
+                Box::new(docs.into_iter().map(Ok))
+            }
+            None => router.find(
+                &ns,
+                FindSpec {
+                    filter,
+                    ..FindSpec::default()
+                },
+            )?,
+        };
         for stage in stages {
             stream = apply(stage, stream)?;
         }
@@ -308,4 +329,72 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         req.state.cursors.open(full.clone(), stream)
     };
     Ok(first_batch_reply(id, &full, batch.docs))
+}
+
+/// The documents of a leading `$collStats`: one per partition, as a
+/// mongos returns one per shard.
+fn coll_stats_documents(
+    router: &crate::router::Router,
+    ns: &crate::router::Namespace,
+    spec: &Document,
+) -> Result<Vec<Document>> {
+    let Some(coll) = router.catalog.get(ns) else {
+        return Err(Error::new(
+            ErrorCode::NamespaceNotFound,
+            format!("Unable to retrieve storageStats in $collStats stage :: caused by :: Collection [{ns}] not found."),
+        ));
+    };
+    let parts: Vec<(String, crate::router::catalog::Usage)> = if coll.sharding.is_some() {
+        router
+            .partition_stats(&coll)
+            .into_iter()
+            .map(|(p, u)| (p.name().to_string(), u))
+            .collect()
+    } else {
+        let s = router.collection_stats(&coll)?;
+        vec![(
+            crate::router::PRIMARY_PARTITION.to_string(),
+            crate::router::catalog::Usage {
+                count: s.count,
+                bytes: s.size,
+            },
+        )]
+    };
+    let now = bson::DateTime::now();
+    Ok(parts
+        .into_iter()
+        .map(|(shard, u)| {
+            let mut d = doc! {
+                "ns": ns.full(),
+                "shard": shard,
+                "host": &router.options.host,
+                "localTime": now,
+            };
+            if spec.contains_key("storageStats") {
+                d.insert(
+                    "storageStats",
+                    doc! {
+                        "size": u.bytes as i64,
+                        "count": u.count as i64,
+                        "avgObjSize": u.bytes.checked_div(u.count).unwrap_or(0) as i64,
+                        "numOrphanDocs": 0_i64,
+                        "storageSize": u.bytes as i64,
+                        "freeStorageSize": 0_i64,
+                        "capped": false,
+                        "nindexes": 1,
+                        "indexDetails": {},
+                        "indexBuilds": [],
+                        "totalIndexSize": 0_i64,
+                        "totalSize": u.bytes as i64,
+                        "indexSizes": {"_id_": 0_i64},
+                        "scaleFactor": 1,
+                    },
+                );
+            }
+            if spec.contains_key("count") {
+                d.insert("count", u.count as i64);
+            }
+            d
+        })
+        .collect())
 }

@@ -207,9 +207,9 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
     };
     let stats = tokio::task::block_in_place(|| router.collection_stats(&coll))?;
     let avg = stats.size.checked_div(stats.count).unwrap_or(0);
-    Ok(doc! {
+    let mut reply = doc! {
         "ns": ns.full(),
-        "sharded": false,
+        "sharded": coll.sharding.is_some(),
         "size": (stats.size / scale) as i64,
         "count": stats.count as i64,
         "avgObjSize": avg as i64,
@@ -223,7 +223,36 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
         "totalSize": (stats.size / scale) as i64,
         "indexSizes": {"_id_": 0i64},
         "scaleFactor": scale as i64,
-    })
+    };
+    if coll.sharding.is_some() {
+        // A mongos's shape: one entry per shard (partition).
+        let mut shards = Document::new();
+        let partitions = router.partition_stats(&coll);
+        for (p, usage) in &partitions {
+            shards.insert(
+                p.name().to_string(),
+                doc! {
+                    "ns": ns.full(),
+                    "count": usage.count as i64,
+                    "size": (usage.bytes / scale) as i64,
+                    "avgObjSize": usage.bytes.checked_div(usage.count).unwrap_or(0) as i64,
+                    "storageSize": (usage.bytes / scale) as i64,
+                    "freeStorageSize": 0i64,
+                    "capped": false,
+                    "nindexes": 1,
+                    "totalIndexSize": 0i64,
+                    "totalSize": (usage.bytes / scale) as i64,
+                    "indexSizes": {"_id_": 0i64},
+                    "scaleFactor": scale as i64,
+                    "ok": 1.0,
+                    "hashRange": {"min": p.min, "max": p.max},
+                },
+            );
+        }
+        reply.insert("nchunks", partitions.len() as i64);
+        reply.insert("shards", shards);
+    }
+    Ok(reply)
 }
 
 pub async fn db_stats(req: &Request<'_>) -> Result<Document> {

@@ -7,7 +7,6 @@ use super::args::{collection_namespace, opt_document, opt_i64, opt_non_negative}
 use super::Request;
 use crate::error::Result;
 use crate::query::filter::Filter;
-use crate::router::FindSpec;
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     super::args::check_fields(
@@ -25,20 +24,8 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let limit = opt_i64("count", b, "limit")?
         .filter(|&l| l != 0)
         .map(|l| l.unsigned_abs());
-    let spec = FindSpec {
-        filter,
-        skip,
-        limit,
-        ..FindSpec::default()
-    };
     let router = req.state.router.clone();
-    let n = tokio::task::block_in_place(|| -> Result<i64> {
-        let mut n = 0i64;
-        for d in router.find(&ns, spec)? {
-            d?;
-            n += 1;
-        }
-        Ok(n)
-    })?;
-    Ok(doc! {"n": n})
+    let matching = tokio::task::block_in_place(|| router.count(&ns, filter.as_ref()))?;
+    let n = matching.saturating_sub(skip).min(limit.unwrap_or(u64::MAX));
+    Ok(doc! {"n": n as i64})
 }

@@ -14,17 +14,16 @@ use crate::query::sort::SortSpec;
 use crate::router::FindSpec;
 
 /// A parsed `find` command.
-struct Find {
-    ns: crate::router::Namespace,
-    spec: FindSpec,
+pub(crate) struct Find {
+    pub ns: crate::router::Namespace,
+    pub spec: FindSpec,
     batch_size: Option<usize>,
     single_batch: bool,
     max_time_ms: Option<u64>,
 }
 
-fn parse(req: &Request<'_>) -> Result<Find> {
-    let b = &req.body;
-    let ns = collection_namespace("find", &req.db, b)?;
+pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
+    let ns = collection_namespace("find", db, b)?;
     let filter = opt_document("find", b, "filter")?
         .map(Filter::parse)
         .transpose()?;
@@ -88,7 +87,7 @@ pub async fn find(req: &Request<'_>) -> Result<Document> {
             "includeQueryStatsMetrics",
         ],
     )?;
-    let f = parse(req)?;
+    let f = parse(&req.db, &req.body)?;
     req.state.counters.op_query.fetch_add(1, Ordering::Relaxed);
     let ns = f.ns.full();
     let limit = f.spec.limit;

@@ -14,6 +14,7 @@ pub mod catalog;
 pub mod count;
 pub mod delete;
 pub mod distinct;
+pub mod explain;
 pub mod find;
 pub mod find_and_modify;
 pub mod handshake;
@@ -21,6 +22,7 @@ pub mod indexes;
 pub mod insert;
 pub mod registry;
 pub mod retry;
+pub mod sharding;
 pub mod update;
 
 use std::net::SocketAddr;

@@ -2,8 +2,8 @@
 //! searches it and `listCommands` prints it.
 
 use super::{
-    admin, aggregate, catalog, count, delete, distinct, find, find_and_modify, handshake, indexes,
-    insert, update, Handler,
+    admin, aggregate, catalog, count, delete, distinct, explain, find, find_and_modify, handshake,
+    indexes, insert, sharding, update, Handler,
 };
 
 pub struct CommandEntry {
@@ -40,6 +40,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         "run an aggregation pipeline"
     ),
     command!(
+        "balancerStatus",
+        sharding::balancer_status,
+        true,
+        "balancer state"
+    ),
+    command!(
         "buildInfo",
         admin::build_info,
         false,
@@ -72,6 +78,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         false,
         "create indexes"
     ),
+    command!(
+        "customAction",
+        sharding::custom_action,
+        false,
+        "Cosmos DB custom commands"
+    ),
     command!("dbStats", catalog::db_stats, false, "database statistics"),
     command!("delete", delete::run, false, "delete documents"),
     command!(
@@ -88,7 +100,19 @@ pub static COMMANDS: &[CommandEntry] = &[
         "drop a database"
     ),
     command!("dropIndexes", indexes::drop_indexes, false, "drop indexes"),
+    command!(
+        "enableSharding",
+        sharding::enable_sharding,
+        true,
+        "allow sharding in a database"
+    ),
     command!("endSessions", admin::ok, false, "end logical sessions"),
+    command!(
+        "explain",
+        explain::run,
+        false,
+        "how a query is routed and run"
+    ),
     command!("find", find::find, false, "query documents"),
     command!(
         "findAndModify",
@@ -137,6 +161,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         "list databases"
     ),
     command!("listIndexes", indexes::list_indexes, false, "list indexes"),
+    command!(
+        "listShards",
+        sharding::list_shards,
+        true,
+        "list partitions as shards"
+    ),
     command!("logout", admin::ok, false, "log out"),
     command!("ping", admin::ok, false, "check the server answers"),
     command!("refreshSessions", admin::ok, false, "keep sessions alive"),
@@ -147,6 +177,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         "rename a collection"
     ),
     command!("serverStatus", admin::server_status, false, "server status"),
+    command!(
+        "shardCollection",
+        sharding::shard_collection,
+        true,
+        "partition a collection by a hashed key"
+    ),
     command!(
         "startSession",
         admin::start_session,

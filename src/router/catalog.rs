@@ -7,18 +7,20 @@
 //! id is itself stored, so records of a dropped collection can never be
 //! mistaken for a new one's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
+use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, Document, Timestamp};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::storage::{SharedEngine, Space, WriteBatch};
+use crate::partition::{PartitionMap, ShardKey};
+use crate::storage::{keys, SharedEngine, Space, WriteBatch};
 use crate::{bail, err};
 
 const NEXT_ID_KEY: &[u8] = b"\0next-collection-id";
+const NEXT_PARTITION_KEY: &[u8] = b"\0next-partition-id";
 const NS_PREFIX: &[u8] = b"ns:";
 
 /// A validated `db.collection` namespace.
@@ -99,6 +101,9 @@ pub struct Collection {
     pub id: u64,
     pub uuid: Binary,
     pub options: Document,
+    /// The shard key and partition map; `None` for an unsharded
+    /// collection, which is one partition.
+    pub sharding: Option<Arc<Sharding>>,
     /// Serializes read-modify-write operations on this collection. Held
     /// only for synchronous work, never across `.await`.
     pub write_lock: Mutex<()>,
@@ -107,26 +112,173 @@ pub struct Collection {
     pub dropped: AtomicBool,
 }
 
+/// Documents and bytes stored under one partition or one hash.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub count: u64,
+    pub bytes: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, bytes: usize) {
+        self.count += 1;
+        self.bytes += bytes as u64;
+    }
+
+    pub fn remove(&mut self, bytes: usize) {
+        self.count = self.count.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(bytes as u64);
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = self.count.to_be_bytes().to_vec();
+        v.extend_from_slice(&self.bytes.to_be_bytes());
+        v
+    }
+
+    pub fn decode(v: &[u8]) -> Usage {
+        let word = |i: usize| {
+            v.get(i..i + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+                .unwrap_or(0)
+        };
+        Usage {
+            count: word(0),
+            bytes: word(8),
+        }
+    }
+}
+
+/// How a sharded collection is partitioned.
+#[derive(Debug)]
+pub struct Sharding {
+    pub key: ShardKey,
+    /// Identify this sharding in `config.collections` (`lastmodEpoch`,
+    /// `timestamp`), as MongoDB's collection version does.
+    pub epoch: ObjectId,
+    pub timestamp: Timestamp,
+    /// The current map. A split swaps in a new one under the collection's
+    /// write lock; readers take a copy and keep using it.
+    map: RwLock<Arc<PartitionMap>>,
+    /// Documents and bytes per partition id, changed under the write lock.
+    usage: Mutex<HashMap<u64, Usage>>,
+    /// Set while a split of this collection is running.
+    pub splitting: AtomicBool,
+}
+
+impl Sharding {
+    pub fn new(key: ShardKey, map: PartitionMap) -> Sharding {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as u32)
+            .unwrap_or(0);
+        Sharding {
+            key,
+            epoch: ObjectId::new(),
+            timestamp: Timestamp {
+                time: now,
+                increment: 1,
+            },
+            map: RwLock::new(Arc::new(map)),
+            usage: Mutex::new(HashMap::new()),
+            splitting: AtomicBool::new(false),
+        }
+    }
+
+    pub fn map(&self) -> Arc<PartitionMap> {
+        self.map.read().clone()
+    }
+
+    /// Replaces the map; callers hold the collection's write lock.
+    pub fn set_map(&self, map: PartitionMap) {
+        *self.map.write() = Arc::new(map);
+    }
+
+    pub fn usage(&self) -> HashMap<u64, Usage> {
+        self.usage.lock().clone()
+    }
+
+    pub fn set_usage(&self, usage: HashMap<u64, Usage>) {
+        *self.usage.lock() = usage;
+    }
+
+    /// Applies `f` to the usage of `partition` and returns the result.
+    pub fn update_usage(&self, partition: u64, f: impl FnOnce(&mut Usage)) -> Usage {
+        let mut usage = self.usage.lock();
+        let entry = usage.entry(partition).or_default();
+        f(entry);
+        *entry
+    }
+
+    fn to_document(&self) -> Document {
+        doc! {
+            "key": self.key.pattern(),
+            "epoch": self.epoch,
+            "timestamp": self.timestamp,
+            "map": self.map().to_document(),
+        }
+    }
+
+    fn from_document(d: &Document) -> Option<Sharding> {
+        let key = ShardKey::parse(d.get_document("key").ok()?).ok()?;
+        let map = PartitionMap::from_document(d.get_document("map").ok()?)?;
+        let mut sharding = Sharding::new(key, map);
+        if let Ok(epoch) = d.get_object_id("epoch") {
+            sharding.epoch = epoch;
+        }
+        if let Ok(ts) = d.get_timestamp("timestamp") {
+            sharding.timestamp = ts;
+        }
+        Some(sharding)
+    }
+}
+
 impl Collection {
+    pub fn new(
+        ns: Namespace,
+        id: u64,
+        uuid: Binary,
+        options: Document,
+        sharding: Option<Arc<Sharding>>,
+    ) -> Collection {
+        Collection {
+            ns,
+            id,
+            uuid,
+            options,
+            sharding,
+            write_lock: Mutex::new(()),
+            dropped: AtomicBool::new(false),
+        }
+    }
+
     pub fn is_dropped(&self) -> bool {
         self.dropped.load(Ordering::Acquire)
     }
 
     fn meta_document(&self) -> Document {
-        doc! {
+        let mut d = doc! {
             "ns": self.ns.full(),
             "id": self.id as i64,
             "uuid": self.uuid.clone(),
             "options": self.options.clone(),
+        };
+        if let Some(s) = &self.sharding {
+            d.insert("sharding", s.to_document());
         }
+        d
     }
 }
 
 pub struct Catalog {
     engine: SharedEngine,
     collections: RwLock<BTreeMap<Namespace, Arc<Collection>>>,
-    /// Serializes catalog changes (create, drop, rename).
+    /// Serializes catalog changes (create, drop, rename); holds the next
+    /// collection id.
     ddl: Mutex<u64>,
+    /// The next partition id; partition ids are never reused.
+    next_partition: Mutex<u64>,
 }
 
 fn ns_key(ns: &Namespace) -> Vec<u8> {
@@ -147,6 +299,7 @@ impl Catalog {
     pub fn load(engine: SharedEngine) -> Result<Catalog> {
         let mut collections = BTreeMap::new();
         let mut max_id = 0u64;
+        let mut max_partition = 0u64;
         let mut prefix_end = NS_PREFIX.to_vec();
         if let Some(last) = prefix_end.last_mut() {
             *last += 1;
@@ -166,28 +319,89 @@ impl Catalog {
                 _ => new_uuid(),
             };
             let options = meta.get_document("options").cloned().unwrap_or_default();
+            let sharding = match meta.get_document("sharding") {
+                Ok(d) => {
+                    let Some(s) = Sharding::from_document(d) else {
+                        return Err(Error::internal(format!(
+                            "corrupt partition map of {ns}: {d}"
+                        )));
+                    };
+                    s.set_usage(load_usage(&engine, id, &s.map())?);
+                    max_partition = s
+                        .map()
+                        .partitions
+                        .iter()
+                        .map(|p| p.id + 1)
+                        .fold(max_partition, u64::max);
+                    Some(Arc::new(s))
+                }
+                Err(_) => None,
+            };
             max_id = max_id.max(id);
             collections.insert(
                 ns.clone(),
-                Arc::new(Collection {
-                    ns,
-                    id,
-                    uuid,
-                    options,
-                    write_lock: Mutex::new(()),
-                    dropped: AtomicBool::new(false),
-                }),
+                Arc::new(Collection::new(ns, id, uuid, options, sharding)),
             );
         }
-        let stored_next = engine
-            .get(Space::Catalog, NEXT_ID_KEY)?
-            .and_then(|v| v.try_into().ok().map(u64::from_be_bytes))
-            .unwrap_or(1);
+        let stored = |key: &[u8]| -> Result<Option<u64>> {
+            Ok(engine
+                .get(Space::Catalog, key)?
+                .and_then(|v| v.try_into().ok().map(u64::from_be_bytes)))
+        };
+        let next_id = stored(NEXT_ID_KEY)?.unwrap_or(1).max(max_id + 1);
+        let next_partition = stored(NEXT_PARTITION_KEY)?.unwrap_or(0).max(max_partition);
         Ok(Catalog {
             engine,
             collections: RwLock::new(collections),
-            ddl: Mutex::new(stored_next.max(max_id + 1)),
+            ddl: Mutex::new(next_id),
+            next_partition: Mutex::new(next_partition),
         })
+    }
+
+    /// Reserves `n` partition ids; the returned write (to commit with the
+    /// map that uses them) records the reservation.
+    pub fn reserve_partition_ids(&self, n: u64, batch: &mut WriteBatch) -> u64 {
+        let mut next = self.next_partition.lock();
+        let first = *next;
+        *next += n;
+        batch.put(
+            Space::Catalog,
+            NEXT_PARTITION_KEY.to_vec(),
+            next.to_be_bytes().to_vec(),
+        );
+        first
+    }
+
+    /// Reserves a collection id for a collection that replaces another
+    /// (sharding one that holds data); the write records it.
+    pub fn reserve_collection_id(&self, batch: &mut WriteBatch) -> u64 {
+        let mut next = self.ddl.lock();
+        let id = *next;
+        *next += 1;
+        batch.put(
+            Space::Catalog,
+            NEXT_ID_KEY.to_vec(),
+            next.to_be_bytes().to_vec(),
+        );
+        id
+    }
+
+    /// Adds the stored form of `coll`'s metadata to `batch`.
+    pub fn put_meta(&self, coll: &Collection, batch: &mut WriteBatch) -> Result<()> {
+        batch.put(
+            Space::Catalog,
+            ns_key(&coll.ns),
+            encode(&coll.meta_document())?,
+        );
+        Ok(())
+    }
+
+    /// Makes `new` the collection of its namespace in place of `old`,
+    /// whose writers re-resolve. The caller holds `old`'s write lock and
+    /// has committed `new`'s metadata.
+    pub fn replace(&self, old: &Collection, new: Arc<Collection>) {
+        old.dropped.store(true, Ordering::Release);
+        self.collections.write().insert(new.ns.clone(), new);
     }
 
     pub fn get(&self, ns: &Namespace) -> Option<Arc<Collection>> {
@@ -218,6 +432,18 @@ impl Catalog {
         options: Document,
         existing_ok: bool,
     ) -> Result<(Arc<Collection>, Option<u64>)> {
+        self.create_with(ns, options, existing_ok, |_| None)
+    }
+
+    /// [`Catalog::create`] with the sharding `shard` returns; it is given
+    /// the batch that creates the collection, to reserve partition ids.
+    pub fn create_with(
+        &self,
+        ns: &Namespace,
+        options: Document,
+        existing_ok: bool,
+        shard: impl FnOnce(&mut WriteBatch) -> Option<Sharding>,
+    ) -> Result<(Arc<Collection>, Option<u64>)> {
         let mut next_id = self.ddl.lock();
         if let Some(existing) = self.get(ns) {
             if existing_ok {
@@ -228,15 +454,15 @@ impl Catalog {
                 format!("Collection {ns} already exists."),
             ));
         }
-        let coll = Arc::new(Collection {
-            ns: ns.clone(),
-            id: *next_id,
-            uuid: new_uuid(),
-            options,
-            write_lock: Mutex::new(()),
-            dropped: AtomicBool::new(false),
-        });
         let mut batch = WriteBatch::default();
+        let sharding = shard(&mut batch).map(Arc::new);
+        let coll = Arc::new(Collection::new(
+            ns.clone(),
+            *next_id,
+            new_uuid(),
+            options,
+            sharding,
+        ));
         batch.put(Space::Catalog, ns_key(ns), encode(&coll.meta_document())?);
         batch.put(
             Space::Catalog,
@@ -266,15 +492,18 @@ impl Catalog {
         Ok(Some(seq))
     }
 
-    fn delete_records(&self, id: u64) -> Result<u64> {
-        let (from, to) = crate::storage::keys::collection_range(id);
+    /// Deletes every record and index entry of collection `id`.
+    pub fn delete_records(&self, id: u64) -> Result<u64> {
         let mut seq = 0;
         let mut batch = WriteBatch::default();
-        for item in self.engine.scan(Space::Records, from, to) {
-            let (key, _) = item?;
-            batch.delete(Space::Records, key);
-            if batch.ops.len() >= 10_000 {
-                seq = self.engine.write(std::mem::take(&mut batch))?;
+        for space in [Space::Records, Space::Index] {
+            let (from, to) = keys::collection_range(id);
+            for item in self.engine.scan(space, from, to) {
+                let (key, _) = item?;
+                batch.delete(space, key);
+                if batch.ops.len() >= 10_000 {
+                    seq = self.engine.write(std::mem::take(&mut batch))?;
+                }
             }
         }
         if !batch.is_empty() {
@@ -297,14 +526,13 @@ impl Catalog {
             bail!(NamespaceExists, "Target namespace exists");
         }
         let _writes = coll.write_lock.lock();
-        let renamed = Arc::new(Collection {
-            ns: to.clone(),
-            id: coll.id,
-            uuid: coll.uuid.clone(),
-            options: coll.options.clone(),
-            write_lock: Mutex::new(()),
-            dropped: AtomicBool::new(false),
-        });
+        let renamed = Arc::new(Collection::new(
+            to.clone(),
+            coll.id,
+            coll.uuid.clone(),
+            coll.options.clone(),
+            coll.sharding.clone(),
+        ));
         let mut batch = WriteBatch::default();
         batch.delete(Space::Catalog, ns_key(from));
         batch.put(
@@ -320,6 +548,63 @@ impl Catalog {
         map.insert(to.clone(), renamed);
         Ok(seq)
     }
+}
+
+/// Index number of the per-hash usage entries of a sharded collection
+/// (see [`keys::index_key`]): `hash → Usage`, the size of each logical
+/// partition, kept in the same batch as every write.
+pub const USAGE_INDEX: u32 = u32::MAX;
+
+/// The key of the usage entry of `hash` in collection `id`.
+pub fn usage_key(id: u64, hash: i64) -> Vec<u8> {
+    keys::index_key(id, USAGE_INDEX, &keys::hash_bytes(hash))
+}
+
+/// The hash of a usage entry's key.
+pub fn usage_key_hash(key: &[u8]) -> Option<i64> {
+    let bytes: [u8; 8] = key.get(12..20)?.try_into().ok()?;
+    Some((u64::from_be_bytes(bytes) ^ (1 << 63)) as i64)
+}
+
+/// The usage entries of collection `id` with hashes in `min..=max`.
+pub fn usage_entries(
+    reader: &dyn crate::storage::Reader,
+    id: u64,
+    min: i64,
+    max: i64,
+) -> impl Iterator<Item = Result<(i64, Usage)>> {
+    let from = usage_key(id, min);
+    let to = match max.checked_add(1) {
+        Some(next) => std::ops::Bound::Excluded(usage_key(id, next)),
+        None => std::ops::Bound::Excluded(keys::index_key(id + 1, 0, &[])),
+    };
+    reader
+        .scan(Space::Index, std::ops::Bound::Included(from), to)
+        .map(|item| {
+            let (k, v) = item?;
+            let hash = usage_key_hash(&k)
+                .ok_or_else(|| Error::internal("corrupt partition usage entry"))?;
+            Ok((hash, Usage::decode(&v)))
+        })
+}
+
+/// Sums the usage entries of each partition of `map`.
+pub fn load_usage(
+    engine: &SharedEngine,
+    id: u64,
+    map: &PartitionMap,
+) -> Result<HashMap<u64, Usage>> {
+    let mut usage = HashMap::new();
+    for p in &map.partitions {
+        let mut total = Usage::default();
+        for entry in usage_entries(engine.as_ref(), id, p.min, p.max) {
+            let (_, u) = entry?;
+            total.count += u.count;
+            total.bytes += u.bytes;
+        }
+        usage.insert(p.id, total);
+    }
+    Ok(usage)
 }
 
 fn encode(doc: &Document) -> Result<Vec<u8>> {

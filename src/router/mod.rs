@@ -8,11 +8,16 @@
 //! lock and then awaited for durability outside it, so concurrent writers
 //! share journal syncs.
 //!
-//! Today every collection is one partition covering the whole hash space
-//! (an unsharded, "fixed" collection); the partition map arrives with
-//! sharding.
+//! An unsharded ("fixed") collection is one partition whose records all
+//! sit under hash 0, in `_id` order. A sharded collection's records sit
+//! under the hash of their shard-key value; a query names the partitions
+//! it must read ([`Router::targets`]) and, when there are several, reads
+//! them in parallel through one snapshot and merges ([`merge`]).
 
 pub mod catalog;
+pub mod config_db;
+mod merge;
+pub mod sharding;
 mod write;
 
 use std::collections::BTreeSet;
@@ -21,15 +26,18 @@ use std::sync::Arc;
 
 use bson::{Bson, Document};
 
-pub use catalog::{Collection, Namespace};
+pub use catalog::{Collection, Namespace, Sharding};
 pub use write::{maybe_blocking, InsertOutcome, ModifyOutcome, UpdateStatement};
 
 use crate::error::{Error, Result};
+use crate::partition::{hash, Partition};
+use crate::query::compare::compare;
 use crate::query::filter::{Filter, MatchDetails};
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
-use crate::storage::{keys, keystring, SharedEngine, Space};
+use crate::storage::{keys, keystring, SharedEngine, SharedReader, Space};
 use catalog::Catalog;
+use merge::{Merge, Row, RowStream};
 
 /// The hash every record of an unsharded collection is stored under.
 pub const UNSHARDED_HASH: i64 = 0;
@@ -47,27 +55,179 @@ pub struct FindSpec {
     pub projection: Option<Projection>,
 }
 
+/// How partitioned collections are laid out and read.
+#[derive(Debug, Clone)]
+pub struct PartitionOptions {
+    /// Partitions of a newly sharded collection without `numInitialChunks`.
+    pub initial_partitions: u64,
+    /// Most partitions one query reads at once; 0 means all it targets.
+    pub fanout_parallelism: usize,
+    /// A partition holding more bytes of documents splits in two.
+    pub split_bytes: u64,
+    /// Most bytes of documents with one shard-key value.
+    pub logical_max_bytes: u64,
+    /// The address partitions are reported at (`config.shards`): this
+    /// server's.
+    pub host: String,
+}
+
+impl Default for PartitionOptions {
+    fn default() -> Self {
+        PartitionOptions {
+            initial_partitions: 4,
+            fanout_parallelism: 0,
+            split_bytes: 10 << 30,
+            logical_max_bytes: 20 << 30,
+            host: "127.0.0.1:27017".to_string(),
+        }
+    }
+}
+
 pub struct Router {
     engine: SharedEngine,
     pub catalog: Catalog,
+    pub options: PartitionOptions,
+    splits: sharding::SplitQueue,
 }
 
 /// One stored document and where it lives.
 pub(crate) struct Record {
     pub key: Vec<u8>,
     pub doc: Document,
+    /// Its stored size in bytes.
+    pub len: usize,
 }
 
 pub(crate) fn decode_record(key: Vec<u8>, value: &[u8]) -> Result<Record> {
     let doc = Document::from_reader(value)
         .map_err(|e| Error::internal(format!("stored document is not valid BSON: {e}")))?;
-    Ok(Record { key, doc })
+    Ok(Record {
+        key,
+        doc,
+        len: value.len(),
+    })
 }
+
+/// A partition a query reads: its name and, for a sharded collection,
+/// its hash range.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    pub partition: Option<Partition>,
+}
+
+/// The name of an unsharded collection's one partition, as explain and
+/// `config.shards` show it.
+pub const PRIMARY_PARTITION: &str = "primary";
+
+type RecordIter = Box<dyn Iterator<Item = Result<Record>> + Send>;
 
 impl Router {
     pub fn open(engine: SharedEngine) -> Result<Router> {
+        Router::open_with(engine, PartitionOptions::default())
+    }
+
+    pub fn open_with(engine: SharedEngine, options: PartitionOptions) -> Result<Router> {
         let catalog = Catalog::load(engine.clone())?;
-        Ok(Router { engine, catalog })
+        Ok(Router {
+            engine,
+            catalog,
+            options,
+            splits: sharding::SplitQueue::default(),
+        })
+    }
+
+    /// The partitions a query with `filter` reads: those owning the
+    /// shard-key values it pins (equality or `$in`), else all of them.
+    pub fn targets(&self, coll: &Collection, filter: Option<&Filter>) -> Vec<Target> {
+        let Some(sharding) = &coll.sharding else {
+            return vec![Target {
+                name: PRIMARY_PARTITION.to_string(),
+                partition: None,
+            }];
+        };
+        let map = sharding.map();
+        let owners: Vec<Partition> = match key_hashes(sharding, filter) {
+            Some(hashes) => {
+                let mut owners: Vec<Partition> = hashes.iter().map(|&h| *map.locate(h)).collect();
+                owners.dedup_by_key(|p| p.id);
+                owners
+            }
+            None => map.partitions.clone(),
+        };
+        owners
+            .into_iter()
+            .map(|p| Target {
+                name: p.name().to_string(),
+                partition: Some(p),
+            })
+            .collect()
+    }
+
+    /// The generated documents of a `config` collection that shows the
+    /// partition layout.
+    pub fn config_documents(&self, ns: &Namespace) -> Option<Vec<Document>> {
+        if ns.db != "config" {
+            return None;
+        }
+        config_db::documents(self, &ns.coll, &self.options.host)
+    }
+
+    /// How many partitions a fan-out over `targets` reads at once.
+    fn parallelism(&self, targets: usize) -> usize {
+        match self.options.fanout_parallelism {
+            0 => targets,
+            n => n.min(targets),
+        }
+    }
+
+    /// The records of one partition of a sharded collection that `filter`
+    /// may match: the hashes of its pinned shard-key values, the records
+    /// its pinned `_id`s point to, or the whole hash range.
+    fn partition_candidates(
+        reader: &SharedReader,
+        id: u64,
+        sharding: &Sharding,
+        part: &Partition,
+        filter: Option<&Filter>,
+    ) -> RecordIter {
+        let decode = |item: crate::storage::StorageResult<(Vec<u8>, Vec<u8>)>| {
+            let (k, v) = item?;
+            decode_record(k, &v)
+        };
+        if let Some(hashes) = key_hashes(sharding, filter) {
+            let hashes: Vec<i64> = hashes.into_iter().filter(|&h| part.contains(h)).collect();
+            let reader = reader.clone();
+            return Box::new(hashes.into_iter().flat_map(move |h| {
+                let (from, to) = keys::partition_range(id, h, h);
+                reader.scan(Space::Records, from, to).map(decode)
+            }));
+        }
+        if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
+            let mut keys: BTreeSet<Vec<u8>> = BTreeSet::new();
+            for v in &ids {
+                let id_key = keystring::encode_id(v);
+                let found = match reader.get(Space::Index, &keys::index_key(id, 0, &id_key)) {
+                    Ok(found) => found,
+                    Err(e) => return Box::new(std::iter::once(Err(e.into()))),
+                };
+                if let Some(h) = found.as_deref().and_then(stored_hash) {
+                    if part.contains(h) {
+                        keys.insert(keys::record_key(id, h, &id_key));
+                    }
+                }
+            }
+            let reader = reader.clone();
+            return Box::new(keys.into_iter().filter_map(move |key| {
+                match reader.get(Space::Records, &key) {
+                    Ok(Some(v)) => Some(decode_record(key, &v)),
+                    Ok(None) => None,
+                    Err(e) => Some(Err(e.into())),
+                }
+            }));
+        }
+        let (from, to) = keys::partition_range(id, part.min, part.max);
+        Box::new(reader.scan(Space::Records, from, to).map(decode))
     }
 
     pub fn engine(&self) -> &SharedEngine {
@@ -144,6 +304,23 @@ impl Router {
         filter: Option<&Filter>,
         reverse: bool,
     ) -> Box<dyn Iterator<Item = Result<Record>> + Send> {
+        if let Some(sharding) = &coll.sharding {
+            // Writers hold the collection's write lock: the live engine is
+            // consistent for them.
+            let reader: SharedReader = self.engine.clone();
+            let sharding = sharding.clone();
+            let parts = self.targets(coll, filter);
+            let filter = filter.cloned();
+            let id = coll.id;
+            return Box::new(
+                parts
+                    .into_iter()
+                    .filter_map(|t| t.partition)
+                    .flat_map(move |part| {
+                        Router::partition_candidates(&reader, id, &sharding, &part, filter.as_ref())
+                    }),
+            );
+        }
         match self.access(coll, filter) {
             Access::Points(keys) => {
                 let engine = self.engine.clone();
@@ -188,24 +365,7 @@ impl Router {
         filter: Option<&Filter>,
         reverse: bool,
     ) -> impl Iterator<Item = Result<(Record, MatchDetails)>> + Send + 'static {
-        let filter = filter.cloned();
-        self.candidates(coll, filter.as_ref(), reverse)
-            .filter_map(move |rec| match rec {
-                Err(e) => Some(Err(e)),
-                Ok(rec) => match &filter {
-                    None => Some(Ok((
-                        rec,
-                        MatchDetails {
-                            matched: true,
-                            array_position: None,
-                        },
-                    ))),
-                    Some(f) => match f.try_matches_with_details(&rec.doc) {
-                        Ok(details) => details.matched.then_some(Ok((rec, details))),
-                        Err(e) => Some(Err(e)),
-                    },
-                },
-            })
+        filter_records(self.candidates(coll, filter, reverse), filter.cloned())
     }
 
     /// Runs a query and returns its results as a lazy stream.
@@ -214,9 +374,16 @@ impl Router {
     /// keeps only the best `skip + limit` rows when there is a limit, and
     /// refuses to hold more than [`MAX_SORT_BYTES`] of documents otherwise.
     pub fn find(&self, ns: &Namespace, spec: FindSpec) -> Result<DocStream> {
+        if let Some(docs) = self.config_documents(ns) {
+            let found = config_db::find(docs, &spec)?;
+            return Ok(Box::new(found.into_iter().map(Ok)));
+        }
         let Some(coll) = self.catalog.get(ns) else {
             return Ok(Box::new(std::iter::empty()));
         };
+        if let Some(sharding) = &coll.sharding {
+            return Ok(self.find_partitioned(&coll, sharding, spec));
+        }
         let projection = spec.projection.clone();
         let project = move |(rec, details): (Record, MatchDetails)| -> Result<Document> {
             match &projection {
@@ -250,15 +417,187 @@ impl Router {
         let keep = limit.map(|l| l.saturating_add(skip));
         let rows = sorted_rows(self.matching(&coll, spec.filter.as_ref()), &sort, keep)?;
         let rows = rows.into_iter().skip(skip);
-        let rows: Box<dyn Iterator<Item = (Record, MatchDetails)> + Send> = match limit {
+        let rows: Box<dyn Iterator<Item = (Vec<Bson>, Record, MatchDetails)> + Send> = match limit {
             Some(l) => Box::new(rows.take(l)),
             None => Box::new(rows),
         };
-        Ok(Box::new(rows.map(project)))
+        Ok(Box::new(
+            rows.map(move |(_, rec, details)| project((rec, details))),
+        ))
+    }
+
+    /// A query over a sharded collection: every targeted partition runs
+    /// the filter, sort and projection (keeping `skip + limit` rows), all
+    /// through one snapshot, and [`Merge`] combines them; skip and limit
+    /// apply again to the merged rows.
+    fn find_partitioned(
+        &self,
+        coll: &Collection,
+        sharding: &Arc<Sharding>,
+        spec: FindSpec,
+    ) -> DocStream {
+        let targets = self.targets(coll, spec.filter.as_ref());
+        let reader = self.engine.snapshot();
+        let skip = usize::try_from(spec.skip).unwrap_or(usize::MAX);
+        let limit = spec
+            .limit
+            .filter(|&l| l > 0)
+            .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+        let keep = limit.map(|l| l.saturating_add(skip));
+        let streams: Vec<RowStream> = targets
+            .iter()
+            .filter_map(|t| t.partition)
+            .map(|part| {
+                partition_rows(
+                    reader.clone(),
+                    coll.id,
+                    sharding.clone(),
+                    part,
+                    spec.clone(),
+                    keep,
+                )
+            })
+            .collect();
+        let parallelism = self.parallelism(streams.len());
+        let merged = Merge::new(streams, spec.sort.clone(), parallelism).skip(skip);
+        match limit {
+            Some(l) => Box::new(merged.take(l)),
+            None => Box::new(merged),
+        }
+    }
+
+    /// The number of documents matching `filter`, counted in parallel on
+    /// every targeted partition.
+    pub fn count(&self, ns: &Namespace, filter: Option<&Filter>) -> Result<u64> {
+        if let Some(docs) = self.config_documents(ns) {
+            return Ok(docs
+                .iter()
+                .filter(|d| filter.is_none_or(|f| f.matches(d)))
+                .count() as u64);
+        }
+        let Some(coll) = self.catalog.get(ns) else {
+            return Ok(0);
+        };
+        let Some(sharding) = &coll.sharding else {
+            let mut n = 0;
+            for item in self.matching(&coll, filter) {
+                item?;
+                n += 1;
+            }
+            return Ok(n);
+        };
+        let reader = self.engine.snapshot();
+        let tasks: Vec<Box<dyn FnOnce() -> Result<u64> + Send>> = self
+            .targets(&coll, filter)
+            .into_iter()
+            .filter_map(|t| t.partition)
+            .map(|part| {
+                let (reader, sharding, filter) =
+                    (reader.clone(), sharding.clone(), filter.cloned());
+                let id = coll.id;
+                Box::new(move || {
+                    let records = Router::partition_candidates(
+                        &reader,
+                        id,
+                        &sharding,
+                        &part,
+                        filter.as_ref(),
+                    );
+                    let mut n = 0u64;
+                    for item in filter_records(records, filter) {
+                        item?;
+                        n += 1;
+                    }
+                    Ok(n)
+                }) as Box<dyn FnOnce() -> Result<u64> + Send>
+            })
+            .collect();
+        let parallelism = self.parallelism(tasks.len());
+        merge::run_parallel(tasks, parallelism)?.into_iter().sum()
+    }
+
+    /// Runs a query on each targeted partition and reports, per partition,
+    /// what it examined and returned — the figures of `explain`.
+    pub fn explain(&self, ns: &Namespace, spec: &FindSpec) -> Result<Vec<PartitionRun>> {
+        let Some(coll) = self.catalog.get(ns) else {
+            return Ok(vec![PartitionRun {
+                name: PRIMARY_PARTITION.to_string(),
+                ..PartitionRun::default()
+            }]);
+        };
+        let skip = usize::try_from(spec.skip).unwrap_or(usize::MAX);
+        let keep = spec.limit.filter(|&l| l > 0).map(|l| {
+            usize::try_from(l)
+                .unwrap_or(usize::MAX)
+                .saturating_add(skip)
+        });
+        let reader = self.engine.snapshot();
+        let targets = self.targets(&coll, spec.filter.as_ref());
+        let mut runs = Vec::with_capacity(targets.len());
+        for t in targets {
+            let started = std::time::Instant::now();
+            let examined = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let counter = examined.clone();
+            let records: RecordIter = match (&coll.sharding, t.partition) {
+                (Some(sharding), Some(part)) => Router::partition_candidates(
+                    &reader,
+                    coll.id,
+                    sharding,
+                    &part,
+                    spec.filter.as_ref(),
+                ),
+                _ => self.candidates(&coll, spec.filter.as_ref(), false),
+            };
+            let records = records.inspect(move |_| {
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            });
+            let mut returned = 0u64;
+            for item in filter_records(Box::new(records), spec.filter.clone()) {
+                item?;
+                returned += 1;
+                if spec.sort.is_none() && keep.is_some_and(|k| returned as usize >= k) {
+                    break;
+                }
+            }
+            if let Some(k) = keep {
+                returned = returned.min(k as u64);
+            }
+            runs.push(PartitionRun {
+                name: t.name,
+                partition: t.partition,
+                examined: examined.load(std::sync::atomic::Ordering::Relaxed),
+                returned,
+                millis: started.elapsed().as_millis() as u64,
+            });
+        }
+        Ok(runs)
+    }
+
+    /// Documents and bytes of each partition of a sharded collection, in
+    /// hash order.
+    pub fn partition_stats(&self, coll: &Collection) -> Vec<(Partition, catalog::Usage)> {
+        let Some(sharding) = &coll.sharding else {
+            return Vec::new();
+        };
+        let usage = sharding.usage();
+        sharding
+            .map()
+            .partitions
+            .iter()
+            .map(|p| (*p, usage.get(&p.id).copied().unwrap_or_default()))
+            .collect()
     }
 
     /// Per-collection figures for `collStats` and `dbStats`.
     pub fn collection_stats(&self, coll: &Collection) -> Result<CollectionStats> {
+        if coll.sharding.is_some() {
+            let mut stats = CollectionStats::default();
+            for (_, usage) in self.partition_stats(coll) {
+                stats.count += usage.count;
+                stats.size += usage.bytes;
+            }
+            return Ok(stats);
+        }
         let (from, to) = keys::collection_range(coll.id);
         let mut stats = CollectionStats::default();
         for item in self.engine.scan(Space::Records, from, to) {
@@ -268,6 +607,110 @@ impl Router {
         }
         Ok(stats)
     }
+}
+
+/// What one partition did for an explained query.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionRun {
+    pub name: String,
+    pub partition: Option<Partition>,
+    pub examined: u64,
+    pub returned: u64,
+    pub millis: u64,
+}
+
+/// The hashes of the shard-key values `filter` pins, sorted and unique.
+fn key_hashes(sharding: &Sharding, filter: Option<&Filter>) -> Option<Vec<i64>> {
+    let values = filter?.equality_values(&sharding.key.path)?;
+    let mut hashes: Vec<i64> = values.iter().map(hash::hash_value).collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    Some(hashes)
+}
+
+/// A record's `_id` (null when it has none, which stored records never do).
+fn record_id(rec: &Record) -> &Bson {
+    static NULL: Bson = Bson::Null;
+    rec.doc.get("_id").unwrap_or(&NULL)
+}
+
+/// The hash stored in an `_id` index entry.
+fn stored_hash(value: &[u8]) -> Option<i64> {
+    let bytes: [u8; 8] = value.try_into().ok()?;
+    Some(i64::from_be_bytes(bytes))
+}
+
+/// The records that match `filter`, with what the match found.
+fn filter_records(
+    records: RecordIter,
+    filter: Option<Filter>,
+) -> impl Iterator<Item = Result<(Record, MatchDetails)>> + Send + 'static {
+    records.filter_map(move |rec| match rec {
+        Err(e) => Some(Err(e)),
+        Ok(rec) => match &filter {
+            None => Some(Ok((
+                rec,
+                MatchDetails {
+                    matched: true,
+                    array_position: None,
+                },
+            ))),
+            Some(f) => match f.try_matches_with_details(&rec.doc) {
+                Ok(details) => details.matched.then_some(Ok((rec, details))),
+                Err(e) => Some(Err(e)),
+            },
+        },
+    })
+}
+
+/// One partition's part of a query, as a lazy stream of rows: nothing is
+/// read until the merge first asks, which it does on a pool thread.
+fn partition_rows(
+    reader: SharedReader,
+    id: u64,
+    sharding: Arc<Sharding>,
+    part: Partition,
+    spec: FindSpec,
+    keep: Option<usize>,
+) -> RowStream {
+    let mut rows: Option<RowStream> = None;
+    Box::new(std::iter::from_fn(move || {
+        let rows = rows.get_or_insert_with(|| {
+            let records =
+                Router::partition_candidates(&reader, id, &sharding, &part, spec.filter.as_ref());
+            let matching = filter_records(records, spec.filter.clone());
+            let projection = spec.projection.clone();
+            let project = move |key: Vec<Bson>, rec: Record, details: MatchDetails| {
+                let id = rec.doc.get("_id").cloned().unwrap_or(Bson::Null);
+                let doc = match &projection {
+                    Some(p) => p.apply(&rec.doc, &details)?,
+                    None => rec.doc,
+                };
+                Ok(Row { key, id, doc })
+            };
+            match &spec.sort {
+                None => {
+                    let rows = matching.map(move |item| {
+                        let (rec, details) = item?;
+                        project(Vec::new(), rec, details)
+                    });
+                    match keep {
+                        Some(k) => Box::new(rows.take(k)),
+                        None => Box::new(rows),
+                    }
+                }
+                Some(sort) => match sorted_rows(matching, sort, keep) {
+                    Ok(sorted) => Box::new(
+                        sorted
+                            .into_iter()
+                            .map(move |(key, rec, details)| project(key, rec, details)),
+                    ),
+                    Err(e) => Box::new(std::iter::once(Err(e))),
+                },
+            }
+        });
+        rows.next()
+    }))
 }
 
 /// Most bytes of documents a sort without a limit holds in memory,
@@ -290,21 +733,24 @@ fn id_sort_direction(sort: &SortSpec) -> Option<bool> {
     }
 }
 
-/// Sorts matching rows. With `keep`, only the best `keep` rows are held:
+/// Sorts matching rows, ties broken by `_id` so every partition layout
+/// gives one order. With `keep`, only the best `keep` rows are held:
 /// rows gather in a buffer that is sorted and cut back to `keep` whenever
-/// it doubles, so memory stays proportional to `keep`.
+/// it doubles, so memory stays proportional to `keep`. Each row comes
+/// with its sort key.
 fn sorted_rows(
     rows: impl Iterator<Item = Result<(Record, MatchDetails)>>,
     sort: &SortSpec,
     keep: Option<usize>,
-) -> Result<Vec<(Record, MatchDetails)>> {
-    let mut buf: Vec<(Vec<Bson>, usize, (Record, MatchDetails))> = Vec::new();
+) -> Result<Vec<(Vec<Bson>, Record, MatchDetails)>> {
+    type Entry = (Vec<Bson>, (Record, MatchDetails));
+    let mut buf: Vec<Entry> = Vec::new();
     let mut bytes = 0usize;
-    let order = |a: &(Vec<Bson>, usize, (Record, MatchDetails)),
-                 b: &(Vec<Bson>, usize, (Record, MatchDetails))| {
-        sort.compare_keys(&a.0, &b.0).then(a.1.cmp(&b.1))
+    let order = |a: &Entry, b: &Entry| {
+        sort.compare_keys(&a.0, &b.0)
+            .then_with(|| compare(record_id(&a.1 .0), record_id(&b.1 .0)))
     };
-    for (seq, row) in rows.enumerate() {
+    for row in rows {
         let row = row?;
         let key = sort.key_for(&row.0.doc);
         if keep.is_none() {
@@ -316,7 +762,7 @@ fn sorted_rows(
                 ));
             }
         }
-        buf.push((key, seq, row));
+        buf.push((key, row));
         if let Some(k) = keep {
             if buf.len() >= k.saturating_mul(2).max(1024) {
                 buf.sort_by(order);
@@ -328,7 +774,10 @@ fn sorted_rows(
     if let Some(k) = keep {
         buf.truncate(k);
     }
-    Ok(buf.into_iter().map(|(_, _, row)| row).collect())
+    Ok(buf
+        .into_iter()
+        .map(|(key, (rec, details))| (key, rec, details))
+        .collect())
 }
 
 #[derive(Debug, Default, Clone, Copy)]

@@ -6,16 +6,19 @@
 //! then waits for the batch to be durable. No lock is held across
 //! `.await`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 
-use super::{Collection, Namespace, Record, Router};
+use super::catalog::{usage_key, Usage};
+use super::{Collection, Namespace, Record, Router, Sharding};
 use crate::error::{Error, ErrorCode, Result};
+use crate::partition::PartitionMap;
 use crate::query::filter::Filter;
 use crate::query::sort::SortSpec;
 use crate::query::update::{documents_identical, ApplyContext, Update};
+use crate::storage::{keys, keystring};
 use crate::storage::{Space, WriteBatch};
 use crate::wire::MAX_BSON_OBJECT_SIZE;
 use crate::{bail, err};
@@ -189,6 +192,193 @@ pub(crate) fn duplicate_key_error(ns: &Namespace, id: &Bson) -> Error {
     .with_extra(doc! {"keyPattern": {"_id": 1}, "keyValue": shown})
 }
 
+/// The writes of one operation on a sharded collection, with the
+/// bookkeeping that goes with them: the `_id` index (which keeps `_id`
+/// unique across partitions and finds a document by `_id` alone) and the
+/// size of every logical partition touched, checked against its cap and
+/// stored in the same atomic batch.
+pub(crate) struct PartitionedBatch<'a> {
+    router: &'a Router,
+    coll: &'a Collection,
+    sharding: &'a Sharding,
+    map: Arc<PartitionMap>,
+    pub batch: WriteBatch,
+    /// Usage of each hash touched, as it will be after the batch.
+    hashes: HashMap<i64, Usage>,
+    /// Change in documents and bytes of each partition touched.
+    partitions: HashMap<u64, (i64, i64)>,
+}
+
+impl<'a> PartitionedBatch<'a> {
+    /// Starts a batch; the caller holds the collection's write lock.
+    pub fn new(router: &'a Router, coll: &'a Collection, sharding: &'a Sharding) -> Self {
+        PartitionedBatch {
+            router,
+            coll,
+            sharding,
+            map: sharding.map(),
+            batch: WriteBatch::default(),
+            hashes: HashMap::new(),
+            partitions: HashMap::new(),
+        }
+    }
+
+    fn usage(&mut self, hash: i64) -> Result<&mut Usage> {
+        if let std::collections::hash_map::Entry::Vacant(v) = self.hashes.entry(hash) {
+            let stored = self
+                .router
+                .engine
+                .get(Space::Index, &usage_key(self.coll.id, hash))?;
+            v.insert(stored.map(|b| Usage::decode(&b)).unwrap_or_default());
+        }
+        Ok(self.hashes.entry(hash).or_default())
+    }
+
+    fn partition_delta(&mut self, hash: i64, count: i64, bytes: i64) {
+        let id = self.map.locate(hash).id;
+        let entry = self.partitions.entry(id).or_default();
+        entry.0 += count;
+        entry.1 += bytes;
+    }
+
+    /// Fails when `extra` more bytes under `hash` would pass the cap on
+    /// one logical partition.
+    fn check_cap(&mut self, hash: i64, doc: &Document, extra: i64) -> Result<()> {
+        let cap = self.router.options.logical_max_bytes;
+        let now = self.usage(hash)?.bytes;
+        if extra > 0 && now.saturating_add(extra as u64) > cap {
+            let key = &self.sharding.key;
+            let value = key
+                .value(doc)
+                .ok()
+                .flatten()
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "null".to_string());
+            return Err(err!(
+                OutOfDiskSpace,
+                "Logical partition for shard key {{{}: {value}}} of {} is full: it holds {now} bytes of documents and this write would pass its limit of {cap} bytes. Spread these documents over more shard-key values.",
+                key.path,
+                self.coll.ns
+            ));
+        }
+        Ok(())
+    }
+
+    /// The key of the `_id` index entry of `id`.
+    fn id_entry(&self, id: &Bson) -> Vec<u8> {
+        keys::index_key(self.coll.id, 0, &keystring::encode_id(id))
+    }
+
+    /// True when a document with this `_id` is stored.
+    pub fn id_exists(&self, id: &Bson) -> Result<bool> {
+        Ok(self
+            .router
+            .engine
+            .get(Space::Index, &self.id_entry(id))?
+            .is_some())
+    }
+
+    /// Adds a new document (its `_id` checked unique by the caller).
+    pub fn insert(&mut self, id: &Bson, doc: &Document, bytes: Vec<u8>) -> Result<()> {
+        let hash = self.sharding.key.hash_of(doc)?;
+        self.check_cap(hash, doc, bytes.len() as i64)?;
+        let id_key = keystring::encode_id(id);
+        self.usage(hash)?.add(bytes.len());
+        self.partition_delta(hash, 1, bytes.len() as i64);
+        self.batch.put(
+            Space::Index,
+            keys::index_key(self.coll.id, 0, &id_key),
+            hash.to_be_bytes().to_vec(),
+        );
+        self.batch.put(
+            Space::Records,
+            keys::record_key(self.coll.id, hash, &id_key),
+            bytes,
+        );
+        Ok(())
+    }
+
+    /// Replaces a stored document, moving it to the partition of its new
+    /// shard-key value when that changed: the delete and the insert are
+    /// one atomic batch, so readers see it in exactly one place.
+    pub fn replace(&mut self, old: &Record, doc: &Document, bytes: Vec<u8>) -> Result<()> {
+        let old_hash = keys::record_hash(&old.key)
+            .ok_or_else(|| Error::internal("record key without a hash"))?;
+        let hash = self.sharding.key.hash_of(doc)?;
+        let new_len = bytes.len() as i64;
+        if hash == old_hash {
+            self.check_cap(hash, doc, new_len - old.len as i64)?;
+            let usage = self.usage(hash)?;
+            usage.bytes = (usage.bytes as i64 + new_len - old.len as i64).max(0) as u64;
+            self.partition_delta(hash, 0, new_len - old.len as i64);
+            self.batch.put(Space::Records, old.key.clone(), bytes);
+            return Ok(());
+        }
+        self.check_cap(hash, doc, new_len)?;
+        let id_key = keys::record_id_key(&old.key).to_vec();
+        self.usage(old_hash)?.remove(old.len);
+        self.partition_delta(old_hash, -1, -(old.len as i64));
+        self.usage(hash)?.add(bytes.len());
+        self.partition_delta(hash, 1, new_len);
+        self.batch.delete(Space::Records, old.key.clone());
+        self.batch.put(
+            Space::Index,
+            keys::index_key(self.coll.id, 0, &id_key),
+            hash.to_be_bytes().to_vec(),
+        );
+        self.batch.put(
+            Space::Records,
+            keys::record_key(self.coll.id, hash, &id_key),
+            bytes,
+        );
+        Ok(())
+    }
+
+    /// Removes a stored document.
+    pub fn delete(&mut self, old: &Record) -> Result<()> {
+        let hash = keys::record_hash(&old.key)
+            .ok_or_else(|| Error::internal("record key without a hash"))?;
+        self.usage(hash)?.remove(old.len);
+        self.partition_delta(hash, -1, -(old.len as i64));
+        self.batch.delete(
+            Space::Index,
+            keys::index_key(self.coll.id, 0, keys::record_id_key(&old.key)),
+        );
+        self.batch.delete(Space::Records, old.key.clone());
+        Ok(())
+    }
+
+    /// Commits the batch and the usage it changed; returns the commit
+    /// sequence (0 when there was nothing to write).
+    pub fn commit(mut self) -> Result<u64> {
+        if self.batch.is_empty() {
+            return Ok(0);
+        }
+        for (hash, usage) in &self.hashes {
+            let key = usage_key(self.coll.id, *hash);
+            if usage.count == 0 {
+                self.batch.delete(Space::Index, key);
+            } else {
+                self.batch.put(Space::Index, key, usage.encode());
+            }
+        }
+        let seq = self.router.engine.write(std::mem::take(&mut self.batch))?;
+        let split_bytes = self.router.options.split_bytes;
+        let mut oversized = false;
+        for (partition, (count, bytes)) in &self.partitions {
+            let usage = self.sharding.update_usage(*partition, |u| {
+                u.count = (u.count as i64 + count).max(0) as u64;
+                u.bytes = (u.bytes as i64 + bytes).max(0) as u64;
+            });
+            oversized |= usage.bytes > split_bytes;
+        }
+        if oversized {
+            self.router.request_split(&self.coll.ns);
+        }
+        Ok(seq)
+    }
+}
+
 impl Router {
     /// The collection of `ns`, created if it does not exist yet. Returns
     /// the creation's commit sequence when it had to be created.
@@ -249,6 +439,16 @@ impl Router {
         let first_error = outcome.errors.first().map(|(i, _)| *i);
         let result = maybe_blocking(prepared.len() <= INLINE_INSERTS, || {
             self.with_write_lock(ns, true, |coll| {
+                if let Some(sharding) = &coll.sharding {
+                    return self.insert_partitioned(
+                        ns,
+                        coll,
+                        sharding,
+                        &prepared,
+                        ordered,
+                        first_error,
+                    );
+                }
                 let mut batch = WriteBatch::default();
                 let mut seen = HashSet::new();
                 let mut inserted = 0;
@@ -292,6 +492,49 @@ impl Router {
         Ok(outcome)
     }
 
+    /// The insert of [`Router::insert`] into a sharded collection.
+    #[allow(clippy::type_complexity)]
+    fn insert_partitioned(
+        &self,
+        ns: &Namespace,
+        coll: &Collection,
+        sharding: &Sharding,
+        prepared: &[(usize, Bson, Vec<u8>)],
+        ordered: bool,
+        first_error: Option<usize>,
+    ) -> Result<(u64, Vec<(usize, Error)>, u64)> {
+        let mut pb = PartitionedBatch::new(self, coll, sharding);
+        let mut seen = HashSet::new();
+        let mut inserted = 0;
+        let mut errors = Vec::new();
+        for (i, id, bytes) in prepared {
+            if ordered && first_error.is_some_and(|f| *i > f) {
+                break;
+            }
+            let id_key = keystring::encode_id(id);
+            let result = if seen.contains(&id_key) || pb.id_exists(id)? {
+                Err(duplicate_key_error(ns, id))
+            } else {
+                Document::from_reader(&bytes[..])
+                    .map_err(|e| err!(BadValue, "cannot decode document: {e}"))
+                    .and_then(|doc| pb.insert(id, &doc, bytes.clone()))
+            };
+            match result {
+                Ok(()) => {
+                    seen.insert(id_key);
+                    inserted += 1;
+                }
+                Err(e) => {
+                    errors.push((*i, e));
+                    if ordered {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok((inserted, errors, pb.commit()?))
+    }
+
     /// Applies one update statement.
     pub async fn update(&self, ns: &Namespace, stmt: &UpdateStatement) -> Result<ModifyOutcome> {
         let point = stmt.filter.equality_values("_id").is_some();
@@ -309,7 +552,7 @@ impl Router {
 
     /// The records an update or delete works on: all matches for a multi
     /// operation, else the first (by `sort` when given).
-    fn targets(
+    fn write_targets(
         &self,
         coll: &Collection,
         filter: &Filter,
@@ -345,8 +588,11 @@ impl Router {
         coll: &Collection,
         stmt: &UpdateStatement,
     ) -> Result<(ModifyOutcome, u64)> {
+        if let Some(sharding) = &coll.sharding {
+            return self.update_partitioned(ns, coll, sharding, stmt);
+        }
         let mut outcome = ModifyOutcome::default();
-        let targets = self.targets(coll, &stmt.filter, stmt.multi, stmt.sort.as_ref())?;
+        let targets = self.write_targets(coll, &stmt.filter, stmt.multi, stmt.sort.as_ref())?;
         let mut batch = WriteBatch::default();
         for (rec, details) in targets {
             outcome.matched += 1;
@@ -387,6 +633,50 @@ impl Router {
         Ok((outcome, seq))
     }
 
+    /// [`Router::update_locked`] on a sharded collection.
+    fn update_partitioned(
+        &self,
+        ns: &Namespace,
+        coll: &Collection,
+        sharding: &Sharding,
+        stmt: &UpdateStatement,
+    ) -> Result<(ModifyOutcome, u64)> {
+        let mut outcome = ModifyOutcome::default();
+        let targets = self.write_targets(coll, &stmt.filter, stmt.multi, stmt.sort.as_ref())?;
+        let mut pb = PartitionedBatch::new(self, coll, sharding);
+        for (rec, details) in targets {
+            outcome.matched += 1;
+            let ctx = ApplyContext {
+                details,
+                inserting: false,
+            };
+            let new_doc = stmt.update.apply(&rec.doc, &ctx)?;
+            if stmt.return_documents {
+                outcome.before = Some(rec.doc.clone());
+                outcome.after = Some(new_doc.clone());
+            }
+            if !documents_identical(&new_doc, &rec.doc) {
+                let bytes = encode_document(&new_doc)?;
+                outcome.modified += 1;
+                pb.replace(&rec, &new_doc, bytes)?;
+            }
+        }
+        if outcome.matched == 0 && stmt.upsert {
+            let seed = stmt.filter.upsert_seed()?;
+            let new_doc = with_id_first(stmt.update.upsert_document(seed)?);
+            validate_for_insert(&new_doc)?;
+            let bytes = encode_document(&new_doc)?;
+            let id = new_doc.get("_id").cloned().unwrap_or(Bson::Null);
+            if pb.id_exists(&id)? {
+                return Err(duplicate_key_error(ns, &id));
+            }
+            pb.insert(&id, &new_doc, bytes)?;
+            outcome.upserted_id = Some(id);
+            outcome.after = Some(new_doc);
+        }
+        Ok((outcome, pb.commit()?))
+    }
+
     /// Deletes the first match (`multi == false`) or every match; returns
     /// the deleted documents' count and, for a single delete, the document.
     pub async fn delete(
@@ -399,8 +689,17 @@ impl Router {
         let point = filter.equality_values("_id").is_some();
         let result = maybe_blocking(point, || {
             self.with_write_lock(ns, false, |coll| {
-                let targets = self.targets(coll, filter, multi, sort)?;
+                let targets = self.write_targets(coll, filter, multi, sort)?;
                 let n = targets.len() as u64;
+                if let Some(sharding) = &coll.sharding {
+                    let mut pb = PartitionedBatch::new(self, coll, sharding);
+                    let mut last = None;
+                    for (rec, _) in targets {
+                        pb.delete(&rec)?;
+                        last = Some(rec.doc);
+                    }
+                    return Ok((n, if multi { None } else { last }, pb.commit()?));
+                }
                 let mut batch = WriteBatch::default();
                 let mut last = None;
                 for (rec, _) in targets {

@@ -22,7 +22,17 @@ use crate::storage::embedded::EmbeddedEngine;
 /// Runs the server until a shutdown signal.
 pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let engine = EmbeddedEngine::open(&config.data_dir, config.cache_mb * 1024 * 1024)?;
-    let router = Arc::new(Router::open(engine.clone())?);
+    let router = Arc::new(Router::open_with(
+        engine.clone(),
+        config.partition_options(),
+    )?);
+    let splitter = tokio::spawn(router.clone().run_splitter());
+    // Partitions that grew past the split size while the server was down.
+    for coll in router.catalog.list() {
+        if coll.sharding.is_some() {
+            router.request_split(&coll.ns);
+        }
+    }
     let state = ServerState::new(router, config.clone());
     let listener = TcpListener::bind(config.bind).await?;
     tracing::info!(
@@ -79,6 +89,7 @@ pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         tracing::warn!("connections still busy after 30 s; closing them");
     }
     cursor_reaper.abort();
+    splitter.abort();
     crate::storage::Engine::close(&*engine)?;
     tracing::info!("storage flushed; bye");
     Ok(())

@@ -1,0 +1,326 @@
+//! `explain` of `find`, `count`, `distinct` and `aggregate`, in the shape
+//! a mongos returns: which partitions (shards) a query targets and, with
+//! `executionStats`, what each of them read and returned.
+//!
+//! `queryPlanner.winningPlan.stage` is `SINGLE_SHARD` when one partition
+//! is targeted, `SHARD_MERGE_SORT` when several are and the query sorts,
+//! and `SHARD_MERGE` otherwise; `winningPlan.shards` has one entry per
+//! targeted partition.
+
+use bson::{doc, Bson, Document};
+
+use super::admin::MONGODB_VERSION;
+use super::args::{collection_namespace, opt_document, opt_non_negative};
+use super::Request;
+use crate::error::{Error, ErrorCode, Result};
+use crate::query::filter::Filter;
+use crate::query::sort::SortSpec;
+use crate::router::{FindSpec, Namespace, PartitionRun, Router};
+use crate::{bail, err};
+
+/// How much an explain runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verbosity {
+    QueryPlanner,
+    ExecutionStats,
+}
+
+/// What kind of command is explained, for the per-partition plan.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Find,
+    Count,
+    Distinct,
+    Aggregate,
+}
+
+pub async fn run(req: &Request<'_>) -> Result<Document> {
+    let inner = match req.body.get("explain") {
+        Some(Bson::Document(d)) => d.clone(),
+        Some(_) => bail!(
+            TypeMismatch,
+            "BSON field 'explain.explain' is the wrong type, expected type 'object'"
+        ),
+        None => bail!(FailedToParse, "explain needs a command to explain"),
+    };
+    let verbosity = match req.body.get("verbosity") {
+        None => Verbosity::ExecutionStats,
+        Some(Bson::String(v)) => match v.as_str() {
+            "queryPlanner" => Verbosity::QueryPlanner,
+            "executionStats" | "allPlansExecution" => Verbosity::ExecutionStats,
+            other => bail!(
+                BadValue,
+                "verbosity string must be one of {{'queryPlanner', 'executionStats', 'allPlansExecution'}}, not '{other}'"
+            ),
+        },
+        Some(_) => bail!(
+            TypeMismatch,
+            "BSON field 'explain.verbosity' is the wrong type, expected type 'string'"
+        ),
+    };
+    let name = inner
+        .keys()
+        .next()
+        .cloned()
+        .ok_or_else(|| err!(FailedToParse, "explain needs a command to explain"))?;
+    let db = req.db.as_str();
+    let (kind, ns, spec) = match name.as_str() {
+        "find" => {
+            let f = super::find::parse(db, &inner)?;
+            (Kind::Find, f.ns, f.spec)
+        }
+        "count" => (
+            Kind::Count,
+            collection_namespace("count", db, &inner)?,
+            count_spec(&inner)?,
+        ),
+        "distinct" => (
+            Kind::Distinct,
+            collection_namespace("distinct", db, &inner)?,
+            FindSpec {
+                filter: query_filter("distinct", &inner, "query")?,
+                ..FindSpec::default()
+            },
+        ),
+        "aggregate" => (
+            Kind::Aggregate,
+            collection_namespace("aggregate", db, &inner)?,
+            aggregate_spec(&inner)?,
+        ),
+        other => return Err(Error::new(
+            ErrorCode::CommandNotSupported,
+            format!(
+                "explain of '{other}' is not supported: explain find, count, distinct or aggregate"
+            ),
+        )),
+    };
+    let router = req.state.router.clone();
+    let started = std::time::Instant::now();
+    let runs = tokio::task::block_in_place(|| router.explain(&ns, &spec))?;
+    let total_ms = started.elapsed().as_millis() as i64;
+    let host = router.options.host.clone();
+    Ok(render(
+        kind, verbosity, &ns, &spec, &runs, total_ms, &host, &router, inner,
+    ))
+}
+
+fn query_filter(cmd: &str, body: &Document, field: &str) -> Result<Option<Filter>> {
+    opt_document(cmd, body, field)?
+        .filter(|q| !q.is_empty())
+        .map(Filter::parse)
+        .transpose()
+}
+
+fn count_spec(body: &Document) -> Result<FindSpec> {
+    Ok(FindSpec {
+        filter: query_filter("count", body, "query")?,
+        skip: opt_non_negative("count", body, "skip")?.unwrap_or(0),
+        limit: super::args::opt_i64("count", body, "limit")?
+            .filter(|&l| l != 0)
+            .map(|l| l.unsigned_abs()),
+        ..FindSpec::default()
+    })
+}
+
+/// The part of a pipeline that decides targeting: a leading `$match`
+/// (and a `$sort` right after it).
+fn aggregate_spec(body: &Document) -> Result<FindSpec> {
+    let pipeline = super::args::opt_array("aggregate", body, "pipeline")?
+        .cloned()
+        .unwrap_or_default();
+    let mut spec = FindSpec::default();
+    let mut stages = pipeline.iter().filter_map(Bson::as_document).peekable();
+    if let Some(m) = stages.peek().and_then(|s| s.get_document("$match").ok()) {
+        spec.filter = Some(Filter::parse(m)?);
+        stages.next();
+    }
+    if let Some(s) = stages.peek().and_then(|s| s.get_document("$sort").ok()) {
+        spec.sort = Some(SortSpec::parse(s)?);
+    }
+    Ok(spec)
+}
+
+/// The filter as sent, for `parsedQuery`.
+fn parsed_query(kind: Kind, command: &Document) -> Document {
+    let found = match kind {
+        Kind::Find => command.get_document("filter").ok(),
+        Kind::Count | Kind::Distinct => command.get_document("query").ok(),
+        Kind::Aggregate => command
+            .get_array("pipeline")
+            .ok()
+            .and_then(|p| p.first())
+            .and_then(Bson::as_document)
+            .and_then(|s| s.get_document("$match").ok()),
+    };
+    found.cloned().unwrap_or_default()
+}
+
+fn server_info(host: &str) -> Document {
+    let (name, port) = host.rsplit_once(':').unwrap_or((host, "27017"));
+    doc! {
+        "host": name,
+        "port": port.parse::<i32>().unwrap_or(27017),
+        "version": MONGODB_VERSION,
+        "gitVersion": "shardgate",
+    }
+}
+
+/// The plan one partition runs, innermost stage first.
+fn partition_plan(kind: Kind, spec: &FindSpec, router: &Router, ns: &Namespace) -> Document {
+    let coll = router.catalog.get(ns);
+    let key_path = coll
+        .as_ref()
+        .and_then(|c| c.sharding.as_ref())
+        .map(|s| s.key.path.clone());
+    let filter = spec.filter.as_ref();
+    let pins_key = key_path
+        .as_ref()
+        .zip(filter)
+        .is_some_and(|(k, f)| f.equality_values(k).is_some());
+    let pins_id = filter.is_some_and(|f| f.equality_values("_id").is_some());
+    let mut plan = if pins_key {
+        let path = key_path.clone().unwrap_or_default();
+        doc! {
+            "stage": "FETCH",
+            "inputStage": {
+                "stage": "IXSCAN",
+                "keyPattern": {path.clone(): "hashed"},
+                "indexName": format!("{path}_hashed"),
+                "isMultiKey": false,
+                "direction": "forward",
+            },
+        }
+    } else if pins_id {
+        doc! {"stage": "IDHACK"}
+    } else {
+        doc! {"stage": "COLLSCAN", "direction": "forward"}
+    };
+    if key_path.is_some() {
+        plan = doc! {"stage": "SHARDING_FILTER", "inputStage": plan};
+    }
+    if let Some(sort) = &spec.sort {
+        let mut pattern = Document::new();
+        for f in sort.fields() {
+            pattern.insert(f.path(), if f.ascending() { 1 } else { -1 });
+        }
+        plan = doc! {"stage": "SORT", "sortPattern": pattern, "memLimit": 104_857_600_i64, "type": "simple", "inputStage": plan};
+    }
+    if spec.projection.is_some() {
+        plan = doc! {"stage": "PROJECTION_DEFAULT", "inputStage": plan};
+    }
+    match kind {
+        Kind::Count => doc! {"stage": "COUNT", "inputStage": plan},
+        Kind::Distinct => doc! {"stage": "PROJECTION_COVERED", "inputStage": plan},
+        Kind::Find | Kind::Aggregate => plan,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn render(
+    kind: Kind,
+    verbosity: Verbosity,
+    ns: &Namespace,
+    spec: &FindSpec,
+    runs: &[PartitionRun],
+    total_ms: i64,
+    host: &str,
+    router: &Router,
+    command: Document,
+) -> Document {
+    let stage = match runs.len() {
+        1 => "SINGLE_SHARD",
+        _ if spec.sort.is_some() && kind != Kind::Count => "SHARD_MERGE_SORT",
+        _ => "SHARD_MERGE",
+    };
+    let plan = partition_plan(kind, spec, router, ns);
+    let parsed = parsed_query(kind, &command);
+    let shard_plans: Vec<Bson> = runs
+        .iter()
+        .map(|r| {
+            Bson::Document(doc! {
+                "shardName": &r.name,
+                "connectionString": host,
+                "serverInfo": server_info(host),
+                "namespace": ns.full(),
+                "indexFilterSet": false,
+                "parsedQuery": parsed.clone(),
+                "winningPlan": plan.clone(),
+                "rejectedPlans": [],
+            })
+        })
+        .collect();
+    let mut reply = doc! {
+        "queryPlanner": {
+            "mongosPlannerVersion": 1,
+            "winningPlan": {"stage": stage, "shards": shard_plans},
+        },
+    };
+    if verbosity == Verbosity::ExecutionStats {
+        let returned: u64 = runs.iter().map(|r| r.returned).sum();
+        let returned = match (kind, spec.limit.filter(|&l| l > 0)) {
+            (Kind::Count, _) => 0,
+            (_, Some(l)) => returned.saturating_sub(spec.skip).min(l),
+            (_, None) => returned.saturating_sub(spec.skip),
+        };
+        let examined: u64 = runs.iter().map(|r| r.examined).sum();
+        let shard_stats: Vec<Bson> = runs
+            .iter()
+            .map(|r| {
+                let mut stages = plan.clone();
+                stages.insert("nReturned", r.returned as i64);
+                stages.insert("docsExamined", r.examined as i64);
+                stages.insert("executionTimeMillisEstimate", r.millis as i64);
+                Bson::Document(doc! {
+                    "shardName": &r.name,
+                    "executionSuccess": true,
+                    "nReturned": r.returned as i64,
+                    "executionTimeMillis": r.millis as i64,
+                    "totalKeysExamined": 0_i64,
+                    "totalDocsExamined": r.examined as i64,
+                    "executionStages": stages,
+                })
+            })
+            .collect();
+        let child_ms: i64 = runs.iter().map(|r| r.millis as i64).sum();
+        reply.insert(
+            "executionStats",
+            doc! {
+                "nReturned": returned as i64,
+                "executionTimeMillis": total_ms,
+                "totalKeysExamined": 0_i64,
+                "totalDocsExamined": examined as i64,
+                "executionStages": {
+                    "stage": stage,
+                    "nReturned": returned as i64,
+                    "executionTimeMillis": total_ms,
+                    "totalKeysExamined": 0_i64,
+                    "totalDocsExamined": examined as i64,
+                    "totalChildMillis": child_ms,
+                    "shards": shard_stats,
+                },
+            },
+        );
+    }
+    if kind == Kind::Aggregate {
+        // The fields a mongos adds to an aggregate's explain.
+        let mut shards = Document::new();
+        for r in runs {
+            shards.insert(
+                r.name.clone(),
+                doc! {"host": host, "queryPlanner": {"namespace": ns.full(), "winningPlan": plan.clone()}},
+            );
+        }
+        reply.insert(
+            "mergeType",
+            if runs.len() == 1 {
+                "anyShard"
+            } else {
+                "mongos"
+            },
+        );
+        reply.insert("shards", shards);
+    }
+    reply.insert("serverInfo", server_info(host));
+    reply.insert("command", command);
+    reply
+}

@@ -1,0 +1,304 @@
+//! Sharding a collection and splitting its partitions.
+//!
+//! Records are keyed by `collection | hash | _id`, and a partition is a
+//! hash range, so a split moves no data: it is a new partition map, one
+//! catalog write under the collection's write lock. Readers already
+//! running keep the partitions (ranges) they started with, which still
+//! hold exactly the same records; writers after the split see the new
+//! map. Sharding a collection that holds data does move it: its records
+//! are copied under their hashes into a new key range, and the catalog
+//! switches to it in one write.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bson::Document;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use super::catalog::{load_usage, usage_entries, usage_key, Usage};
+use super::{decode_record, Collection, Namespace, Router, Sharding};
+use crate::error::Result;
+use crate::partition::{PartitionMap, ShardKey};
+use crate::storage::{keys, keystring, Space, WriteBatch};
+use crate::{bail, err};
+
+/// Collections waiting for a partition split.
+#[derive(Default)]
+pub struct SplitQueue {
+    pending: Mutex<HashSet<Namespace>>,
+    wake: Notify,
+}
+
+/// Records copied per batch when sharding a collection with data.
+const COPY_BATCH: usize = 1000;
+
+/// The outcome of `shardCollection`.
+pub enum Sharded {
+    /// Newly sharded; wait for this commit.
+    Done(Arc<Collection>, u64),
+    /// Already sharded on this key.
+    AlreadyOnKey(Arc<Collection>),
+}
+
+impl Router {
+    /// Shards `ns` on `key` with `partitions` initial partitions, creating
+    /// the collection if needed and redistributing the documents it
+    /// already holds.
+    pub fn shard_collection(
+        &self,
+        ns: &Namespace,
+        key: ShardKey,
+        partitions: Option<u64>,
+    ) -> Result<Sharded> {
+        let count = partitions.unwrap_or(self.options.initial_partitions).max(1);
+        let new_sharding = |catalog: &super::Catalog, batch: &mut WriteBatch| {
+            let first = catalog.reserve_partition_ids(count, batch);
+            Sharding::new(key.clone(), PartitionMap::even(count, first))
+        };
+        loop {
+            let Some(old) = self.catalog.get(ns) else {
+                let (coll, seq) = self.catalog.create_with(ns, Document::new(), true, |b| {
+                    Some(new_sharding(&self.catalog, b))
+                })?;
+                if coll.sharding.is_none() {
+                    // Created unsharded by a concurrent write: shard that.
+                    continue;
+                }
+                if let Some(s) = &coll.sharding {
+                    s.set_usage(
+                        s.map()
+                            .partitions
+                            .iter()
+                            .map(|p| (p.id, Usage::default()))
+                            .collect(),
+                    );
+                }
+                return Ok(Sharded::Done(coll, seq.unwrap_or(0)));
+            };
+            if let Some(existing) = &old.sharding {
+                if existing.key == key {
+                    return Ok(Sharded::AlreadyOnKey(old.clone()));
+                }
+                bail!(
+                    AlreadyInitialized,
+                    "sharding already enabled for collection {ns} with options {{ key: {}, unique: false }}",
+                    existing.key.pattern()
+                );
+            }
+            let _lock = old.write_lock.lock();
+            if old.is_dropped() {
+                continue;
+            }
+            let mut batch = WriteBatch::default();
+            let id = self.catalog.reserve_collection_id(&mut batch);
+            let sharding = Arc::new(new_sharding(&self.catalog, &mut batch));
+            let coll = Arc::new(Collection::new(
+                ns.clone(),
+                id,
+                old.uuid.clone(),
+                old.options.clone(),
+                Some(sharding.clone()),
+            ));
+            // Copy every record under its hash; nobody reads the new id
+            // until the catalog points at it.
+            let mut usage: HashMap<i64, Usage> = HashMap::new();
+            let (from, to) = keys::collection_range(old.id);
+            for item in self.engine.scan(Space::Records, from, to) {
+                let (k, v) = item?;
+                let rec = decode_record(k, &v)?;
+                let hash = key.hash_of(&rec.doc).map_err(|e| {
+                    err!(
+                        BadValue,
+                        "cannot shard {ns}: document {} has no usable shard-key value: {}",
+                        rec.doc
+                            .get("_id")
+                            .map(|v| v.to_string())
+                            .unwrap_or_default(),
+                        e.message
+                    )
+                })?;
+                let id_key = keystring::encode_id(rec.doc.get("_id").unwrap_or(&bson::Bson::Null));
+                usage.entry(hash).or_default().add(rec.len);
+                batch.put(
+                    Space::Index,
+                    keys::index_key(id, 0, &id_key),
+                    hash.to_be_bytes().to_vec(),
+                );
+                batch.put(Space::Records, keys::record_key(id, hash, &id_key), v);
+                if batch.ops.len() >= COPY_BATCH * 2 {
+                    self.engine.write(std::mem::take(&mut batch))?;
+                }
+            }
+            let cap = self.options.logical_max_bytes;
+            if let Some((hash, u)) = usage.iter().find(|(_, u)| u.bytes > cap) {
+                self.catalog.delete_records(id)?;
+                bail!(
+                    OutOfDiskSpace,
+                    "cannot shard {ns} on {}: the documents with hash {hash} hold {} bytes, past the logical partition limit of {cap} bytes",
+                    key.pattern(),
+                    u.bytes
+                );
+            }
+            for (hash, u) in &usage {
+                batch.put(Space::Index, usage_key(id, *hash), u.encode());
+            }
+            self.catalog.put_meta(&coll, &mut batch)?;
+            let mut seq = self.engine.write(batch)?;
+            sharding.set_usage(load_usage(&self.engine, id, &sharding.map())?);
+            self.catalog.replace(&old, coll.clone());
+            seq = seq.max(self.catalog.delete_records(old.id)?);
+            self.request_split(ns);
+            return Ok(Sharded::Done(coll, seq));
+        }
+    }
+
+    /// Asks the background splitter to look at `ns`.
+    pub fn request_split(&self, ns: &Namespace) {
+        self.splits.pending.lock().insert(ns.clone());
+        self.splits.wake.notify_one();
+    }
+
+    /// Splits partitions that passed the split size, for as long as the
+    /// router lives. Runs as one background task.
+    pub async fn run_splitter(self: Arc<Self>) {
+        loop {
+            self.splits.wake.notified().await;
+            let pending: Vec<Namespace> = self.splits.pending.lock().drain().collect();
+            for ns in pending {
+                let router = self.clone();
+                let result = tokio::task::spawn_blocking(move || router.split_oversized(&ns)).await;
+                match result {
+                    Ok(Ok(seq)) => {
+                        if let Err(e) = self.durable(seq).await {
+                            tracing::warn!("partition split not synced: {e}");
+                        }
+                    }
+                    Ok(Err(e)) => tracing::warn!("partition split failed: {e}"),
+                    Err(e) => tracing::warn!("partition split stopped: {e}"),
+                }
+            }
+        }
+    }
+
+    /// Splits every partition of `ns` over the split size, repeatedly,
+    /// until none is (or the rest are single logical partitions). Returns
+    /// the last commit.
+    pub fn split_oversized(&self, ns: &Namespace) -> Result<u64> {
+        let mut seq = 0;
+        let mut unsplittable = HashSet::new();
+        loop {
+            let Some(coll) = self.catalog.get(ns) else {
+                return Ok(seq);
+            };
+            let Some(sharding) = coll.sharding.clone() else {
+                return Ok(seq);
+            };
+            let usage = sharding.usage();
+            let over = sharding.map().partitions.iter().copied().find(|p| {
+                !unsplittable.contains(&p.id)
+                    && usage
+                        .get(&p.id)
+                        .is_some_and(|u| u.bytes > self.options.split_bytes)
+            });
+            let Some(part) = over else {
+                return Ok(seq);
+            };
+            sharding.splitting.store(true, Ordering::Release);
+            let result = self.split_partition(&coll, &sharding, part.id);
+            sharding.splitting.store(false, Ordering::Release);
+            match result? {
+                Some(s) => seq = seq.max(s),
+                None => {
+                    unsplittable.insert(part.id);
+                }
+            }
+        }
+    }
+
+    /// Splits one partition at the median hash of its documents (by
+    /// bytes). Returns the commit, or `None` when the partition holds one
+    /// hash only — one logical partition, which never splits.
+    fn split_partition(
+        &self,
+        coll: &Collection,
+        sharding: &Sharding,
+        id: u64,
+    ) -> Result<Option<u64>> {
+        let Some(part) = sharding.map().get(id).copied() else {
+            return Ok(None);
+        };
+        // Find the median outside the lock, on a snapshot.
+        let snapshot = self.engine.snapshot();
+        let mut total = 0u64;
+        let mut entries = Vec::new();
+        for entry in usage_entries(snapshot.as_ref(), coll.id, part.min, part.max) {
+            let (hash, u) = entry?;
+            total += u.bytes;
+            entries.push((hash, u.bytes));
+        }
+        let mut running = 0u64;
+        let mut at = None;
+        for (i, (hash, bytes)) in entries.iter().enumerate() {
+            running += bytes;
+            if running * 2 >= total {
+                // Split after this hash when another follows, else before.
+                at = match entries.get(i + 1) {
+                    Some((next, _)) => Some(*next),
+                    None => Some(*hash),
+                };
+                break;
+            }
+        }
+        let Some(at) = at.filter(|&h| h > part.min) else {
+            return Ok(None);
+        };
+        let _lock = coll.write_lock.lock();
+        if coll.is_dropped() {
+            return Ok(None);
+        }
+        let old = sharding.map();
+        if old.get(id) != Some(&part) {
+            return Ok(None);
+        }
+        let mut batch = WriteBatch::default();
+        let first = self.catalog.reserve_partition_ids(2, &mut batch);
+        let Some(new) = old.split(id, at, first, first + 1) else {
+            return Ok(None);
+        };
+        let mut halves = [Usage::default(); 2];
+        for (half, (min, max)) in [(part.min, at - 1), (at, part.max)].into_iter().enumerate() {
+            for entry in usage_entries(self.engine.as_ref(), coll.id, min, max) {
+                let (_, u) = entry?;
+                halves[half].count += u.count;
+                halves[half].bytes += u.bytes;
+            }
+        }
+        sharding.set_map(new);
+        let written = self
+            .catalog
+            .put_meta(coll, &mut batch)
+            .and_then(|()| Ok(self.engine.write(batch)?));
+        let seq = match written {
+            Ok(seq) => seq,
+            Err(e) => {
+                sharding.set_map(old.as_ref().clone());
+                return Err(e);
+            }
+        };
+        let mut usage = sharding.usage();
+        usage.remove(&id);
+        usage.insert(first, halves[0]);
+        usage.insert(first + 1, halves[1]);
+        sharding.set_usage(usage);
+        tracing::info!(
+            "split partition p{id} of {} at hash {at}: p{first} ({} bytes) and p{} ({} bytes)",
+            coll.ns,
+            halves[0].bytes,
+            first + 1,
+            halves[1].bytes
+        );
+        Ok(Some(seq))
+    }
+}
