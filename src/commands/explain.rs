@@ -87,12 +87,14 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             collection_namespace("aggregate", db, &inner)?,
             aggregate_spec(&inner)?,
         ),
-        other => return Err(Error::new(
-            ErrorCode::CommandNotSupported,
-            format!(
+        other => {
+            return Err(Error::new(
+                ErrorCode::CommandNotSupported,
+                format!(
                 "explain of '{other}' is not supported: explain find, count, distinct or aggregate"
             ),
-        )),
+            ))
+        }
     };
     let router = req.state.router.clone();
     let started = std::time::Instant::now();

@@ -254,45 +254,11 @@ impl Router {
         if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
             return Access::Points(ids.iter().map(|id| Router::id_key(coll, id)).collect());
         }
-        let (all_from, all_to) = keys::collection_range(coll.id);
-        let Some((lower, upper)) = filter.and_then(|f| f.range_bounds("_id")) else {
-            return Access::Range(all_from, all_to);
-        };
-        let prefix = keys::record_key(coll.id, UNSHARDED_HASH, &[]);
-        let with_prefix = |tail: &[u8]| {
-            let mut k = prefix.clone();
-            k.extend_from_slice(tail);
-            k
-        };
-        // A comparison only matches values of its own type class, so a
-        // one-sided range stops at the edge of that class.
-        let class_start = |v: &Bson| with_prefix(&keystring::encode_id(v)[..1]);
-        let class_end = |v: &Bson| {
-            let first = keystring::encode_id(v).first().copied().unwrap_or(0);
-            with_prefix(&[first.saturating_add(1)])
-        };
-        let (from, to) = match (&lower, &upper) {
-            (Bound::Unbounded, Bound::Unbounded) => (all_from, all_to),
-            (lo, hi) => {
-                let from = match lo {
-                    Bound::Included(v) => Bound::Included(with_prefix(&keystring::encode_id(v))),
-                    Bound::Excluded(v) => Bound::Excluded(with_prefix(&keystring::encode_id(v))),
-                    Bound::Unbounded => match hi {
-                        Bound::Included(v) | Bound::Excluded(v) => Bound::Included(class_start(v)),
-                        Bound::Unbounded => all_from,
-                    },
-                };
-                let to = match hi {
-                    Bound::Included(v) => Bound::Included(with_prefix(&keystring::encode_id(v))),
-                    Bound::Excluded(v) => Bound::Excluded(with_prefix(&keystring::encode_id(v))),
-                    Bound::Unbounded => match lo {
-                        Bound::Included(v) | Bound::Excluded(v) => Bound::Excluded(class_end(v)),
-                        Bound::Unbounded => all_to,
-                    },
-                };
-                (from, to)
-            }
-        };
+        let (from, to) = id_key_range(
+            &keys::record_key(coll.id, UNSHARDED_HASH, &[]),
+            keys::collection_range(coll.id),
+            filter,
+        );
         Access::Range(from, to)
     }
 
@@ -309,7 +275,21 @@ impl Router {
             // consistent for them.
             let reader: SharedReader = self.engine.clone();
             let sharding = sharding.clone();
-            let parts = self.targets(coll, filter);
+            let mut parts = self.targets(coll, filter);
+            if key_hashes(&sharding, filter).is_none()
+                && filter.is_some_and(|f| f.equality_values("_id").is_some())
+            {
+                // `_id` lookups go through the global `_id` index once.
+                let everything = Partition {
+                    id: 0,
+                    min: i64::MIN,
+                    max: i64::MAX,
+                };
+                parts = vec![Target {
+                    name: String::new(),
+                    partition: Some(everything),
+                }];
+            }
             let filter = filter.cloned();
             let id = coll.id;
             return Box::new(
@@ -436,13 +416,36 @@ impl Router {
         sharding: &Arc<Sharding>,
         spec: FindSpec,
     ) -> DocStream {
-        let targets = self.targets(coll, spec.filter.as_ref());
+        let mut targets = self.targets(coll, spec.filter.as_ref());
         let reader = self.engine.snapshot();
         let skip = usize::try_from(spec.skip).unwrap_or(usize::MAX);
         let limit = spec
             .limit
             .filter(|&l| l > 0)
             .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+        let mut point_reads = false;
+        if key_hashes(sharding, spec.filter.as_ref()).is_none() {
+            if let Some(ids) = spec.filter.as_ref().and_then(|f| f.equality_values("_id")) {
+                // Only the partitions holding these `_id`s have anything.
+                let mut hashes = Vec::new();
+                for id in &ids {
+                    let entry = keys::index_key(coll.id, 0, &keystring::encode_id(id));
+                    match reader.get(Space::Index, &entry) {
+                        Ok(found) => hashes.extend(found.as_deref().and_then(stored_hash)),
+                        Err(e) => return Box::new(std::iter::once(Err(e.into()))),
+                    }
+                }
+                targets.retain(|t| {
+                    t.partition
+                        .is_some_and(|p| hashes.iter().any(|&h| p.contains(h)))
+                });
+                // A few point reads: run them right here, one after another
+                // (the caller may be on an async worker).
+                point_reads = true;
+            } else if let Some(ascending) = spec.sort.as_ref().and_then(id_sort_direction) {
+                return by_id_index(reader, coll.id, spec, !ascending, skip, limit);
+            }
+        }
         let keep = limit.map(|l| l.saturating_add(skip));
         let streams: Vec<RowStream> = targets
             .iter()
@@ -458,7 +461,11 @@ impl Router {
                 )
             })
             .collect();
-        let parallelism = self.parallelism(streams.len());
+        let parallelism = if point_reads {
+            1
+        } else {
+            self.parallelism(streams.len())
+        };
         let merged = Merge::new(streams, spec.sort.clone(), parallelism).skip(skip);
         match limit {
             Some(l) => Box::new(merged.take(l)),
@@ -607,6 +614,99 @@ impl Router {
         }
         Ok(stats)
     }
+}
+
+/// A query on a sharded collection sorted by `_id` alone, in `_id` order
+/// straight from the `_id` index: it streams, however many documents
+/// match, instead of sorting every partition's matches.
+fn by_id_index(
+    reader: SharedReader,
+    id: u64,
+    spec: FindSpec,
+    reverse: bool,
+    skip: usize,
+    limit: Option<usize>,
+) -> DocStream {
+    let prefix = keys::index_key(id, 0, &[]);
+    let all = (
+        Bound::Included(prefix.clone()),
+        Bound::Excluded(keys::index_key(id, 1, &[])),
+    );
+    let (from, to) = id_key_range(&prefix, all, spec.filter.as_ref());
+    let entries = if reverse {
+        reader.scan_rev(Space::Index, from, to)
+    } else {
+        reader.scan(Space::Index, from, to)
+    };
+    let records: RecordIter = Box::new(entries.filter_map(move |item| {
+        let fetch = || -> Result<Option<Record>> {
+            let (entry, value) = item?;
+            let hash =
+                stored_hash(&value).ok_or_else(|| Error::internal("corrupt _id index entry"))?;
+            let key = keys::record_key(id, hash, entry.get(12..).unwrap_or_default());
+            match reader.get(Space::Records, &key)? {
+                Some(v) => Ok(Some(decode_record(key, &v)?)),
+                None => Ok(None),
+            }
+        };
+        fetch().transpose()
+    }));
+    let projection = spec.projection;
+    let rows = filter_records(records, spec.filter)
+        .skip(skip)
+        .map(move |item| {
+            let (rec, details) = item?;
+            match &projection {
+                Some(p) => p.apply(&rec.doc, &details),
+                None => Ok(rec.doc),
+            }
+        });
+    match limit {
+        Some(l) => Box::new(rows.take(l)),
+        None => Box::new(rows),
+    }
+}
+
+/// The keys under `prefix | keystring(_id)` that the `_id` bounds of
+/// `filter` allow, or `all` when it has none.
+fn id_key_range(
+    prefix: &[u8],
+    all: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+    filter: Option<&Filter>,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let (all_from, all_to) = all;
+    let Some((lower, upper)) = filter.and_then(|f| f.range_bounds("_id")) else {
+        return (all_from, all_to);
+    };
+    let with_prefix = |tail: &[u8]| {
+        let mut k = prefix.to_vec();
+        k.extend_from_slice(tail);
+        k
+    };
+    // A comparison only matches values of its own type class, so a
+    // one-sided range stops at the edge of that class.
+    let class_start = |v: &Bson| with_prefix(&keystring::encode_id(v)[..1]);
+    let class_end = |v: &Bson| {
+        let first = keystring::encode_id(v).first().copied().unwrap_or(0);
+        with_prefix(&[first.saturating_add(1)])
+    };
+    let from = match &lower {
+        Bound::Included(v) => Bound::Included(with_prefix(&keystring::encode_id(v))),
+        Bound::Excluded(v) => Bound::Excluded(with_prefix(&keystring::encode_id(v))),
+        Bound::Unbounded => match &upper {
+            Bound::Included(v) | Bound::Excluded(v) => Bound::Included(class_start(v)),
+            Bound::Unbounded => all_from,
+        },
+    };
+    let to = match &upper {
+        Bound::Included(v) => Bound::Included(with_prefix(&keystring::encode_id(v))),
+        Bound::Excluded(v) => Bound::Excluded(with_prefix(&keystring::encode_id(v))),
+        Bound::Unbounded => match &lower {
+            Bound::Included(v) | Bound::Excluded(v) => Bound::Excluded(class_end(v)),
+            Bound::Unbounded => all_to,
+        },
+    };
+    (from, to)
 }
 
 /// What one partition did for an explained query.
