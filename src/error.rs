@@ -111,6 +111,8 @@ error_codes! {
     OutOfDiskSpace = 14031,
     Location15955 = 15955,
     Location40602 = 40602,
+    Location5858203 = 5858203,
+    Location40228 = 40228,
 }
 
 /// A failure to report to the client as `{ok: 0, errmsg, code, codeName}`.

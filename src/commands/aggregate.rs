@@ -28,6 +28,8 @@ enum Stage {
     Group(Expr, Vec<(String, Expr)>),
     /// `$collStats`: storage figures per partition.
     CollStats(Document),
+    /// `$documents`: the documents of a collection-less aggregate.
+    Documents(Vec<Document>),
 }
 
 fn stage_arg(stage: &Document) -> Result<(&str, &Bson)> {
@@ -109,6 +111,28 @@ fn parse_stage(stage: &Document) -> Result<Stage> {
             Stage::Group(id, fields)
         }
         "$collStats" => Stage::CollStats(doc_arg()?.clone()),
+        "$documents" => {
+            let value = Expr::parse(arg)?.evaluate(&Document::new())?;
+            let Bson::Array(items) = value else {
+                return Err(Error::new(
+                    ErrorCode::Location5858203,
+                    "an array is expected",
+                ));
+            };
+            let mut docs = Vec::with_capacity(items.len());
+            for item in items {
+                match item {
+                    Bson::Document(d) => docs.push(d),
+                    _ => {
+                        return Err(Error::new(
+                            ErrorCode::Location40228,
+                            "'$documents' must evaluate to an array of objects",
+                        ))
+                    }
+                }
+            }
+            Stage::Documents(docs)
+        }
         other if other.starts_with('$') => {
             return Err(Error::new(
                 ErrorCode::Location40324,
@@ -224,6 +248,12 @@ fn apply(stage: Stage, input: DocStream) -> Result<DocStream> {
                 "$collStats is only valid as the first stage in a pipeline",
             ))
         }
+        Stage::Documents(_) => {
+            return Err(Error::new(
+                ErrorCode::Location40602,
+                "$documents is only valid as the first stage in a pipeline",
+            ))
+        }
     })
 }
 
@@ -249,9 +279,21 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         ],
     )?;
     let b = &req.body;
+    // `aggregate: 1` runs on no collection; its first stage must make
+    // the documents (`$documents`).
+    let collectionless = matches!(b.get("aggregate"), Some(v) if number_as_i64(v) == Some(1));
     let ns = match b.get("aggregate") {
         Some(Bson::String(_)) => collection_namespace("aggregate", &req.db, b)?,
-        Some(_) => return Err(not_yet("collection-less aggregate")),
+        Some(_) if collectionless => crate::router::Namespace {
+            db: req.db.clone(),
+            coll: "$cmd.aggregate".to_string(),
+        },
+        Some(_) => {
+            return Err(Error::new(
+                ErrorCode::FailedToParse,
+                "Invalid {aggregate: ...} value: must be a collection name or 1",
+            ))
+        }
         None => return Err(Error::failed_to_parse("aggregate needs a collection")),
     };
     let Some(pipeline) = args::opt_array("aggregate", b, "pipeline")? else {
@@ -302,13 +344,27 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     if coll_stats.is_some() {
         stages.next();
     }
+    let documents = match stages.peek() {
+        Some(Stage::Documents(_)) => match stages.next() {
+            Some(Stage::Documents(docs)) => Some(docs),
+            _ => None,
+        },
+        _ => None,
+    };
+    if collectionless && documents.is_none() {
+        return Err(Error::new(
+            ErrorCode::InvalidNamespace,
+            "{aggregate: 1} is not valid for '$match'; a collection is required.",
+        ));
+    }
     let (batch, stream) = tokio::task::block_in_place(|| -> Result<_> {
-        let mut stream: DocStream = match &coll_stats {
-            Some(spec) => {
+        let mut stream: DocStream = match (&coll_stats, documents) {
+            (_, Some(docs)) => Box::new(docs.into_iter().map(Ok)),
+            (Some(spec), None) => {
                 let docs = coll_stats_documents(&router, &ns, spec)?;
                 Box::new(docs.into_iter().map(Ok))
             }
-            None => router.find(
+            (None, None) => router.find(
                 &ns,
                 FindSpec {
                     filter,

@@ -201,6 +201,11 @@ static OPERATORS: &[Operator] = &[
         Arity::Exactly(2),
         Evaluation::Values(op_subtract),
     ),
+    op(
+        "$toHashedIndexKey",
+        Arity::Exactly(1),
+        Evaluation::Values(op_to_hashed_index_key),
+    ),
     op("$type", Arity::Exactly(1), Evaluation::Values(op_type)),
 ];
 
@@ -660,6 +665,16 @@ fn op_size<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         .map(Bson::Int32)
         .unwrap_or_else(|_| Bson::Int64(items.len() as i64));
     owned(n)
+}
+
+/// MongoDB's hashed-index hash of the value, as a long; a missing value
+/// hashes as null.
+fn op_to_hashed_index_key<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
+    let hash = match args[0].as_deref() {
+        Some(v) => crate::partition::hash::hash_value(v),
+        None => crate::partition::hash::hash_missing(),
+    };
+    owned(Bson::Int64(hash))
 }
 
 fn op_type<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
