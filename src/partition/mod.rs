@@ -100,6 +100,34 @@ impl ShardKey {
         Ok(None)
     }
 
+    /// [`ShardKey::value`] of a document still in BSON form, without
+    /// decoding the rest of it.
+    pub fn raw_value(&self, doc: &bson::RawDocument) -> Result<Option<Bson>> {
+        let bad = |e: bson::error::Error| crate::err!(InvalidBSON, "invalid document: {e}");
+        let mut current = doc;
+        let last = self.parts.len() - 1;
+        for (i, part) in self.parts.iter().enumerate() {
+            let Some(value) = current.get(part).map_err(bad)? else {
+                return Ok(None);
+            };
+            if let bson::RawBsonRef::Array(_) = value {
+                bail!(
+                    BadValue,
+                    "Shard key cannot contain array values or array descendants: field '{}' of the document is an array",
+                    self.path
+                );
+            }
+            if i == last {
+                return Ok(Some(Bson::try_from(value).map_err(bad)?));
+            }
+            match value {
+                bson::RawBsonRef::Document(d) => current = d,
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
     /// The hash the document is placed by.
     pub fn hash_of(&self, doc: &Document) -> Result<i64> {
         Ok(match self.value(doc)? {
@@ -320,6 +348,14 @@ mod tests {
         assert_eq!(key.value(&doc! {}).unwrap(), None);
         assert!(key.value(&doc! {"customer": [{"region": "eu"}]}).is_err());
         assert_eq!(key.hash_of(&doc! {}).unwrap(), hash::hash_missing());
+        let raw = bson::RawDocumentBuf::from_bytes(d.to_vec().unwrap()).unwrap();
+        assert_eq!(
+            key.raw_value(&raw).unwrap(),
+            Some(Bson::String("eu".into()))
+        );
+        let raw =
+            bson::RawDocumentBuf::from_bytes(doc! {"customer": [1]}.to_vec().unwrap()).unwrap();
+        assert!(key.raw_value(&raw).is_err());
     }
 
     #[test]

@@ -198,6 +198,23 @@ impl Router {
         if let Some(hashes) = key_hashes(sharding, filter) {
             let hashes: Vec<i64> = hashes.into_iter().filter(|&h| part.contains(h)).collect();
             let reader = reader.clone();
+            if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
+                // Key and `_id` both pinned: exact record keys.
+                let keys: BTreeSet<Vec<u8>> = hashes
+                    .iter()
+                    .flat_map(|&h| {
+                        ids.iter()
+                            .map(move |v| keys::record_key(id, h, &keystring::encode_id(v)))
+                    })
+                    .collect();
+                return Box::new(keys.into_iter().filter_map(move |key| {
+                    match reader.get(Space::Records, &key) {
+                        Ok(Some(v)) => Some(decode_record(key, &v)),
+                        Ok(None) => None,
+                        Err(e) => Some(Err(e.into())),
+                    }
+                }));
+            }
             return Box::new(hashes.into_iter().flat_map(move |h| {
                 let (from, to) = keys::partition_range(id, h, h);
                 reader.scan(Space::Records, from, to).map(decode)

@@ -242,22 +242,16 @@ impl<'a> PartitionedBatch<'a> {
     }
 
     /// Fails when `extra` more bytes under `hash` would pass the cap on
-    /// one logical partition.
-    fn check_cap(&mut self, hash: i64, doc: &Document, extra: i64) -> Result<()> {
+    /// one logical partition; `value` is the key value, for the message.
+    fn check_cap(&mut self, hash: i64, value: Option<&Bson>, extra: i64) -> Result<()> {
         let cap = self.router.options.logical_max_bytes;
         let now = self.usage(hash)?.bytes;
         if extra > 0 && now.saturating_add(extra as u64) > cap {
-            let key = &self.sharding.key;
-            let value = key
-                .value(doc)
-                .ok()
-                .flatten()
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "null".to_string());
+            let shown = value.map_or_else(|| "null".to_string(), |v| v.to_string());
             return Err(err!(
                 OutOfDiskSpace,
-                "Logical partition for shard key {{{}: {value}}} of {} is full: it holds {now} bytes of documents and this write would pass its limit of {cap} bytes. Spread these documents over more shard-key values.",
-                key.path,
+                "Logical partition for shard key {{{}: {shown}}} of {} is full: it holds {now} bytes of documents and this write would pass its limit of {cap} bytes. Spread these documents over more shard-key values.",
+                self.sharding.key.path,
                 self.coll.ns
             ));
         }
@@ -278,10 +272,16 @@ impl<'a> PartitionedBatch<'a> {
             .is_some())
     }
 
-    /// Adds a new document (its `_id` checked unique by the caller).
-    pub fn insert(&mut self, id: &Bson, doc: &Document, bytes: Vec<u8>) -> Result<()> {
-        let hash = self.sharding.key.hash_of(doc)?;
-        self.check_cap(hash, doc, bytes.len() as i64)?;
+    /// Adds a new document, in BSON form (its `_id` checked unique by
+    /// the caller).
+    pub fn insert(&mut self, id: &Bson, bytes: Vec<u8>) -> Result<()> {
+        let raw = RawDocument::from_bytes(&bytes).map_err(raw_error)?;
+        let value = self.sharding.key.raw_value(raw)?;
+        let hash = match &value {
+            Some(v) => crate::partition::hash::hash_value(v),
+            None => crate::partition::hash::hash_missing(),
+        };
+        self.check_cap(hash, value.as_ref(), bytes.len() as i64)?;
         let id_key = keystring::encode_id(id);
         self.usage(hash)?.add(bytes.len());
         self.partition_delta(hash, 1, bytes.len() as i64);
@@ -304,17 +304,21 @@ impl<'a> PartitionedBatch<'a> {
     pub fn replace(&mut self, old: &Record, doc: &Document, bytes: Vec<u8>) -> Result<()> {
         let old_hash = keys::record_hash(&old.key)
             .ok_or_else(|| Error::internal("record key without a hash"))?;
-        let hash = self.sharding.key.hash_of(doc)?;
+        let value = self.sharding.key.value(doc)?;
+        let hash = match value {
+            Some(v) => crate::partition::hash::hash_value(v),
+            None => crate::partition::hash::hash_missing(),
+        };
         let new_len = bytes.len() as i64;
         if hash == old_hash {
-            self.check_cap(hash, doc, new_len - old.len as i64)?;
+            self.check_cap(hash, value, new_len - old.len as i64)?;
             let usage = self.usage(hash)?;
             usage.bytes = (usage.bytes as i64 + new_len - old.len as i64).max(0) as u64;
             self.partition_delta(hash, 0, new_len - old.len as i64);
             self.batch.put(Space::Records, old.key.clone(), bytes);
             return Ok(());
         }
-        self.check_cap(hash, doc, new_len)?;
+        self.check_cap(hash, value, new_len)?;
         let id_key = keys::record_id_key(&old.key).to_vec();
         self.usage(old_hash)?.remove(old.len);
         self.partition_delta(old_hash, -1, -(old.len as i64));
@@ -515,9 +519,7 @@ impl Router {
             let result = if seen.contains(&id_key) || pb.id_exists(id)? {
                 Err(duplicate_key_error(ns, id))
             } else {
-                Document::from_reader(&bytes[..])
-                    .map_err(|e| err!(BadValue, "cannot decode document: {e}"))
-                    .and_then(|doc| pb.insert(id, &doc, bytes.clone()))
+                pb.insert(id, bytes.clone())
             };
             match result {
                 Ok(()) => {
@@ -670,7 +672,7 @@ impl Router {
             if pb.id_exists(&id)? {
                 return Err(duplicate_key_error(ns, &id));
             }
-            pb.insert(&id, &new_doc, bytes)?;
+            pb.insert(&id, bytes)?;
             outcome.upserted_id = Some(id);
             outcome.after = Some(new_doc);
         }
