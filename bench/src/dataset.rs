@@ -4,6 +4,13 @@
 //! The shape follows YCSB's `usertable`: an integer `_id`, ten string fields
 //! `field0`..`field9` that share the payload, and a `counter` that updates
 //! increment.
+//!
+//! The sharded workloads use smaller documents computed from their index as
+//! each batch is sent ([`FanoutData`], [`KeyRange`]): a million of them would
+//! cost more memory held than they cost CPU built, and loading is not what
+//! those workloads time.
+
+use std::borrow::Cow;
 
 use mongodb::bson::{doc, Bson, Document};
 use rand::rngs::SmallRng;
@@ -91,6 +98,169 @@ impl Dataset {
     }
 }
 
+/// A data set that loaders send as numbered `insertMany` batches.
+pub trait Batches: Send + Sync + 'static {
+    /// Documents in all batches together.
+    fn doc_count(&self) -> u64;
+    fn batch_count(&self) -> usize;
+    /// Batch `index` (below [`Batches::batch_count`]), borrowed when pre-built.
+    fn batch(&self, index: usize) -> Cow<'_, [Document]>;
+}
+
+impl Batches for Dataset {
+    fn doc_count(&self) -> u64 {
+        self.docs
+    }
+
+    fn batch_count(&self) -> usize {
+        self.batches.len()
+    }
+
+    fn batch(&self, index: usize) -> Cow<'_, [Document]> {
+        Cow::Borrowed(&self.batches[index])
+    }
+}
+
+/// Documents `first..first + len` of a data set of `docs` cut into batches
+/// of `batch`, for batch `index`.
+fn batch_range(docs: u64, batch: usize, index: usize) -> std::ops::Range<u64> {
+    let first = index as u64 * batch as u64;
+    first..(first + batch as u64).min(docs)
+}
+
+fn batch_count(docs: u64, batch: usize) -> usize {
+    usize::try_from(docs.div_ceil(batch as u64)).unwrap_or(usize::MAX)
+}
+
+/// How many results the fan-out query returns at most.
+pub const FANOUT_LIMIT: usize = 50;
+
+/// `f` takes values `0..FANOUT_F_VALUES`; the query keeps `f < FANOUT_F_BELOW`,
+/// one document in a hundred.
+pub const FANOUT_F_VALUES: u64 = 1000;
+pub const FANOUT_F_BELOW: i32 = 10;
+
+/// The fan-out query's collection: `{_id: i, k, f, score}` where `k` (the
+/// shard key) is a random 63-bit integer, so distinct but for chance, `f` a
+/// random integer in `0..1000` and `score` a random double in `[0, 1)`.
+/// Every value is a hash of the seed and `i`, so any batch can be built on
+/// its own and the query's answer is known in advance.
+pub struct FanoutData {
+    pub docs: u64,
+    batch: usize,
+    salt: u64,
+    /// Scores of the documents `find({f: {$lt: 10}}).sort({score: -1})
+    /// .limit(50)` returns, in that order.
+    pub expected_scores: Vec<f64>,
+}
+
+impl FanoutData {
+    pub fn new(docs: u64, batch: usize, seed: u64) -> FanoutData {
+        let mut data = FanoutData {
+            docs,
+            batch: batch.max(1),
+            salt: mix(seed ^ 0xfa40_7000),
+            expected_scores: Vec::new(),
+        };
+        let mut matching: Vec<f64> = (0..docs)
+            .filter(|&i| data.f(i) < FANOUT_F_BELOW)
+            .map(|i| data.score(i))
+            .collect();
+        matching.sort_unstable_by(|a, b| b.total_cmp(a));
+        matching.truncate(FANOUT_LIMIT);
+        data.expected_scores = matching;
+        data
+    }
+
+    fn value(&self, i: u64, field: u64) -> u64 {
+        mix(self
+            .salt
+            .wrapping_add(i.wrapping_mul(4).wrapping_add(field)))
+    }
+
+    fn k(&self, i: u64) -> i64 {
+        (self.value(i, 0) >> 1) as i64
+    }
+
+    fn f(&self, i: u64) -> i32 {
+        // Below 1000, so the cast is exact.
+        (self.value(i, 1) % FANOUT_F_VALUES) as i32
+    }
+
+    fn score(&self, i: u64) -> f64 {
+        // The top 53 bits, scaled into [0, 1) exactly.
+        (self.value(i, 2) >> 11) as f64 / (1_u64 << 53) as f64
+    }
+
+    fn document(&self, i: u64) -> Document {
+        doc! {
+            "_id": i as i64,
+            "k": self.k(i),
+            "f": self.f(i),
+            "score": self.score(i),
+        }
+    }
+}
+
+impl Batches for FanoutData {
+    fn doc_count(&self) -> u64 {
+        self.docs
+    }
+
+    fn batch_count(&self) -> usize {
+        batch_count(self.docs, self.batch)
+    }
+
+    fn batch(&self, index: usize) -> Cow<'_, [Document]> {
+        Cow::Owned(
+            batch_range(self.docs, self.batch, index)
+                .map(|i| self.document(i))
+                .collect(),
+        )
+    }
+}
+
+/// `{_id: i, k: i}` for `i` in `0..docs`: one document per shard-key value.
+pub struct KeyRange {
+    pub docs: u64,
+    batch: usize,
+}
+
+impl KeyRange {
+    pub fn new(docs: u64, batch: usize) -> KeyRange {
+        KeyRange {
+            docs,
+            batch: batch.max(1),
+        }
+    }
+}
+
+impl Batches for KeyRange {
+    fn doc_count(&self) -> u64 {
+        self.docs
+    }
+
+    fn batch_count(&self) -> usize {
+        batch_count(self.docs, self.batch)
+    }
+
+    fn batch(&self, index: usize) -> Cow<'_, [Document]> {
+        Cow::Owned(
+            batch_range(self.docs, self.batch, index)
+                .map(|i| doc! { "_id": i as i64, "k": i as i64 })
+                .collect(),
+        )
+    }
+}
+
+/// SplitMix64's finaliser: consecutive inputs give unrelated outputs.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// A block of random printable text that field values are cut from.
 struct Text {
     pool: String,
@@ -111,5 +281,45 @@ impl Text {
     fn sample(&self, rng: &mut impl Rng) -> String {
         let start = rng.random_range(0..=self.pool.len() - self.field_len);
         self.pool[start..start + self.field_len].to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_batches_cover_every_document_once() {
+        let data = KeyRange::new(2_501, 1_000);
+        assert_eq!(data.batch_count(), 3);
+        let ids: Vec<i64> = (0..data.batch_count())
+            .flat_map(|b| data.batch(b).into_owned())
+            .map(|d| d.get_i64("_id").expect("_id"))
+            .collect();
+        assert_eq!(ids, (0..2_501).collect::<Vec<i64>>());
+    }
+
+    #[test]
+    fn fanout_answer_matches_its_documents() {
+        let data = FanoutData::new(20_000, 512, 7);
+        let docs: Vec<Document> = (0..data.batch_count())
+            .flat_map(|b| data.batch(b).into_owned())
+            .collect();
+        assert_eq!(docs.len(), 20_000);
+        let mut matching: Vec<f64> = docs
+            .iter()
+            .filter(|d| d.get_i32("f").expect("f") < FANOUT_F_BELOW)
+            .map(|d| d.get_f64("score").expect("score"))
+            .collect();
+        // About one in a hundred matches, so the limit is reached.
+        assert!(matching.len() > FANOUT_LIMIT);
+        matching.sort_by(|a, b| b.total_cmp(a));
+        matching.truncate(FANOUT_LIMIT);
+        assert_eq!(matching, data.expected_scores);
+        assert!(docs.iter().all(|d| {
+            let f = d.get_i32("f").expect("f");
+            let s = d.get_f64("score").expect("score");
+            (0..1000).contains(&f) && (0.0..1.0).contains(&s) && d.get_i64("k").expect("k") >= 0
+        }));
     }
 }

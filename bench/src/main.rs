@@ -8,9 +8,16 @@
 //! time it on the primary server and then on the comparison server
 //! (`workload`) → print a row and a `RESULT` line per run and, at the end, a
 //! summary and the ratios (`report`). See docs/BENCHMARKS.md.
+//!
+//! The sharded workloads (`partitioned-read`, `distribution` in `sharded`,
+//! `fanout-query` in `fanout`) first shard and fill collections of their
+//! own, then time them the same way; they also sum themselves up after the
+//! ratios. bench/run-partitions.sh runs them.
 
 mod dataset;
+mod fanout;
 mod report;
+mod sharded;
 mod workload;
 
 use std::process::ExitCode;
@@ -23,7 +30,7 @@ use mongodb::options::ClientOptions;
 use mongodb::Client;
 
 use crate::dataset::Dataset;
-use crate::report::Measurement;
+use crate::report::{Measurement, Outcome};
 use crate::workload::{Target, Workload};
 
 /// YCSB-style benchmark for MongoDB-wire servers (Shardgate, the ceiling, mongod).
@@ -50,7 +57,8 @@ struct Args {
     db: String,
     #[arg(long, default_value = "usertable")]
     collection: String,
-    /// Documents loaded; `_id`s are the integers 0..N.
+    /// Documents loaded; `_id`s are the integers 0..N. Also what
+    /// partitioned-read loads per partition count.
     #[arg(long, default_value_t = 200_000)]
     docs: u64,
     /// Approximate encoded size of each document in bytes.
@@ -66,6 +74,8 @@ struct Args {
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
     /// Workloads to run, in this order whatever order they are given in.
+    /// The sharded ones (partitioned-read, fanout-query, distribution) need
+    /// a server with shardCollection and are only run when named.
     #[arg(
         long,
         value_enum,
@@ -73,18 +83,38 @@ struct Args {
         default_value = "load,read,update,mixed,scan"
     )]
     workloads: Vec<Workload>,
+    /// partitioned-read: partition counts to compare, each in its own
+    /// collection `pread_<n>` sharded on `{_id: "hashed"}`.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
+    partitions: Vec<u32>,
+    /// fanout-query: partitions of `fanout`, sharded on `{k: "hashed"}`.
+    #[arg(long, default_value_t = 16)]
+    fanout_partitions: u32,
+    /// fanout-query: documents in `fanout` [default: --docs].
+    #[arg(long)]
+    fanout_docs: Option<u64>,
+    /// distribution: partitions of `dist`, sharded on `{k: "hashed"}`.
+    #[arg(long, default_value_t = 16)]
+    distribution_partitions: u32,
+    /// distribution: documents in `dist`, one per shard-key value.
+    #[arg(long, default_value_t = 100_000)]
+    distribution_docs: u64,
     /// Documents per insertMany during load.
     #[arg(long, default_value_t = 1000)]
     batch: usize,
     /// Seconds after which load stops starting new batches.
     #[arg(long, default_value_t = 600.0)]
     load_timeout: f64,
-    /// Keep the collection before load instead of dropping it.
+    /// Keep the collection before load instead of dropping it (load only:
+    /// the sharded workloads always drop and re-shard theirs).
     #[arg(long)]
     no_drop: bool,
     /// Process whose VmRSS/VmHWM is printed after each load and at the end.
     #[arg(long)]
     rss_pid: Option<u32>,
+    /// Server process whose CPU use fanout-query reports [default: --rss-pid].
+    #[arg(long)]
+    server_pid: Option<u32>,
     /// Tokio worker threads for the client (default: one per CPU).
     #[arg(long)]
     client_threads: Option<usize>,
@@ -101,6 +131,22 @@ impl Args {
         if self.concurrency.is_empty() || self.concurrency.contains(&0) {
             return Err("--concurrency levels must be at least 1".into());
         }
+        if self.partitions.is_empty()
+            || self.partitions.contains(&0)
+            || self.fanout_partitions == 0
+            || self.distribution_partitions == 0
+        {
+            return Err("partition counts must be at least 1".into());
+        }
+        if self.fanout_docs == Some(0) || self.distribution_docs == 0 {
+            return Err("--fanout-docs and --distribution-docs must be at least 1".into());
+        }
+        if let Some(pid) = self.server_pid() {
+            if self.workloads.contains(&Workload::FanoutQuery) {
+                report::read_cpu_secs(pid)
+                    .map_err(|e| format!("cannot read the server's CPU use: {e}"))?;
+            }
+        }
         for (name, secs) in [
             ("--duration", self.duration),
             ("--warmup", self.warmup),
@@ -112,7 +158,38 @@ impl Args {
         }
         self.workloads.sort();
         self.workloads.dedup();
+        self.partitions.sort_unstable();
+        self.partitions.dedup();
         Ok(())
+    }
+
+    /// Untimed warm-up and timed duration of each run.
+    fn timing(&self) -> (Duration, Duration) {
+        (
+            Duration::from_secs_f64(self.warmup),
+            Duration::from_secs_f64(self.duration),
+        )
+    }
+
+    /// Loaders and time limit for filling a sharded workload's collection:
+    /// as many loaders as the highest concurrency level.
+    fn setup_load(&self) -> (usize, Duration) {
+        (
+            self.max_concurrency(),
+            Duration::from_secs_f64(self.load_timeout),
+        )
+    }
+
+    fn max_concurrency(&self) -> usize {
+        self.concurrency.iter().copied().max().unwrap_or(1)
+    }
+
+    fn fanout_docs(&self) -> u64 {
+        self.fanout_docs.unwrap_or(self.docs)
+    }
+
+    fn server_pid(&self) -> Option<u32> {
+        self.server_pid.or(self.rss_pid)
     }
 }
 
@@ -141,23 +218,12 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let started = Instant::now();
-    let data = Arc::new(Dataset::generate(
-        args.docs,
-        args.doc_size,
-        args.batch,
-        args.seed,
-    ));
-    println!(
-        "data set: {} documents of {} bytes ({} batches of {}), built in {:.2}s",
-        data.docs,
-        data.doc_bytes,
-        data.batches.len(),
-        args.batch,
-        started.elapsed().as_secs_f64()
-    );
+    let mut usertable = None;
+    if args.workloads.iter().any(|w| w.uses_usertable()) {
+        dataset(&args, &mut usertable);
+    }
 
-    let pool = args.concurrency.iter().copied().max().unwrap_or(1);
+    let pool = args.max_concurrency();
     let mut targets = vec![connect(&args, &args.label, &args.uri, pool).await?];
     if let Some(uri) = &args.compare_uri {
         targets.push(connect(&args, &args.compare_label, uri, pool).await?);
@@ -176,31 +242,25 @@ async fn run(args: Args) -> Result<(), String> {
     println!();
     println!("{}", report::header());
 
-    let duration = Duration::from_secs_f64(args.duration);
-    let warmup = Duration::from_secs_f64(args.warmup);
     let mut results: Vec<Measurement> = Vec::new();
+    let mut summaries: Vec<String> = Vec::new();
     for &w in &args.workloads {
-        for (level, &conc) in args.concurrency.iter().enumerate() {
-            for (index, target) in targets.iter().enumerate() {
-                let m = if w == Workload::Load {
-                    let timeout = Duration::from_secs_f64(args.load_timeout);
-                    workload::load(target, &data, conc, args.no_drop, timeout).await
-                } else {
-                    let seed = args.seed ^ ((level as u64) << 32) ^ (w as u64) << 40;
-                    if !warmup.is_zero() {
-                        workload::timed(target, &data, w, conc, warmup, seed ^ 1)
-                            .await
-                            .map_err(|e| format!("{}: warm-up: {e}", target.label))?;
-                    }
-                    workload::timed(target, &data, w, conc, duration, seed).await
-                }
-                .map_err(|e| format!("{}: {}: {e}", target.label, w.name()))?;
-                print_measurement(&m);
-                if w == Workload::Load && index == 0 {
-                    print_memory(args.rss_pid, &format!("load conc={conc}"));
-                }
-                results.push(m);
+        let outcome = match w {
+            Workload::PartitionedRead => {
+                let data = dataset(&args, &mut usertable);
+                sharded::partitioned_read(&args, &targets, &data).await?
             }
+            Workload::FanoutQuery => fanout::fanout_query(&args, &targets).await?,
+            Workload::Distribution => sharded::distribution(&args, &targets[0]).await?,
+            _ => {
+                let data = dataset(&args, &mut usertable);
+                unsharded(&args, &targets, &data, w).await?
+            }
+        };
+        results.extend(outcome.measurements);
+        if !outcome.summary.is_empty() {
+            summaries.push(String::new());
+            summaries.extend(outcome.summary);
         }
     }
     print_memory(args.rss_pid, "end");
@@ -220,7 +280,61 @@ async fn run(args: Args) -> Result<(), String> {
             println!("{line}");
         }
     }
+    for line in &summaries {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// The YCSB data set, built on first use and printed then.
+fn dataset(args: &Args, slot: &mut Option<Arc<Dataset>>) -> Arc<Dataset> {
+    let data = slot.get_or_insert_with(|| {
+        let started = Instant::now();
+        let data = Dataset::generate(args.docs, args.doc_size, args.batch, args.seed);
+        println!(
+            "data set: {} documents of {} bytes ({} batches of {}), built in {:.2}s",
+            data.docs,
+            data.doc_bytes,
+            data.batches.len(),
+            args.batch,
+            started.elapsed().as_secs_f64()
+        );
+        Arc::new(data)
+    });
+    Arc::clone(data)
+}
+
+/// One of the YCSB workloads on `--collection`: each concurrency level on
+/// each server in turn.
+async fn unsharded(
+    args: &Args,
+    targets: &[Target],
+    data: &Arc<Dataset>,
+    w: Workload,
+) -> Result<Outcome, String> {
+    let mut measurements = Vec::new();
+    for (level, &conc) in args.concurrency.iter().enumerate() {
+        for (index, target) in targets.iter().enumerate() {
+            let m = if w == Workload::Load {
+                let timeout = Duration::from_secs_f64(args.load_timeout);
+                workload::load(target, data, conc, args.no_drop, timeout)
+                    .await
+                    .map_err(|e| format!("{}: {}: {e}", target.label, w.name()))?
+            } else {
+                let seed = args.seed ^ ((level as u64) << 32) ^ (w as u64) << 40;
+                workload::warmed_up(target, data, w, conc, args.timing(), seed).await?
+            };
+            report::print_measurement(&m);
+            if w == Workload::Load && index == 0 {
+                print_memory(args.rss_pid, &format!("load conc={conc}"));
+            }
+            measurements.push(m);
+        }
+    }
+    Ok(Outcome {
+        measurements,
+        summary: Vec::new(),
+    })
 }
 
 async fn connect(args: &Args, label: &str, uri: &str, pool: usize) -> Result<Target, String> {
@@ -248,14 +362,6 @@ async fn connect(args: &Args, label: &str, uri: &str, pool: usize) -> Result<Tar
         db: args.db.clone(),
         client,
     })
-}
-
-fn print_measurement(m: &Measurement) {
-    println!("{}", report::row(m));
-    println!("{}", report::result_line(m));
-    if let Some(e) = &m.first_error {
-        println!("  first error ({} in all): {e}", m.errors);
-    }
 }
 
 fn print_memory(pid: Option<u32>, when: &str) {

@@ -1,4 +1,6 @@
-//! The five workloads and the machinery that times them.
+//! The workloads and the machinery that times them. The three sharded
+//! workloads set up their own collections (`sharded`, `fanout`) and time
+//! them with the pieces here.
 //!
 //! Every run shares one driver `Client` per server across `C` tasks; each task
 //! owns its random generator and its latency histogram, and the histograms are
@@ -16,10 +18,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 
-use crate::dataset::Dataset;
+use crate::dataset::{Batches, Dataset};
 use crate::report::Measurement;
 
-/// A YCSB-style workload; the order of the variants is the order they run in.
+/// A workload; the order of the variants is the order they run in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Workload {
     /// `insertMany` of the whole data set in batches, keys split across tasks.
@@ -32,6 +34,16 @@ pub enum Workload {
     Mixed,
     /// `find({_id: {$gte: k}}).sort({_id: 1}).limit(10)`, all results collected.
     Scan,
+    /// `read` against a copy of the data set in a collection sharded on
+    /// `{_id: "hashed"}`, once per `--partitions` count.
+    PartitionedRead,
+    /// `find({f: {$lt: 10}}).sort({score: -1}).limit(50)` on a collection
+    /// sharded on another field, so every partition answers; with the
+    /// server's CPU use.
+    FanoutQuery,
+    /// How evenly distinct shard-key values spread over the partitions,
+    /// from `collStats`; untimed.
+    Distribution,
 }
 
 impl Workload {
@@ -42,11 +54,19 @@ impl Workload {
             Workload::Update => "update",
             Workload::Mixed => "mixed",
             Workload::Scan => "scan",
+            Workload::PartitionedRead => "partitioned-read",
+            Workload::FanoutQuery => "fanout-query",
+            Workload::Distribution => "distribution",
         }
+    }
+
+    /// Whether the workload needs the YCSB `usertable` data set built.
+    pub fn uses_usertable(self) -> bool {
+        !matches!(self, Workload::FanoutQuery | Workload::Distribution)
     }
 }
 
-/// One server under test.
+/// One server under test, and the collection a workload uses on it.
 pub struct Target {
     pub label: String,
     pub client: Client,
@@ -57,6 +77,23 @@ pub struct Target {
 }
 
 impl Target {
+    /// The same server with `collection` in the same database.
+    pub fn for_collection(&self, collection: &str) -> Target {
+        let db = self.client.database(&self.db);
+        Target {
+            label: self.label.clone(),
+            client: self.client.clone(),
+            db: self.db.clone(),
+            docs: db.collection(collection),
+            raw: db.collection(collection),
+        }
+    }
+
+    /// `db.collection`, for messages.
+    pub fn namespace(&self) -> String {
+        format!("{}.{}", self.db, self.docs.name())
+    }
+
     /// Opens as many pooled connections as the run will use, so that the
     /// timed part measures requests and not connection handshakes.
     pub async fn warm_pool(&self, connections: usize) -> Result<(), mongodb::error::Error> {
@@ -66,8 +103,29 @@ impl Target {
     }
 }
 
+/// When a timed run stops starting operations, and when it gives up on those
+/// still in flight.
+#[derive(Clone, Copy)]
+pub struct Deadlines {
+    pub stop: Instant,
+    pub abandon: Instant,
+}
+
+impl Deadlines {
+    /// Requests still in flight `duration` (at least a second) after the
+    /// run ends are dropped, so a run takes at most about twice its duration
+    /// however slow the server.
+    pub fn after(start: Instant, duration: Duration) -> Deadlines {
+        let stop = start + duration;
+        Deadlines {
+            stop,
+            abandon: stop + duration.max(Duration::from_secs(1)),
+        }
+    }
+}
+
 /// What one task saw; merged into a [`Measurement`].
-struct TaskStats {
+pub struct TaskStats {
     ops: u64,
     errors: u64,
     misses: u64,
@@ -76,7 +134,7 @@ struct TaskStats {
 }
 
 impl TaskStats {
-    fn new() -> TaskStats {
+    pub fn new() -> TaskStats {
         TaskStats {
             ops: 0,
             errors: 0,
@@ -105,6 +163,34 @@ impl TaskStats {
             }
         }
     }
+
+    /// Times one operation and records it; `Ok(false)` counts as a miss.
+    /// Returns false when the operation was abandoned at
+    /// `deadlines.abandon`, after which the task should stop.
+    pub async fn attempt<F>(&mut self, deadlines: Deadlines, request: F) -> bool
+    where
+        F: IntoFuture<Output = Result<bool, String>>,
+    {
+        let t0 = Instant::now();
+        match tokio::time::timeout_at(deadlines.abandon.into(), request).await {
+            Ok(outcome) => {
+                self.record(t0.elapsed(), 1, outcome);
+                true
+            }
+            Err(_) => {
+                let late = deadlines.abandon - deadlines.stop;
+                self.record(
+                    t0.elapsed(),
+                    1,
+                    Err(format!(
+                        "abandoned: still running {:.1}s after the run ended",
+                        late.as_secs_f64()
+                    )),
+                );
+                false
+            }
+        }
+    }
 }
 
 /// Latencies from 1 µs to an hour at three significant digits.
@@ -114,7 +200,8 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid constant histogram bounds")
 }
 
-fn merge(
+/// Adds up what the tasks of one run saw.
+pub fn merge(
     target: &Target,
     workload: Workload,
     concurrency: usize,
@@ -125,12 +212,14 @@ fn merge(
         target: target.label.clone(),
         workload,
         concurrency,
+        partitions: None,
         ops: 0,
         elapsed,
         latency_us: new_histogram(),
         errors: 0,
         misses: 0,
         first_error: None,
+        server_cpu: None,
     };
     for task in tasks {
         match task {
@@ -158,9 +247,9 @@ fn merge(
 /// contiguous run of batches (so a contiguous range of `_id`s). Drops the
 /// collection first unless `keep` is set. Stops starting new batches after
 /// `timeout`, and reports what was inserted by then.
-pub async fn load(
+pub async fn load<B: Batches>(
     target: &Target,
-    data: &Arc<Dataset>,
+    data: &Arc<B>,
     concurrency: usize,
     keep: bool,
     timeout: Duration,
@@ -169,7 +258,7 @@ pub async fn load(
         target.docs.drop().await?;
     }
     target.warm_pool(concurrency).await?;
-    let batches = data.batches.len();
+    let batches = data.batch_count();
     let start = Instant::now();
     let deadline = start + timeout;
     let mut set = JoinSet::new();
@@ -182,13 +271,14 @@ pub async fn load(
         let data = Arc::clone(data);
         set.spawn(async move {
             let mut stats = TaskStats::new();
-            for batch in &data.batches[from..to] {
+            for index in from..to {
                 let t0 = Instant::now();
                 if t0 >= deadline {
                     break;
                 }
+                let batch = data.batch(index);
                 let outcome = coll
-                    .insert_many(batch)
+                    .insert_many(batch.iter())
                     .await
                     .map(|_| true)
                     .map_err(|e| e.to_string());
@@ -207,8 +297,27 @@ pub async fn load(
     ))
 }
 
-/// Runs a read/update/mixed/scan workload for `duration` with `concurrency`
-/// tasks, each issuing one operation at a time.
+/// [`timed`] for `warmup` untimed (unless zero), then for `duration`.
+pub async fn warmed_up(
+    target: &Target,
+    data: &Arc<Dataset>,
+    workload: Workload,
+    concurrency: usize,
+    (warmup, duration): (Duration, Duration),
+    seed: u64,
+) -> Result<Measurement, String> {
+    if !warmup.is_zero() {
+        timed(target, data, workload, concurrency, warmup, seed ^ 1)
+            .await
+            .map_err(|e| format!("{}: warm-up: {e}", target.label))?;
+    }
+    timed(target, data, workload, concurrency, duration, seed)
+        .await
+        .map_err(|e| format!("{}: {}: {e}", target.label, workload.name()))
+}
+
+/// Runs a read/update/mixed/scan/partitioned-read workload for `duration`
+/// with `concurrency` tasks, each issuing one operation at a time.
 pub async fn timed(
     target: &Target,
     data: &Arc<Dataset>,
@@ -219,16 +328,13 @@ pub async fn timed(
 ) -> Result<Measurement, mongodb::error::Error> {
     target.warm_pool(concurrency).await?;
     let start = Instant::now();
-    let deadline = start + duration;
-    // Requests still in flight this long after the deadline are dropped, so
-    // a run takes at most about twice its duration however slow the server.
-    let hard_stop = deadline + duration.max(Duration::from_secs(1));
+    let deadlines = Deadlines::after(start, duration);
     let mut set = JoinSet::new();
     for task in 0..concurrency {
         let coll = target.raw.clone();
         let data = Arc::clone(data);
         let seed = seed.wrapping_mul(1_000_003).wrapping_add(task as u64);
-        set.spawn(async move { worker(coll, data, workload, deadline, hard_stop, seed).await });
+        set.spawn(async move { worker(coll, data, workload, deadlines, seed).await });
     }
     let tasks = join_all(set).await;
     Ok(merge(target, workload, concurrency, start.elapsed(), tasks))
@@ -238,22 +344,18 @@ async fn worker(
     coll: Collection<RawDocumentBuf>,
     data: Arc<Dataset>,
     workload: Workload,
-    deadline: Instant,
-    hard_stop: Instant,
+    deadlines: Deadlines,
     seed: u64,
 ) -> TaskStats {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut stats = TaskStats::new();
     let keys = data.docs.max(1);
-    loop {
-        let t0 = Instant::now();
-        if t0 >= deadline {
-            break;
-        }
+    while Instant::now() < deadlines.stop {
         let key = rng.random_range(0..keys) as i64;
         let op = match workload {
             Workload::Mixed if rng.random_bool(0.5) => Workload::Read,
             Workload::Mixed => Workload::Update,
+            Workload::PartitionedRead => Workload::Read,
             other => other,
         };
         let update = (op == Workload::Update).then(|| data.update(&mut rng).clone());
@@ -270,20 +372,10 @@ async fn worker(
                 (Workload::Scan, _) => scan(&coll, key).await,
                 _ => Ok(true),
             }
+            .map_err(|e| e.to_string())
         };
-        match tokio::time::timeout_at(hard_stop.into(), request).await {
-            Ok(outcome) => stats.record(t0.elapsed(), 1, outcome.map_err(|e| e.to_string())),
-            Err(_) => {
-                stats.record(
-                    t0.elapsed(),
-                    1,
-                    Err(format!(
-                        "abandoned: still running {:.1}s after the run ended",
-                        (hard_stop - deadline).as_secs_f64()
-                    )),
-                );
-                break;
-            }
+        if !stats.attempt(deadlines, request).await {
+            break;
         }
     }
     stats
@@ -301,7 +393,7 @@ async fn scan(coll: &Collection<RawDocumentBuf>, key: i64) -> Result<bool, mongo
 
 /// Waits for every task, keeping a panicked task as an error instead of
 /// propagating the panic.
-async fn join_all<T: 'static>(mut set: JoinSet<T>) -> Vec<Result<T, tokio::task::JoinError>> {
+pub async fn join_all<T: 'static>(mut set: JoinSet<T>) -> Vec<Result<T, tokio::task::JoinError>> {
     let mut out = Vec::with_capacity(set.len());
     while let Some(r) = set.join_next().await {
         out.push(r);

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Builds Shardgate, the benchmark and the ceiling server; starts the ceiling
+# and a Shardgate on a fresh data directory, each on a free loopback port;
+# runs the sharded workloads; stops both servers; prints the report:
+#
+#   1. partitioned-read at 1, 8 and 64 partitions, alternating with the
+#      ceiling at concurrency 1 and 16 (throughput spread across partition
+#      counts, goal <= 10 %);
+#   2. fanout-query over 1,000,000 documents in 16 partitions, Shardgate only,
+#      at concurrency 1 and 4 (p50/p99, queries/s and Shardgate's CPU cores,
+#      goal > 1.5). One such query takes about a second on two cores, so 16
+#      in flight would each wait longer than a run lasts;
+#   3. distribution of 100,000 distinct keys over 16 partitions, Shardgate
+#      only (largest partition / mean, goal <= 1.15).
+#
+#   bench/run-partitions.sh                          # defaults, see below
+#   DOCS=200000 bench/run-partitions.sh --duration 3 # a quick look
+#
+# Extra arguments go to both shardgate-bench runs (e.g. --duration,
+# --partitions, --docs for partitioned-read's data set, --fanout-partitions).
+# Environment: DOCS (fanout-query's documents, 1000000), CONCURRENCY
+# (partitioned-read's levels, 1,16), FANOUT_CONCURRENCY (fanout-query's, 1,4),
+# CEILING=0 (no ceiling: partitioned-read runs on Shardgate alone),
+# CEILING_DIR (the ceiling's sources, default ../shared/tools/ceiling beside
+# the repository), CEILING_PORT and SHARDGATE_PORT (default: free ports),
+# SHARDGATE_BIN (the server binary, default the one this script builds),
+# SERVER_ARGS (extra server flags, e.g. "--fanout-parallelism 4"), LOG (where
+# the output is also written), SKIP_BUILD=1 (use the binaries already built).
+# CARGO_TARGET_DIR is honoured for Shardgate and the benchmark.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+shardgate_bin="${SHARDGATE_BIN:-$target_dir/release/shardgate}"
+bench_bin="$target_dir/release/shardgate-bench"
+ceiling_dir="${CEILING_DIR:-$repo/../shared/tools/ceiling}"
+ceiling_target="${CEILING_TARGET_DIR:-/tmp/ceiling-target}"
+use_ceiling="${CEILING:-1}"
+docs="${DOCS:-1000000}"
+concurrency="${CONCURRENCY:-1,16}"
+fanout_concurrency="${FANOUT_CONCURRENCY:-1,4}"
+log="${LOG:-/tmp/shardgate-partitions-$(date +%Y%m%d-%H%M%S).log}"
+read -r -a server_args <<<"${SERVER_ARGS:-}"
+
+if [[ "${SKIP_BUILD:-}" != 1 ]]; then
+    echo "== building (release)"
+    if [[ "$use_ceiling" == 1 ]]; then
+        cargo build --release --manifest-path "$ceiling_dir/Cargo.toml" --target-dir "$ceiling_target"
+    fi
+    (cd "$repo" && cargo build --release --bin shardgate --bin shardgate-bench)
+fi
+
+listening() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# A port nothing listens on, from a random start so that concurrent runs
+# rarely pick the same one.
+free_port() {
+    local port
+    for _ in $(seq 1 200); do
+        port=$((20000 + RANDOM % 20000))
+        if ! listening "$port"; then
+            echo "$port"
+            return 0
+        fi
+    done
+    echo "no free port found on 127.0.0.1" >&2
+    return 1
+}
+
+wait_for_port() {
+    local port=$1 name=$2 pid=$3
+    for _ in $(seq 1 150); do
+        if listening "$port"; then
+            return 0
+        fi
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "$name exited before listening on 127.0.0.1:$port" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+    echo "$name did not start listening on 127.0.0.1:$port" >&2
+    return 1
+}
+
+shardgate_port="${SHARDGATE_PORT:-$(free_port)}"
+ceiling_port="${CEILING_PORT:-$(free_port)}"
+ports=("$shardgate_port")
+if [[ "$use_ceiling" == 1 ]]; then
+    ports+=("$ceiling_port")
+fi
+for port in "${ports[@]}"; do
+    if listening "$port"; then
+        echo "something already listens on 127.0.0.1:$port; stop it or set CEILING_PORT/SHARDGATE_PORT" >&2
+        exit 1
+    fi
+done
+
+data_dir="$(mktemp -d /tmp/sgpart-data.XXXXXX)"
+server_log="$data_dir.server.log"
+pids=()
+stop() {
+    for pid in "${pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$data_dir"
+}
+trap stop EXIT
+
+compare=()
+if [[ "$use_ceiling" == 1 ]]; then
+    echo "== starting the ceiling on 127.0.0.1:$ceiling_port"
+    "$ceiling_target/release/ceiling" --host 127.0.0.1 --port "$ceiling_port" >/tmp/ceiling.log 2>&1 &
+    ceiling_pid=$!
+    pids+=("$ceiling_pid")
+    wait_for_port "$ceiling_port" ceiling "$ceiling_pid"
+    compare=(--compare-uri "mongodb://127.0.0.1:$ceiling_port/?directConnection=true")
+fi
+echo "== starting shardgate on 127.0.0.1:$shardgate_port, data in $data_dir, log in $server_log"
+"$shardgate_bin" --bind "127.0.0.1:$shardgate_port" --data-dir "$data_dir" \
+    --log-level warn "${server_args[@]}" >"$server_log" 2>&1 &
+shardgate_pid=$!
+pids+=("$shardgate_pid")
+wait_for_port "$shardgate_port" shardgate "$shardgate_pid"
+
+bench() {
+    "$bench_bin" \
+        --uri "mongodb://127.0.0.1:$shardgate_port/?directConnection=true" \
+        --server-pid "$shardgate_pid" \
+        --rss-pid "$shardgate_pid" \
+        "$@"
+}
+
+echo "== partitioned-read (output also in $log)"
+bench --workloads partitioned-read --concurrency "$concurrency" "${compare[@]}" "$@" 2>&1 | tee "$log"
+echo
+echo "== fanout-query and distribution (output also in $log)"
+bench --workloads fanout-query,distribution --concurrency "$fanout_concurrency" \
+    --fanout-docs "$docs" "$@" 2>&1 | tee -a "$log"
+
+echo
+echo "== report"
+grep -E '^(SPREAD|RATIO|CPU|DISTRIBUTION|RSS pid=[0-9]+ after=end) ' "$log" || true
