@@ -170,15 +170,12 @@ fn server_info(host: &str) -> Document {
 /// The plan one partition runs, innermost stage first.
 fn partition_plan(kind: Kind, spec: &FindSpec, router: &Router, ns: &Namespace) -> Document {
     let coll = router.catalog.get(ns);
-    let key_path = coll
-        .as_ref()
-        .and_then(|c| c.sharding.as_ref())
-        .map(|s| s.key.path.clone());
+    let sharding = coll.as_ref().and_then(|c| c.sharding.clone());
+    let key_path = sharding.as_ref().map(|s| s.key.path.clone());
     let filter = spec.filter.as_ref();
-    let pins_key = key_path
+    let pins_key = sharding
         .as_ref()
-        .zip(filter)
-        .is_some_and(|(k, f)| f.equality_values(k).is_some());
+        .is_some_and(|s| crate::router::pins_shard_key(s, filter));
     let pins_id = filter.is_some_and(|f| f.equality_values("_id").is_some());
     let mut plan = if pins_key {
         let path = key_path.clone().unwrap_or_default();
@@ -312,14 +309,36 @@ fn render(
                 doc! {"host": host, "queryPlanner": {"namespace": ns.full(), "winningPlan": plan.clone()}},
             );
         }
-        reply.insert(
-            "mergeType",
-            if runs.len() == 1 {
-                "anyShard"
-            } else {
-                "mongos"
-            },
-        );
+        // One partition runs the whole pipeline; several run it and the
+        // router merges their cursors.
+        let split = if runs.len() == 1 {
+            Bson::Null
+        } else {
+            let pipeline = command.get_array("pipeline").cloned().unwrap_or_default();
+            let mut merge = doc! {
+                "nss": ns.full(),
+                "allowPartialResults": false,
+                "recordRemoteOpWaitTime": false,
+            };
+            if let Some(sort) = &spec.sort {
+                let mut pattern = Document::new();
+                for f in sort.fields() {
+                    pattern.insert(f.path(), if f.ascending() { 1 } else { -1 });
+                }
+                merge.insert("sort", pattern);
+            }
+            Bson::Document(doc! {
+                "shardsPart": pipeline,
+                "mergerPart": [{"$mergeCursors": merge}],
+            })
+        };
+        let merge_type = if runs.len() == 1 {
+            "anyShard"
+        } else {
+            "mongos"
+        };
+        reply.insert("mergeType", merge_type);
+        reply.insert("splitPipeline", split);
         reply.insert("shards", shards);
     }
     reply.insert("serverInfo", server_info(host));

@@ -31,9 +31,31 @@ pub struct ShardKey {
 }
 
 impl ShardKey {
-    /// Parses a `shardCollection` key pattern. Only one hashed field is
-    /// supported: that is the Cosmos DB model.
+    /// Parses a `shardCollection` key pattern. A pattern MongoDB itself
+    /// refuses is `BadValue`; one MongoDB accepts but this server does not
+    /// (range or compound keys: the Cosmos DB model is one hashed field)
+    /// is `InvalidOptions`.
     pub fn parse(pattern: &Document) -> Result<ShardKey> {
+        if pattern.is_empty() {
+            bail!(BadValue, "Shard key pattern must not be empty");
+        }
+        let mut hashed = 0;
+        for (field, kind) in pattern {
+            match kind {
+                Bson::String(s) if s == "hashed" => hashed += 1,
+                v if crate::query::compare::Number::of(v).is_some_and(|n| n.to_f64() == 1.0) => {}
+                other => bail!(
+                    BadValue,
+                    "Shard key {pattern} is invalid: field '{field}' is {other}; numerical fields must be set to a value of 1 and other fields to \"hashed\""
+                ),
+            }
+        }
+        if hashed > 1 {
+            bail!(
+                BadValue,
+                "Shard key {pattern} is invalid: a shard key can contain at most one 'hashed' field"
+            );
+        }
         let mut fields = pattern.iter();
         let Some((path, kind)) = fields.next() else {
             bail!(BadValue, "Shard key pattern must not be empty");
@@ -44,7 +66,7 @@ impl ShardKey {
                 "Compound shard keys are not supported: shard on one hashed field, such as {{{path}: \"hashed\"}}"
             );
         }
-        if !matches!(kind, Bson::String(s) if s == "hashed") {
+        if hashed == 0 {
             bail!(
                 InvalidOptions,
                 "Only hashed shard keys are supported: use {{{path}: \"hashed\"}} instead of {{{path}: {kind}}}"
@@ -178,25 +200,37 @@ pub struct PartitionMap {
 
 impl PartitionMap {
     /// `count` partitions of (nearly) equal hash ranges, with ids from
-    /// `first_id` on — the way MongoDB places initial hashed chunks.
+    /// `first_id` on, at the split points MongoDB gives a hashed
+    /// collection's initial chunks (`calculateHashedSplitPoints`):
+    /// `(i64::MAX / count) * 2` apart and symmetric around 0.
     pub fn even(count: u64, first_id: u64) -> PartitionMap {
-        let count = count.max(1);
-        let width = (u64::MAX / count) as i128 + 1;
-        let partitions = (0..count)
-            .map(|i| {
-                let min = i64::MIN as i128 + width * i as i128;
-                let max = if i + 1 == count {
-                    i64::MAX as i128
-                } else {
-                    min + width - 1
-                };
-                Partition {
-                    id: first_id + i,
-                    min: min as i64,
-                    max: max as i64,
-                }
-            })
-            .collect();
+        let count = count.clamp(1, MAX_INITIAL_PARTITIONS) as i64;
+        let interval = (i64::MAX / count) * 2;
+        let mut points = Vec::with_capacity(count as usize);
+        let mut current = 0i64;
+        if count % 2 == 0 {
+            points.push(0);
+            current = interval;
+        } else {
+            current += interval / 2;
+        }
+        for _ in 0..(count - 1) / 2 {
+            points.push(current);
+            points.push(-current);
+            current = current.saturating_add(interval);
+        }
+        points.sort_unstable();
+        let mut partitions = Vec::with_capacity(count as usize);
+        let mut min = i64::MIN;
+        for (i, &point) in points.iter().chain(std::iter::once(&i64::MAX)).enumerate() {
+            let last = i == points.len();
+            partitions.push(Partition {
+                id: first_id + i as u64,
+                min,
+                max: if last { i64::MAX } else { point - 1 },
+            });
+            min = point;
+        }
         PartitionMap {
             version: 1,
             partitions,
@@ -299,9 +333,17 @@ mod tests {
             assert!(map.is_complete(), "{n} partitions leave a gap");
             assert_eq!(map.partitions[0].id, 10);
         }
+        // Bounds of a real MongoDB cluster's 12 initial hashed chunks.
+        let twelve = PartitionMap::even(12, 0);
+        assert_eq!(twelve.partitions[1].min, -7686143364045646500);
+        assert_eq!(twelve.partitions[2].min, -6148914691236517200);
+        assert_eq!(twelve.partitions[6].min, 0);
         let four = PartitionMap::even(4, 0);
         let mins: Vec<i64> = four.partitions.iter().map(|p| p.min).collect();
-        assert_eq!(mins, [i64::MIN, -(1 << 62), 0, 1 << 62]);
+        let interval = (i64::MAX / 4) * 2;
+        assert_eq!(mins, [i64::MIN, -interval, 0, interval]);
+        let three = PartitionMap::even(3, 0);
+        assert_eq!(three.partitions[1].min, -(i64::MAX / 3));
     }
 
     #[test]
@@ -364,5 +406,17 @@ mod tests {
         assert!(ShardKey::parse(&doc! {"k": 1}).is_err());
         assert!(ShardKey::parse(&doc! {"a": "hashed", "b": 1}).is_err());
         assert!(ShardKey::parse(&doc! {}).is_err());
+        let code = |d: Document| ShardKey::parse(&d).unwrap_err().code;
+        use crate::error::ErrorCode;
+        assert_eq!(code(doc! {"a": -1}), ErrorCode::BadValue);
+        assert_eq!(
+            code(doc! {"a": "hashed", "b": "hashed"}),
+            ErrorCode::BadValue
+        );
+        assert_eq!(code(doc! {"a": 1}), ErrorCode::InvalidOptions);
+        assert_eq!(
+            code(doc! {"a": "hashed", "b": 1}),
+            ErrorCode::InvalidOptions
+        );
     }
 }
