@@ -205,7 +205,7 @@ impl PartitionMap {
     /// `(i64::MAX / count) * 2` apart and symmetric around 0.
     pub fn even(count: u64, first_id: u64) -> PartitionMap {
         let count = count.clamp(1, MAX_INITIAL_PARTITIONS) as i64;
-        let interval = (i64::MAX / count) * 2;
+        let interval = (i64::MAX / count).saturating_mul(2);
         let mut points = Vec::with_capacity(count as usize);
         let mut current = 0i64;
         if count % 2 == 0 {
