@@ -728,3 +728,126 @@ impl Rng {
         (0..n).map(|_| self.next_u64() as u8).collect()
     }
 }
+
+// ---------------------------------------------------------------------------
+// Sharding helpers
+// ---------------------------------------------------------------------------
+
+/// The size of `doc` as BSON, the unit the partition limits count in.
+pub fn bson_len(doc: &Document) -> usize {
+    let mut bytes = Vec::new();
+    doc.to_writer(&mut bytes).expect("serialize document");
+    bytes.len()
+}
+
+/// One end of a chunk's range of shard-key hashes in `config.chunks`.
+/// Declared in MongoDB's order, so `MinKey < Hash(_) < MaxKey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ChunkBound {
+    MinKey,
+    Hash(i64),
+    MaxKey,
+}
+
+/// A `config.chunks` entry: hashes in `[min, max)` live on `shard`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chunk {
+    pub min: ChunkBound,
+    pub max: ChunkBound,
+    pub shard: String,
+    /// The whole entry, for checks on its other fields.
+    pub doc: Document,
+}
+
+impl Chunk {
+    pub fn holds(&self, hash: i64) -> bool {
+        self.min <= ChunkBound::Hash(hash) && ChunkBound::Hash(hash) < self.max
+    }
+}
+
+#[track_caller]
+fn chunk_bound(chunk: &Document, end: &str, field: &str) -> ChunkBound {
+    let bound = chunk
+        .get_document(end)
+        .unwrap_or_else(|_| panic!("chunk without {end}: {chunk}"));
+    assert_eq!(
+        bound.len(),
+        1,
+        "{end} must hold only the key field: {chunk}"
+    );
+    match bound.get(field) {
+        Some(mongodb::bson::Bson::MinKey) => ChunkBound::MinKey,
+        Some(mongodb::bson::Bson::MaxKey) => ChunkBound::MaxKey,
+        Some(mongodb::bson::Bson::Int64(h)) => ChunkBound::Hash(*h),
+        other => panic!("{end}.{field} is not MinKey, MaxKey or NumberLong: {other:?} in {chunk}"),
+    }
+}
+
+/// The chunks of the sharded collection `ns`, found the way mongosh's
+/// `sh.status()` finds them (the `config.collections` entry's uuid), in key
+/// order. Asserts they tile the whole hash range: MinKey first, MaxKey last,
+/// each `max` equal to the next `min`.
+pub async fn config_chunks(client: &Client, ns: &str) -> Vec<Chunk> {
+    let config = client.database("config");
+    let entry = config
+        .collection::<Document>("collections")
+        .find_one(doc! {"_id": ns})
+        .await
+        .unwrap_or_else(|e| panic!("read config.collections: {e}"))
+        .unwrap_or_else(|| panic!("{ns} is not in config.collections"));
+    let key = entry
+        .get_document("key")
+        .unwrap_or_else(|_| panic!("config.collections entry without key: {entry}"));
+    let field = key
+        .keys()
+        .next()
+        .unwrap_or_else(|| panic!("empty shard key in {entry}"))
+        .clone();
+    let uuid = entry
+        .get("uuid")
+        .unwrap_or_else(|| panic!("config.collections entry without uuid: {entry}"))
+        .clone();
+    let mut cursor = config
+        .collection::<Document>("chunks")
+        .find(doc! {"uuid": uuid})
+        .await
+        .unwrap_or_else(|e| panic!("read config.chunks: {e}"));
+    let mut chunks = Vec::new();
+    while cursor.advance().await.expect("read config.chunks") {
+        let doc = cursor.deserialize_current().expect("chunk document");
+        let shard = doc
+            .get_str("shard")
+            .unwrap_or_else(|_| panic!("chunk without shard name: {doc}"))
+            .to_string();
+        chunks.push(Chunk {
+            min: chunk_bound(&doc, "min", &field),
+            max: chunk_bound(&doc, "max", &field),
+            shard,
+            doc,
+        });
+    }
+    chunks.sort_by_key(|c| c.min);
+    assert!(!chunks.is_empty(), "no config.chunks entries for {ns}");
+    assert_eq!(
+        chunks[0].min,
+        ChunkBound::MinKey,
+        "first chunk of {ns}: {chunks:?}"
+    );
+    assert_eq!(
+        chunks[chunks.len() - 1].max,
+        ChunkBound::MaxKey,
+        "last chunk of {ns}: {chunks:?}"
+    );
+    for pair in chunks.windows(2) {
+        assert!(
+            pair[0].min < pair[0].max,
+            "empty chunk in {ns}: {:?}",
+            pair[0]
+        );
+        assert_eq!(
+            pair[0].max, pair[1].min,
+            "chunks of {ns} leave a gap or overlap"
+        );
+    }
+    chunks
+}
