@@ -26,7 +26,7 @@ use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawBsonRef, RawDocument};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{
@@ -92,6 +92,16 @@ impl Filter {
     /// (e.g. `$add` of a string) as MongoDB does, failing the operation.
     pub fn try_matches(&self, doc: &Document) -> Result<bool> {
         Ok(self.try_matches_with_details(doc)?.matched)
+    }
+
+    /// A quick test on a document still in BSON form: false only when
+    /// the document certainly does not match. It checks the conditions
+    /// every match must meet (top level and `$and`) whose path reaches a
+    /// missing field or a scalar; arrays, embedded documents at the leaf
+    /// and everything else are left to the full match. Scans call it to
+    /// skip decoding documents that cannot match.
+    pub fn may_match_raw(&self, doc: &RawDocument) -> bool {
+        may_match_raw(&self.root, doc)
     }
 
     pub fn try_matches_with_details(&self, doc: &Document) -> Result<MatchDetails> {
@@ -275,6 +285,54 @@ fn insert_at_path(doc: &mut Document, parts: &[PathPart], value: Bson) {
     if let Some(Bson::Document(sub)) = doc.get_mut(&first.name) {
         insert_at_path(sub, rest, value);
     }
+}
+
+fn may_match_raw(node: &Node, doc: &RawDocument) -> bool {
+    match node {
+        Node::And(children) => children.iter().all(|c| may_match_raw(c, doc)),
+        Node::Or(children) if children.len() == 1 => may_match_raw(&children[0], doc),
+        Node::Path(p) => match raw_leaf(doc, &p.path.parts) {
+            RawLeaf::Undecided => true,
+            RawLeaf::Missing => test(&p.pred, None).is_some(),
+            RawLeaf::Scalar(v) => test(&p.pred, Some(&v)).is_some(),
+        },
+        _ => true,
+    }
+}
+
+/// What a path reaches in a BSON document, as far as a quick test needs.
+enum RawLeaf {
+    Missing,
+    Scalar(Bson),
+    /// An array on the way or at the end, a document at the end, or
+    /// anything unreadable: only the full match can tell.
+    Undecided,
+}
+
+fn raw_leaf(doc: &RawDocument, parts: &[PathPart]) -> RawLeaf {
+    let mut current = doc;
+    for (i, part) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        let value = match current.get(&part.name) {
+            Ok(Some(v)) => v,
+            Ok(None) => return RawLeaf::Missing,
+            Err(_) => return RawLeaf::Undecided,
+        };
+        match value {
+            RawBsonRef::Array(_) => return RawLeaf::Undecided,
+            RawBsonRef::Document(_) if last => return RawLeaf::Undecided,
+            RawBsonRef::Document(d) => current = d,
+            scalar if last => {
+                return match Bson::try_from(scalar) {
+                    Ok(v) => RawLeaf::Scalar(v),
+                    Err(_) => RawLeaf::Undecided,
+                }
+            }
+            // A path through a scalar reaches nothing.
+            _ => return RawLeaf::Missing,
+        }
+    }
+    RawLeaf::Undecided
 }
 
 /// Equality conditions that hold for every matching document: the top
@@ -1916,6 +1974,49 @@ mod tests {
     use super::*;
     use crate::error::ErrorCode;
     use bson::{doc, Regex};
+
+    #[test]
+    fn the_raw_test_never_rejects_a_match() {
+        let docs = [
+            doc! {"f": 5, "a": {"b": 1}},
+            doc! {"f": 50},
+            doc! {"f": [1, 50]},
+            doc! {"f": "x"},
+            doc! {"a": [{"b": 1}]},
+            doc! {"a": 7},
+            doc! {"f": null},
+            doc! {},
+        ];
+        let filters = [
+            doc! {"f": {"$lt": 10}},
+            doc! {"f": 50},
+            doc! {"a.b": 1},
+            doc! {"f": null},
+            doc! {"f": {"$exists": false}},
+            doc! {"$and": [{"f": {"$gte": 1}}, {"f": {"$lt": 100}}]},
+            doc! {"$or": [{"f": 5}, {"a": 7}]},
+            doc! {"f": {"$in": [5, "x"]}},
+            doc! {"f": {"$ne": 5}},
+        ];
+        let mut rejected = 0;
+        for f in &filters {
+            let filter = Filter::parse(f).unwrap();
+            for d in &docs {
+                let bytes = d.to_vec().unwrap();
+                let raw = RawDocument::from_bytes(&bytes).unwrap();
+                let quick = filter.may_match_raw(raw);
+                if filter.matches(d) {
+                    assert!(quick, "{f} matches {d} but the raw test rejected it");
+                } else if !quick {
+                    rejected += 1;
+                }
+            }
+        }
+        assert!(
+            rejected > 20,
+            "the raw test should reject most non-matches, got {rejected}"
+        );
+    }
 
     fn filter(f: Document) -> Filter {
         Filter::parse(&f).unwrap_or_else(|e| panic!("{f}: {e}"))

@@ -195,11 +195,8 @@ impl Router {
         sharding: &Sharding,
         part: &Partition,
         filter: Option<&Filter>,
+        scanned: Scanned,
     ) -> RecordIter {
-        let decode = |item: crate::storage::StorageResult<(Vec<u8>, Vec<u8>)>| {
-            let (k, v) = item?;
-            decode_record(k, &v)
-        };
         if let Some(hashes) = key_hashes(sharding, filter) {
             let hashes: Vec<i64> = hashes.into_iter().filter(|&h| part.contains(h)).collect();
             let reader = reader.clone();
@@ -220,9 +217,14 @@ impl Router {
                     }
                 }));
             }
+            let filter = filter.cloned();
             return Box::new(hashes.into_iter().flat_map(move |h| {
                 let (from, to) = keys::partition_range(id, h, h);
-                reader.scan(Space::Records, from, to).map(decode)
+                decode_scan(
+                    reader.scan(Space::Records, from, to),
+                    filter.clone(),
+                    scanned.clone(),
+                )
             }));
         }
         if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
@@ -249,7 +251,11 @@ impl Router {
             }));
         }
         let (from, to) = keys::partition_range(id, part.min, part.max);
-        Box::new(reader.scan(Space::Records, from, to).map(decode))
+        decode_scan(
+            reader.scan(Space::Records, from, to),
+            filter.cloned(),
+            scanned,
+        )
     }
 
     pub fn engine(&self) -> &SharedEngine {
@@ -292,6 +298,17 @@ impl Router {
         filter: Option<&Filter>,
         reverse: bool,
     ) -> Box<dyn Iterator<Item = Result<Record>> + Send> {
+        self.candidates_counted(coll, filter, reverse, None)
+    }
+
+    /// [`Router::candidates`], counting what scans read into `scanned`.
+    fn candidates_counted(
+        &self,
+        coll: &Collection,
+        filter: Option<&Filter>,
+        reverse: bool,
+        scanned: Scanned,
+    ) -> Box<dyn Iterator<Item = Result<Record>> + Send> {
         if let Some(sharding) = &coll.sharding {
             // Writers hold the collection's write lock: the live engine is
             // consistent for them.
@@ -319,7 +336,14 @@ impl Router {
                     .into_iter()
                     .filter_map(|t| t.partition)
                     .flat_map(move |part| {
-                        Router::partition_candidates(&reader, id, &sharding, &part, filter.as_ref())
+                        Router::partition_candidates(
+                            &reader,
+                            id,
+                            &sharding,
+                            &part,
+                            filter.as_ref(),
+                            scanned.clone(),
+                        )
                     }),
             );
         }
@@ -343,10 +367,7 @@ impl Router {
                 } else {
                     self.engine.scan(Space::Records, from, to)
                 };
-                Box::new(scan.map(|item| {
-                    let (k, v) = item?;
-                    decode_record(k, &v)
-                }))
+                decode_scan(scan, filter.cloned(), scanned)
             }
         }
     }
@@ -531,6 +552,7 @@ impl Router {
                         &sharding,
                         &part,
                         filter.as_ref(),
+                        None,
                     );
                     let mut n = 0u64;
                     for item in filter_records(records, filter) {
@@ -565,8 +587,11 @@ impl Router {
         let mut runs = Vec::with_capacity(targets.len());
         for t in targets {
             let started = std::time::Instant::now();
-            let examined = Arc::new(std::sync::atomic::AtomicU64::new(0));
-            let counter = examined.clone();
+            // Scans count every record they read; point reads count
+            // the records they fetch.
+            let scanned = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let fetched = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let counter = fetched.clone();
             let records: RecordIter = match (&coll.sharding, t.partition) {
                 (Some(sharding), Some(part)) => Router::partition_candidates(
                     &reader,
@@ -574,8 +599,14 @@ impl Router {
                     sharding,
                     &part,
                     spec.filter.as_ref(),
+                    Some(scanned.clone()),
                 ),
-                _ => self.candidates(&coll, spec.filter.as_ref(), false),
+                _ => self.candidates_counted(
+                    &coll,
+                    spec.filter.as_ref(),
+                    false,
+                    Some(scanned.clone()),
+                ),
             };
             let records = records.inspect(move |_| {
                 counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -594,7 +625,9 @@ impl Router {
             runs.push(PartitionRun {
                 name: t.name,
                 partition: t.partition,
-                examined: examined.load(std::sync::atomic::Ordering::Relaxed),
+                examined: scanned
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    .max(fetched.load(std::sync::atomic::Ordering::Relaxed)),
                 returned,
                 millis: started.elapsed().as_millis() as u64,
             });
@@ -791,6 +824,34 @@ fn parent_equalities(filter: &Filter, path: &str) -> Option<Vec<Option<Bson>>> {
     None
 }
 
+/// Counts the records a scan reads, for `explain`.
+type Scanned = Option<Arc<std::sync::atomic::AtomicU64>>;
+
+/// Decodes scanned records, skipping undecoded those `filter` certainly
+/// does not match ([`Filter::may_match_raw`]): decoding is most of the
+/// cost of a scan that matches little.
+fn decode_scan(
+    scan: crate::storage::ScanIter,
+    filter: Option<Filter>,
+    scanned: Scanned,
+) -> RecordIter {
+    Box::new(scan.filter_map(move |item| {
+        let (k, v) = match item {
+            Ok(kv) => kv,
+            Err(e) => return Some(Err(e.into())),
+        };
+        if let Some(n) = &scanned {
+            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let (Some(f), Ok(raw)) = (&filter, bson::RawDocument::from_bytes(&v)) {
+            if !f.may_match_raw(raw) {
+                return None;
+            }
+        }
+        Some(decode_record(k, &v))
+    }))
+}
+
 /// A record's `_id` (null when it has none, which stored records never do).
 fn record_id(rec: &Record) -> &Bson {
     static NULL: Bson = Bson::Null;
@@ -839,8 +900,14 @@ fn partition_rows(
     let mut rows: Option<RowStream> = None;
     Box::new(std::iter::from_fn(move || {
         let rows = rows.get_or_insert_with(|| {
-            let records =
-                Router::partition_candidates(&reader, id, &sharding, &part, spec.filter.as_ref());
+            let records = Router::partition_candidates(
+                &reader,
+                id,
+                &sharding,
+                &part,
+                spec.filter.as_ref(),
+                None,
+            );
             let matching = filter_records(records, spec.filter.clone());
             let projection = spec.projection.clone();
             let project = move |key: Vec<Bson>, rec: Record, details: MatchDetails| {
