@@ -5,7 +5,12 @@
 #
 #   1. partitioned-read at 1, 8 and 64 partitions, alternating with the
 #      ceiling at concurrency 1 and 16 (throughput spread across partition
-#      counts, goal <= 10 %);
+#      counts, goal <= 10 %). All three collections are loaded first, the
+#      server gets --settle-secs (5) to settle, then every count is measured
+#      once per round for --rounds (3) rounds, each round starting one count
+#      later (1,8,64 / 8,64,1 / 64,1,8); SPREAD and RATIO are medians over
+#      the rounds, and runs last PREAD_DURATION (5) seconds. About 4 minutes
+#      on two cores;
 #   2. fanout-query over 1,000,000 documents in 16 partitions, Shardgate only,
 #      at concurrency 1 and 4 (p50/p99, queries/s and Shardgate's CPU cores,
 #      goal > 1.5). One such query takes about a second on two cores, so 16
@@ -13,13 +18,20 @@
 #   3. distribution of 100,000 distinct keys over 16 partitions, Shardgate
 #      only (largest partition / mean, goal <= 1.15).
 #
+# About 6 minutes in all with the defaults on two cores (plus the build).
+#
 #   bench/run-partitions.sh                          # defaults, see below
 #   DOCS=200000 bench/run-partitions.sh --duration 3 # a quick look
+#   bench/run-partitions.sh --workloads partitioned-read   # only that one
 #
-# Extra arguments go to both shardgate-bench runs (e.g. --duration,
-# --partitions, --docs for partitioned-read's data set, --fanout-partitions).
+# --workloads LIST (any of partitioned-read, fanout-query, distribution)
+# picks the workloads to run; the script takes it out of the arguments.
+# The other extra arguments go to both shardgate-bench runs (e.g. --duration,
+# which also overrides PREAD_DURATION, --partitions, --rounds, --settle-secs,
+# --docs for partitioned-read's data set, --fanout-partitions).
 # Environment: DOCS (fanout-query's documents, 1000000), CONCURRENCY
-# (partitioned-read's levels, 1,16), FANOUT_CONCURRENCY (fanout-query's, 1,4),
+# (partitioned-read's levels, 1,16), PREAD_DURATION (partitioned-read's
+# seconds per run, 5), FANOUT_CONCURRENCY (fanout-query's, 1,4),
 # CEILING=0 (no ceiling: partitioned-read runs on Shardgate alone),
 # CEILING_DIR (the ceiling's sources, default ../shared/tools/ceiling beside
 # the repository), CEILING_PORT and SHARDGATE_PORT (default: free ports),
@@ -38,9 +50,54 @@ ceiling_target="${CEILING_TARGET_DIR:-/tmp/ceiling-target}"
 use_ceiling="${CEILING:-1}"
 docs="${DOCS:-1000000}"
 concurrency="${CONCURRENCY:-1,16}"
+pread_duration="${PREAD_DURATION:-5}"
 fanout_concurrency="${FANOUT_CONCURRENCY:-1,4}"
 log="${LOG:-/tmp/shardgate-partitions-$(date +%Y%m%d-%H%M%S).log}"
 read -r -a server_args <<<"${SERVER_ARGS:-}"
+
+# --workloads is the script's: it decides which of the two benchmark runs
+# happen and what the second one runs.
+workloads="partitioned-read,fanout-query,distribution"
+rest=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+    --workloads)
+        [[ $# -ge 2 ]] || { echo "--workloads needs a list" >&2; exit 2; }
+        workloads="$2"
+        shift 2
+        ;;
+    --workloads=*)
+        workloads="${1#--workloads=}"
+        shift
+        ;;
+    *)
+        rest+=("$1")
+        shift
+        ;;
+    esac
+done
+set -- ${rest[@]+"${rest[@]}"}
+run_pread=0
+later=()
+IFS=, read -r -a wanted <<<"$workloads"
+for w in ${wanted[@]+"${wanted[@]}"}; do
+    case "$w" in
+    partitioned-read) run_pread=1 ;;
+    fanout-query | distribution) later+=("$w") ;;
+    *)
+        echo "unknown workload '$w': pick from partitioned-read, fanout-query, distribution" >&2
+        exit 2
+        ;;
+    esac
+done
+if [[ "$run_pread" == 0 && ${#later[@]} == 0 ]]; then
+    echo "--workloads names no workload" >&2
+    exit 2
+fi
+# Only partitioned-read is compared with the ceiling.
+if [[ "$run_pread" == 0 ]]; then
+    use_ceiling=0
+fi
 
 if [[ "${SKIP_BUILD:-}" != 1 ]]; then
     echo "== building (release)"
@@ -136,12 +193,20 @@ bench() {
         "$@"
 }
 
-echo "== partitioned-read (output also in $log)"
-bench --workloads partitioned-read --concurrency "$concurrency" "${compare[@]}" "$@" 2>&1 | tee "$log"
-echo
-echo "== fanout-query and distribution (output also in $log)"
-bench --workloads fanout-query,distribution --concurrency "$fanout_concurrency" \
-    --fanout-docs "$docs" "$@" 2>&1 | tee -a "$log"
+: >"$log"
+if [[ "$run_pread" == 1 ]]; then
+    echo "== partitioned-read (output also in $log)"
+    # --duration in the arguments comes later, so it wins.
+    bench --workloads partitioned-read --concurrency "$concurrency" --duration "$pread_duration" \
+        ${compare[@]+"${compare[@]}"} "$@" 2>&1 | tee -a "$log"
+    echo
+fi
+if [[ ${#later[@]} -gt 0 ]]; then
+    later_list="$(IFS=,; echo "${later[*]}")"
+    echo "== $later_list (output also in $log)"
+    bench --workloads "$later_list" --concurrency "$fanout_concurrency" \
+        --fanout-docs "$docs" "$@" 2>&1 | tee -a "$log"
+fi
 
 echo
 echo "== report"

@@ -11,8 +11,9 @@
 //!
 //! The sharded workloads (`partitioned-read`, `distribution` in `sharded`,
 //! `fanout-query` in `fanout`) first shard and fill collections of their
-//! own, then time them the same way; they also sum themselves up after the
-//! ratios. bench/run-partitions.sh runs them.
+//! own, then time them the same way (partitioned-read in rounds, see
+//! `sharded`); they also sum themselves up after the ratios.
+//! bench/run-partitions.sh runs them.
 
 mod dataset;
 mod fanout;
@@ -34,8 +35,12 @@ use crate::report::{Measurement, Outcome};
 use crate::workload::{Target, Workload};
 
 /// YCSB-style benchmark for MongoDB-wire servers (Shardgate, the ceiling, mongod).
+///
+/// A flag given more than once takes its last value (list flags such as
+/// `--concurrency` add up instead), so a script's defaults can be
+/// overridden by arguments passed after them.
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(version, args_override_self = true)]
 struct Args {
     /// Server under test.
     #[arg(
@@ -87,6 +92,15 @@ struct Args {
     /// collection `pread_<n>` sharded on `{_id: "hashed"}`.
     #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
     partitions: Vec<u32>,
+    /// partitioned-read: rounds of measurement; each round measures every
+    /// partition count once, starting one count later than the round
+    /// before, and the figures compared are the medians over the rounds.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// partitioned-read: seconds to wait after loading every collection and
+    /// before the first measurement, while the server settles (0 to skip).
+    #[arg(long, default_value_t = 5.0)]
+    settle_secs: f64,
     /// fanout-query: partitions of `fanout`, sharded on `{k: "hashed"}`.
     #[arg(long, default_value_t = 16)]
     fanout_partitions: u32,
@@ -138,6 +152,9 @@ impl Args {
         {
             return Err("partition counts must be at least 1".into());
         }
+        if self.rounds == 0 {
+            return Err("--rounds must be at least 1".into());
+        }
         if self.fanout_docs == Some(0) || self.distribution_docs == 0 {
             return Err("--fanout-docs and --distribution-docs must be at least 1".into());
         }
@@ -151,6 +168,7 @@ impl Args {
             ("--duration", self.duration),
             ("--warmup", self.warmup),
             ("--load-timeout", self.load_timeout),
+            ("--settle-secs", self.settle_secs),
         ] {
             if !(0.0..=86_400.0).contains(&secs) {
                 return Err(format!("{name} must be between 0 and 86400 seconds"));
@@ -272,11 +290,17 @@ async fn run(args: Args) -> Result<(), String> {
         println!("{}", report::row(m));
     }
     if targets.len() > 1 {
+        // Runs taken in rounds (partitioned-read) are compared by their
+        // workload's own summary, as medians over the rounds.
         let (primary, other): (Vec<Measurement>, Vec<Measurement>) = results
             .into_iter()
+            .filter(|m| m.round.is_none())
             .partition(|m| m.target == targets[0].label);
-        println!();
-        for line in report::comparison(&primary, &other) {
+        let lines = report::comparison(&primary, &other);
+        if !lines.is_empty() {
+            println!();
+        }
+        for line in lines {
             println!("{line}");
         }
     }

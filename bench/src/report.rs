@@ -18,6 +18,9 @@ pub struct Measurement {
     pub concurrency: usize,
     /// Partitions of the sharded collection the run used, if sharded.
     pub partitions: Option<u32>,
+    /// Which of several rounds of the same runs this one was in
+    /// (`partitioned-read` only).
+    pub round: Option<Round>,
     /// Completed operations; for `load`, documents inserted.
     pub ops: u64,
     pub elapsed: Duration,
@@ -29,6 +32,13 @@ pub struct Measurement {
     pub first_error: Option<String>,
     /// CPU the server process used during the run, when its pid is known.
     pub server_cpu: Option<CpuUse>,
+}
+
+/// Round `number` (from 1) of `of`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Round {
+    pub number: u32,
+    pub of: u32,
 }
 
 impl Measurement {
@@ -118,10 +128,17 @@ fn partitions_field(m: &Measurement) -> String {
         .map_or_else(String::new, |n| format!(" partitions={n}"))
 }
 
+/// `" round=K rounds=N"` for a measurement taken in rounds, else nothing.
+fn round_field(m: &Measurement) -> String {
+    m.round.map_or_else(String::new, |r| {
+        format!(" round={} rounds={}", r.number, r.of)
+    })
+}
+
 /// The machine-readable line for one measurement.
 pub fn result_line(m: &Measurement) -> String {
     format!(
-        "RESULT target={} workload={}{} conc={} ops={} secs={:.3} ops_per_sec={:.1} p50_us={} p99_us={} max_us={} errors={} misses={}",
+        "RESULT target={} workload={}{} conc={} ops={} secs={:.3} ops_per_sec={:.1} p50_us={} p99_us={} max_us={} errors={} misses={}{}",
         m.target,
         m.workload.name(),
         partitions_field(m),
@@ -134,6 +151,7 @@ pub fn result_line(m: &Measurement) -> String {
         m.max_us(),
         m.errors,
         m.misses,
+        round_field(m),
     )
 }
 
@@ -158,7 +176,8 @@ pub fn print_measurement(m: &Measurement) {
 }
 
 /// The primary server's figures as a fraction of the comparison server's,
-/// for each workload, partition count and concurrency measured on both.
+/// for each workload, partition count and concurrency measured on both;
+/// nothing at all when no run was measured on both.
 pub fn comparison(primary: &[Measurement], other: &[Measurement]) -> Vec<String> {
     let Some(first) = primary.first() else {
         return Vec::new();
@@ -220,6 +239,9 @@ pub fn comparison(primary: &[Measurement], other: &[Measurement]) -> Vec<String>
             p.ops_per_sec(),
             o.ops_per_sec(),
         ));
+    }
+    if machine.is_empty() {
+        return Vec::new();
     }
     lines.push(String::new());
     lines.extend(machine);
@@ -350,6 +372,19 @@ pub fn spread(values: &[f64]) -> Option<f64> {
     })
 }
 
+/// The middle value of some figures (the mean of the two middle ones for
+/// an even count); `None` when there are none.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    match sorted.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(sorted[mid]),
+        _ => Some((sorted[mid - 1] + sorted[mid]) / 2.0),
+    }
+}
+
 /// How evenly documents sit in partitions: the largest and smallest count
 /// over the mean.
 #[derive(Debug, PartialEq)]
@@ -435,6 +470,14 @@ mod tests {
         assert!((b.max_over_mean() - 1.1).abs() < 1e-9);
         assert!((b.min_over_mean() - 0.9).abs() < 1e-9);
         assert_eq!(percent(0.071), "7.1%");
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0]), Some(3.0));
+        assert_eq!(median(&[9.0, 1.0, 5.0]), Some(5.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 8.0]), Some(3.0));
     }
 
     #[test]

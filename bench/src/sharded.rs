@@ -13,7 +13,7 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::ErrorKind;
 
 use crate::dataset::{Batches, Dataset, KeyRange};
-use crate::report::{self, Balance, Measurement, Outcome};
+use crate::report::{self, Balance, Measurement, Outcome, Round};
 use crate::workload::{self, Target, Workload};
 use crate::Args;
 
@@ -167,37 +167,79 @@ pub async fn fill<B: Batches>(
 
 /// `partitioned-read`: for each `--partitions` count `n`, the data set in
 /// `<db>.pread_<n>` sharded on `{_id: "hashed"}` over `n` partitions, read
-/// as the `read` workload does at every concurrency level, on every server
-/// in turn; the collection is dropped once measured, so that each count
-/// runs with the same amount of data stored. Sums up with the spread of
-/// throughput across partition counts.
+/// as the `read` workload does.
+///
+/// Built to be fair to every count: all the collections are loaded first
+/// (the same data in each, so every count runs with the same data stored),
+/// then the server gets `--settle-secs` to finish what a bulk load leaves
+/// behind (background compaction), and only then is anything timed. The
+/// timing runs in `--rounds` rounds; each round measures every count once,
+/// at every concurrency level, on every server in turn, and starts one
+/// count later than the round before (1,8,64 / 8,64,1 / 64,1,8), so no count
+/// is always first. Within a round every count gets the same requests; each
+/// round draws new ones. The collections are dropped at the end. Sums up
+/// with the median throughput over the rounds per count and its spread.
 pub async fn partitioned_read(
     args: &Args,
     targets: &[Target],
     data: &Arc<Dataset>,
 ) -> Result<Outcome, String> {
     let w = Workload::PartitionedRead;
-    let mut measurements = Vec::new();
-    for &n in &args.partitions {
-        let sharded: Vec<Target> = targets
-            .iter()
-            .map(|t| t.for_collection(&format!("pread_{n}")))
-            .collect();
-        for t in &sharded {
-            shard_collection(t, "_id", n).await?;
-            fill(t, data, args.setup_load(), (w, n)).await?;
+    let collections: Vec<(u32, Vec<Target>)> = args
+        .partitions
+        .iter()
+        .map(|&n| {
+            let sharded = targets
+                .iter()
+                .map(|t| t.for_collection(&format!("pread_{n}")))
+                .collect();
+            (n, sharded)
+        })
+        .collect();
+    for (n, sharded) in &collections {
+        for t in sharded {
+            shard_collection(t, "_id", *n).await?;
+            fill(t, data, args.setup_load(), (w, *n)).await?;
         }
-        for (level, &conc) in args.concurrency.iter().enumerate() {
-            // The same requests whatever the partition count.
-            let seed = args.seed ^ ((level as u64) << 32) ^ (w as u64) << 40;
-            for t in &sharded {
-                let mut m = workload::warmed_up(t, data, w, conc, args.timing(), seed).await?;
-                m.partitions = Some(n);
-                report::print_measurement(&m);
-                measurements.push(m);
+    }
+    let settle = Duration::from_secs_f64(args.settle_secs);
+    if !settle.is_zero() {
+        println!(
+            "partitioned-read: {} collections loaded; settling for {:.1}s before measuring",
+            collections.len(),
+            settle.as_secs_f64()
+        );
+        tokio::time::sleep(settle).await;
+    }
+
+    let rounds = args.rounds;
+    let mut measurements = Vec::new();
+    for number in 1..=rounds {
+        let order = round_order(&collections, number - 1);
+        println!(
+            "partitioned-read: round {number} of {rounds}, partitions in the order {}",
+            join(order.iter().map(|(n, _)| n))
+        );
+        for (n, sharded) in order {
+            for (level, &conc) in args.concurrency.iter().enumerate() {
+                // The same requests whatever the partition count; new ones
+                // each round (round 1 sends what a single run used to).
+                let seed = args.seed
+                    ^ ((level as u64) << 32)
+                    ^ ((w as u64) << 40)
+                    ^ (u64::from(number - 1) << 48);
+                for t in sharded {
+                    let mut m = workload::warmed_up(t, data, w, conc, args.timing(), seed).await?;
+                    m.partitions = Some(*n);
+                    m.round = Some(Round { number, of: rounds });
+                    report::print_measurement(&m);
+                    measurements.push(m);
+                }
             }
         }
-        for t in &sharded {
+    }
+    for (_, sharded) in &collections {
+        for t in sharded {
             t.docs
                 .drop()
                 .await
@@ -211,56 +253,90 @@ pub async fn partitioned_read(
     })
 }
 
-/// Per server and concurrency: throughput at each partition count and its
-/// spread; with a comparison server, also the spread of the fraction.
+/// The order of round `round` (from 0): `items` rotated left by `round`.
+fn round_order<T>(items: &[T], round: u32) -> Vec<&T> {
+    let len = items.len().max(1);
+    let skip = usize::try_from(round).unwrap_or(0) % len;
+    items.iter().cycle().skip(skip).take(items.len()).collect()
+}
+
+/// `1,8,64`.
+fn join<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    items
+        .into_iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Figures with one decimal (or four for fractions), comma-separated.
+fn list(values: &[f64], decimals: usize) -> String {
+    join(values.iter().map(|v| format!("{v:.decimals$}")))
+}
+
+/// Per server and concurrency: the median throughput over the rounds at
+/// each partition count and the spread of those medians; with a comparison
+/// server, also the median of each round's fraction of it and the spread
+/// of those, and a `RATIO` line per count and concurrency from the medians.
 fn spread_summary(args: &Args, targets: &[Target], measurements: &[Measurement]) -> Vec<String> {
     let counts = &args.partitions;
-    let ops = |target: &str, conc: usize| -> Vec<f64> {
-        counts
-            .iter()
-            .filter_map(|&n| {
-                measurements
-                    .iter()
-                    .find(|m| {
-                        m.target == target && m.concurrency == conc && m.partitions == Some(n)
-                    })
-                    .map(Measurement::ops_per_sec)
+    let rounds = args.rounds;
+    let find = |target: &str, conc: usize, n: u32, round: u32| {
+        measurements.iter().find(|m| {
+            m.target == target
+                && m.concurrency == conc
+                && m.partitions == Some(n)
+                && m.round.map(|r| r.number) == Some(round)
+        })
+    };
+    // ops/s of each round, in round order.
+    let by_round = |target: &str, conc: usize, n: u32| -> Vec<f64> {
+        (1..=rounds)
+            .filter_map(|r| find(target, conc, n, r).map(Measurement::ops_per_sec))
+            .collect()
+    };
+    // This round's ops/s as a fraction of the baseline's in the same round.
+    let fractions_by_round = |target: &str, baseline: &str, conc: usize, n: u32| -> Vec<f64> {
+        (1..=rounds)
+            .filter_map(|r| {
+                let ours = find(target, conc, n, r)?.ops_per_sec();
+                let theirs = find(baseline, conc, n, r)?.ops_per_sec();
+                Some(if theirs > 0.0 { ours / theirs } else { 0.0 })
             })
             .collect()
     };
-    let list = |values: &[f64]| -> String {
-        values
-            .iter()
-            .map(|v| format!("{v:.1}"))
-            .collect::<Vec<_>>()
-            .join(",")
+    let medians = |per_count: &[Vec<f64>]| -> Vec<f64> {
+        per_count.iter().filter_map(|v| report::median(v)).collect()
     };
-    let partitions = counts
+    let partitions = join(counts);
+    let columns = counts
         .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
+        .map(|n| format!("{:>12}", format!("{n} parts")))
+        .collect::<String>();
+    let goal = report::percent(report::SPREAD_GOAL);
     let mut lines = vec![
         format!(
-            "partitioned-read: point reads per second by partition count; spread = fastest / slowest - 1, goal <= {}",
-            report::percent(report::SPREAD_GOAL)
+            "partitioned-read: point reads per second by partition count, median over {rounds} round(s) in rotated order; spread = fastest / slowest median - 1, goal <= {goal}"
         ),
         format!(
-            "{:<12} {:>5} {} {:>8} {:>4}",
-            "target",
-            "conc",
-            counts
-                .iter()
-                .map(|n| format!("{:>12}", format!("{n} parts")))
-                .collect::<String>(),
-            "spread",
-            "met"
+            "{:<12} {:>5} {columns} {:>8} {:>4}",
+            "target", "conc", "spread", "met"
         ),
     ];
-    let mut machine = Vec::new();
+    let mut detail = vec!["  each round (ops/s; the round's own spread):".to_owned()];
+    let mut ratios = Vec::new();
+    let mut spreads = Vec::new();
+    let baseline = targets.get(1).filter(|b| b.label != targets[0].label);
     for target in targets {
         for &conc in &args.concurrency {
-            let values = ops(&target.label, conc);
+            let per_count: Vec<Vec<f64>> = counts
+                .iter()
+                .map(|&n| by_round(&target.label, conc, n))
+                .collect();
+            let values = medians(&per_count);
+            if values.len() != counts.len() {
+                continue;
+            }
             let Some(spread) = report::spread(&values) else {
                 continue;
             };
@@ -276,36 +352,78 @@ fn spread_summary(args: &Args, targets: &[Target], measurements: &[Measurement])
                 report::percent(spread),
                 met
             ));
+            let mut round_spreads = Vec::new();
+            for r in 0..rounds as usize {
+                let row: Vec<f64> = per_count.iter().filter_map(|v| v.get(r).copied()).collect();
+                let Some(s) = report::spread(&row).filter(|_| row.len() == counts.len()) else {
+                    continue;
+                };
+                round_spreads.push(s);
+                detail.push(format!(
+                    "  {:<12} {:>5} {} {:>8}   round {}",
+                    target.label,
+                    conc,
+                    row.iter().map(|v| format!("{v:>12.0}")).collect::<String>(),
+                    report::percent(s),
+                    r + 1
+                ));
+            }
             let mut line = format!(
                 "SPREAD target={} workload=partitioned-read conc={conc} partitions={partitions} ops_per_sec={} spread={spread:.4} goal={:.2} met={met}",
                 target.label,
-                list(&values),
+                list(&values, 1),
                 report::SPREAD_GOAL,
             );
-            if let Some(baseline) = targets.get(1).filter(|b| b.label != target.label) {
-                let theirs = ops(&baseline.label, conc);
-                let fractions: Vec<f64> = values
+            if let Some(b) = baseline.filter(|b| b.label != target.label) {
+                let fraction_rounds: Vec<Vec<f64>> = counts
                     .iter()
-                    .zip(&theirs)
-                    .map(|(a, b)| if *b > 0.0 { a / b } else { 0.0 })
+                    .map(|&n| fractions_by_round(&target.label, &b.label, conc, n))
                     .collect();
-                if let Some(s) = report::spread(&fractions) {
-                    line.push_str(&format!(
-                        " baseline={} fractions={} fraction_spread={s:.4}",
-                        baseline.label,
-                        fractions
-                            .iter()
-                            .map(|f| format!("{f:.4}"))
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    ));
+                let fractions = medians(&fraction_rounds);
+                let theirs = medians(
+                    &counts
+                        .iter()
+                        .map(|&n| by_round(&b.label, conc, n))
+                        .collect::<Vec<_>>(),
+                );
+                if fractions.len() == counts.len() && theirs.len() == counts.len() {
+                    for (i, &n) in counts.iter().enumerate() {
+                        ratios.push(format!(
+                            "RATIO workload=partitioned-read partitions={n} conc={conc} target={} baseline={} fraction={:.4} target_ops_per_sec={:.1} baseline_ops_per_sec={:.1} rounds={rounds}",
+                            target.label, b.label, fractions[i], values[i], theirs[i],
+                        ));
+                    }
+                    if let Some(s) = report::spread(&fractions) {
+                        line.push_str(&format!(
+                            " baseline={} fractions={} fraction_spread={s:.4}",
+                            b.label,
+                            list(&fractions, 4),
+                        ));
+                    }
                 }
             }
-            machine.push(line);
+            line.push_str(&format!(
+                " rounds={rounds} round_spreads={}",
+                list(&round_spreads, 4)
+            ));
+            spreads.push(line);
         }
     }
+    if rounds > 1 {
+        lines.push(String::new());
+        lines.extend(detail);
+    }
+    if !ratios.is_empty() {
+        lines.push(String::new());
+        lines.push(format!(
+            "  fraction = median over the rounds of each round's {} ops/s / {} ops/s; the ops/s are the medians",
+            targets[0].label,
+            baseline.map_or("", |b| b.label.as_str()),
+        ));
+    }
     lines.push(String::new());
-    lines.extend(machine);
+    lines.extend(ratios);
+    lines.extend(spreads);
     lines
 }
 
@@ -401,5 +519,21 @@ mod tests {
         assert_eq!(as_count(&Bson::Double(1.5)), None);
         assert_eq!(as_count(&Bson::Int32(-1)), None);
         assert_eq!(as_count(&Bson::String("3".into())), None);
+    }
+
+    #[test]
+    fn rounds_rotate_the_order() {
+        let counts = [1, 8, 64];
+        let order = |round| {
+            round_order(&counts, round)
+                .into_iter()
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(order(0), [1, 8, 64]);
+        assert_eq!(order(1), [8, 64, 1]);
+        assert_eq!(order(2), [64, 1, 8]);
+        assert_eq!(order(3), [1, 8, 64]);
+        assert!(round_order::<u32>(&[], 2).is_empty());
     }
 }

@@ -213,6 +213,7 @@ pub fn merge(
         workload,
         concurrency,
         partitions: None,
+        round: None,
         ops: 0,
         elapsed,
         latency_us: new_histogram(),
