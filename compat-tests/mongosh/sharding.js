@@ -91,6 +91,14 @@ if (status !== undefined) {
   }
   const text = EJSON.stringify(value);
   check(partitions.every((p) => text.includes('"' + p + '"')), "sh.status() output mentions every partition", partitions);
+  // $shardedDataDistribution: the documents each partition owns.
+  const dist = (value.shardedDataDistribution || []).find((d) => d.ns === ns);
+  check(dist !== undefined, "sh.status() shardedDataDistribution lists " + ns, value.shardedDataDistribution);
+  if (dist !== undefined) {
+    const owned = dist.shards.reduce((n, s) => n + Number(s.numOwnedDocuments), 0);
+    check(owned === 500, "shardedDataDistribution owned documents add up", owned);
+    check(dist.shards.length === partitions.length, "shardedDataDistribution has every partition", dist.shards.length);
+  }
 }
 
 // db.c.getShardDistribution(): one entry per partition and the totals.

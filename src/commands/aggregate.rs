@@ -30,6 +30,9 @@ enum Stage {
     CollStats(Document),
     /// `$documents`: the documents of a collection-less aggregate.
     Documents(Vec<Document>),
+    /// `$shardedDataDistribution`: documents and bytes per partition of
+    /// every sharded collection.
+    ShardedDataDistribution,
 }
 
 fn stage_arg(stage: &Document) -> Result<(&str, &Bson)> {
@@ -111,6 +114,10 @@ fn parse_stage(stage: &Document) -> Result<Stage> {
             Stage::Group(id, fields)
         }
         "$collStats" => Stage::CollStats(doc_arg()?.clone()),
+        "$shardedDataDistribution" => {
+            doc_arg()?;
+            Stage::ShardedDataDistribution
+        }
         "$documents" => {
             let value = Expr::parse(arg)?.evaluate(&Document::new())?;
             let Bson::Array(items) = value else {
@@ -254,6 +261,12 @@ fn apply(stage: Stage, input: DocStream) -> Result<DocStream> {
                 "$documents is only valid as the first stage in a pipeline",
             ))
         }
+        Stage::ShardedDataDistribution => {
+            return Err(Error::new(
+                ErrorCode::Location40602,
+                "$shardedDataDistribution is only valid as the first stage in a pipeline",
+            ))
+        }
     })
 }
 
@@ -349,6 +362,16 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             Some(Stage::Documents(docs)) => Some(docs),
             _ => None,
         },
+        Some(Stage::ShardedDataDistribution) => {
+            stages.next();
+            if !collectionless || req.db != "admin" {
+                return Err(Error::new(
+                    ErrorCode::InvalidNamespace,
+                    "$shardedDataDistribution must be run against the 'admin' database with {aggregate: 1}",
+                ));
+            }
+            Some(sharded_data_distribution(&router))
+        }
         _ => None,
     };
     if collectionless && documents.is_none() {
@@ -453,4 +476,32 @@ fn coll_stats_documents(
             d
         })
         .collect())
+}
+
+/// The documents of `$shardedDataDistribution`: per sharded collection,
+/// the documents and bytes each partition owns (a split moves no data,
+/// so nothing is ever orphaned).
+fn sharded_data_distribution(router: &crate::router::Router) -> Vec<Document> {
+    router
+        .catalog
+        .list()
+        .iter()
+        .filter(|c| c.sharding.is_some())
+        .map(|coll| {
+            let shards: Vec<Bson> = router
+                .partition_stats(coll)
+                .into_iter()
+                .map(|(p, u)| {
+                    Bson::Document(doc! {
+                        "shardName": p.name().to_string(),
+                        "numOrphanedDocs": 0_i64,
+                        "numOwnedDocuments": u.count as i64,
+                        "ownedSizeBytes": u.bytes as i64,
+                        "orphanedSizeBytes": 0_i64,
+                    })
+                })
+                .collect();
+            doc! {"ns": coll.ns.full(), "shards": shards}
+        })
+        .collect()
 }
