@@ -75,6 +75,7 @@
 //! instead of panicking; no server could have produced a hash to compare them
 //! with.
 
+use crate::query::compare::canonical_type_rank;
 use bson::raw::{cstr, RawDocumentBuf};
 use bson::spec::BinarySubtype;
 use bson::{Binary, Bson, DbPointer, Decimal128, Document};
@@ -108,28 +109,14 @@ pub fn hash_missing() -> i64 {
     hash_value(&Bson::Null)
 }
 
-/// `canonicalizeBSONType` from `src/mongo/bson/bsontypes.h`: the position of a
-/// value's type in MongoDB's cross-type sort order. Types that compare as
-/// equal-able (all numbers; strings and symbols) share a class.
+/// `canonicalizeBSONType` from `src/mongo/bson/bsontypes.h`: the
+/// comparison class of [`canonical_type_rank`], except that MinKey is -1
+/// and `undefined` is 0 of its own (comparison folds it into null's class).
 fn canonical_type(value: &Bson) -> i32 {
     match value {
         Bson::MinKey => -1,
         Bson::Undefined => 0,
-        Bson::Null => 5,
-        Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Decimal128(_) => 10,
-        Bson::String(_) | Bson::Symbol(_) => 15,
-        Bson::Document(_) => 20,
-        Bson::Array(_) => 25,
-        Bson::Binary(_) => 30,
-        Bson::ObjectId(_) => 35,
-        Bson::Boolean(_) => 40,
-        Bson::DateTime(_) => 45,
-        Bson::Timestamp(_) => 47,
-        Bson::RegularExpression(_) => 50,
-        Bson::DbPointer(_) => 55,
-        Bson::JavaScriptCode(_) => 60,
-        Bson::JavaScriptCodeWithScope(_) => 65,
-        Bson::MaxKey => 127,
+        other => i32::from(canonical_type_rank(other)),
     }
 }
 

@@ -589,11 +589,7 @@ pub fn usage_entries(
 }
 
 /// Sums the usage entries of each partition of `map`.
-pub fn load_usage(
-    engine: &SharedEngine,
-    id: u64,
-    map: &PartitionMap,
-) -> Result<HashMap<u64, Usage>> {
+fn load_usage(engine: &SharedEngine, id: u64, map: &PartitionMap) -> Result<HashMap<u64, Usage>> {
     let mut usage = HashMap::new();
     for p in &map.partitions {
         let mut total = Usage::default();

@@ -9,7 +9,7 @@
 //! are copied under their hashes into a new key range, and the catalog
 //! switches to it in one write.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -17,12 +17,13 @@ use bson::Document;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::catalog::{load_usage, usage_entries, usage_key, Usage};
-use super::{decode_record, Collection, Namespace, Router, Sharding};
-use crate::error::Result;
+use super::catalog::{usage_entries, Usage};
+use super::write::PartitionedBatch;
+use super::{Collection, Namespace, Router, Sharding};
+use crate::bail;
+use crate::error::{Error, Result};
 use crate::partition::{PartitionMap, ShardKey};
-use crate::storage::{keys, keystring, Space, WriteBatch};
-use crate::{bail, err};
+use crate::storage::{keys, Space, WriteBatch};
 
 /// Collections waiting for a partition split.
 #[derive(Default)]
@@ -66,15 +67,6 @@ impl Router {
                     // Created unsharded by a concurrent write: shard that.
                     continue;
                 }
-                if let Some(s) = &coll.sharding {
-                    s.set_usage(
-                        s.map()
-                            .partitions
-                            .iter()
-                            .map(|p| (p.id, Usage::default()))
-                            .collect(),
-                    );
-                }
                 return Ok(Sharded::Done(coll, seq.unwrap_or(0)));
             };
             if let Some(existing) = &old.sharding {
@@ -101,57 +93,46 @@ impl Router {
                 old.options.clone(),
                 Some(sharding.clone()),
             ));
-            // Copy every record under its hash; nobody reads the new id
-            // until the catalog points at it.
-            let mut usage: HashMap<i64, Usage> = HashMap::new();
-            let (from, to) = keys::collection_range(old.id);
-            for item in self.engine.scan(Space::Records, from, to) {
-                let (k, v) = item?;
-                let rec = decode_record(k, &v)?;
-                let hash = key.hash_of(&rec.doc).map_err(|e| {
-                    err!(
-                        BadValue,
-                        "cannot shard {ns}: document {} has no usable shard-key value: {}",
-                        rec.doc
-                            .get("_id")
-                            .map(|v| v.to_string())
-                            .unwrap_or_default(),
-                        e.message
-                    )
-                })?;
-                let id_key = keystring::encode_id(rec.doc.get("_id").unwrap_or(&bson::Bson::Null));
-                usage.entry(hash).or_default().add(rec.len);
-                batch.put(
-                    Space::Index,
-                    keys::index_key(id, 0, &id_key),
-                    hash.to_be_bytes().to_vec(),
-                );
-                batch.put(Space::Records, keys::record_key(id, hash, &id_key), v);
-                if batch.ops.len() >= COPY_BATCH * 2 {
-                    self.engine.write(std::mem::take(&mut batch))?;
-                }
-            }
-            let cap = self.options.logical_max_bytes;
-            if let Some((hash, u)) = usage.iter().find(|(_, u)| u.bytes > cap) {
+            // The reserved ids are durable before any record uses them.
+            let mut seq = self.engine.write(std::mem::take(&mut batch))?;
+            // Copy every record under its hash, with its `_id` index entry
+            // and logical-partition size; nobody reads the new id until
+            // the catalog points at it.
+            if let Err(e) = self.copy_sharded(&old, &coll, &sharding) {
                 self.catalog.delete_records(id)?;
-                bail!(
-                    OutOfDiskSpace,
-                    "cannot shard {ns} on {}: the documents with hash {hash} hold {} bytes, past the logical partition limit of {cap} bytes",
-                    key.pattern(),
-                    u.bytes
-                );
-            }
-            for (hash, u) in &usage {
-                batch.put(Space::Index, usage_key(id, *hash), u.encode());
+                return Err(Error::new(
+                    e.code,
+                    format!("cannot shard {ns} on {}: {}", key.pattern(), e.message),
+                ));
             }
             self.catalog.put_meta(&coll, &mut batch)?;
-            let mut seq = self.engine.write(batch)?;
-            sharding.set_usage(load_usage(&self.engine, id, &sharding.map())?);
+            seq = seq.max(self.engine.write(batch)?);
             self.catalog.replace(&old, coll.clone());
             seq = seq.max(self.catalog.delete_records(old.id)?);
             self.request_split(ns);
             return Ok(Sharded::Done(coll, seq));
         }
+    }
+
+    /// Copies the records of unsharded `old` into sharded `new`, a batch
+    /// of [`COPY_BATCH`] at a time.
+    fn copy_sharded(&self, old: &Collection, new: &Collection, sharding: &Sharding) -> Result<()> {
+        let (from, to) = keys::collection_range(old.id);
+        let mut records = self.engine.scan(Space::Records, from, to).peekable();
+        while records.peek().is_some() {
+            let mut writes = PartitionedBatch::new(self, new, sharding);
+            for item in records.by_ref().take(COPY_BATCH) {
+                let (_, bytes) = item?;
+                let id = bson::RawDocument::from_bytes(&bytes)
+                    .ok()
+                    .and_then(|raw| raw.get("_id").ok().flatten())
+                    .and_then(|v| bson::Bson::try_from(v).ok())
+                    .ok_or_else(|| Error::internal("stored document without a readable _id"))?;
+                writes.insert(&id, bytes)?;
+            }
+            writes.commit()?;
+        }
+        Ok(())
     }
 
     /// Asks the background splitter to look at `ns`.

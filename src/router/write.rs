@@ -202,7 +202,7 @@ pub(crate) struct PartitionedBatch<'a> {
     coll: &'a Collection,
     sharding: &'a Sharding,
     map: Arc<PartitionMap>,
-    pub batch: WriteBatch,
+    batch: WriteBatch,
     /// Usage of each hash touched, as it will be after the batch.
     hashes: HashMap<i64, Usage>,
     /// Change in documents and bytes of each partition touched.
@@ -383,6 +383,90 @@ impl<'a> PartitionedBatch<'a> {
     }
 }
 
+/// The writes of one operation on a collection, in its layout: an
+/// unsharded collection's records sit under hash 0 keyed by `_id` alone;
+/// a sharded one's go through [`PartitionedBatch`]. Callers hold the
+/// collection's write lock from `new` to `commit`.
+pub(crate) enum CollectionBatch<'a> {
+    Unsharded {
+        router: &'a Router,
+        coll: &'a Collection,
+        batch: WriteBatch,
+    },
+    Partitioned(PartitionedBatch<'a>),
+}
+
+impl<'a> CollectionBatch<'a> {
+    pub fn new(router: &'a Router, coll: &'a Collection) -> Self {
+        match &coll.sharding {
+            Some(sharding) => {
+                CollectionBatch::Partitioned(PartitionedBatch::new(router, coll, sharding))
+            }
+            None => CollectionBatch::Unsharded {
+                router,
+                coll,
+                batch: WriteBatch::default(),
+            },
+        }
+    }
+
+    /// True when a document with this `_id` is stored.
+    pub fn id_exists(&self, id: &Bson) -> Result<bool> {
+        match self {
+            CollectionBatch::Unsharded { router, coll, .. } => Ok(router
+                .engine
+                .get(Space::Records, &Router::id_key(coll, id))?
+                .is_some()),
+            CollectionBatch::Partitioned(pb) => pb.id_exists(id),
+        }
+    }
+
+    /// Adds a new document in BSON form (its `_id` checked unique).
+    pub fn insert(&mut self, id: &Bson, bytes: Vec<u8>) -> Result<()> {
+        match self {
+            CollectionBatch::Unsharded { coll, batch, .. } => {
+                batch.put(Space::Records, Router::id_key(coll, id), bytes);
+                Ok(())
+            }
+            CollectionBatch::Partitioned(pb) => pb.insert(id, bytes),
+        }
+    }
+
+    /// Replaces a stored document with `doc`, encoded as `bytes`.
+    pub fn replace(&mut self, old: &Record, doc: &Document, bytes: Vec<u8>) -> Result<()> {
+        match self {
+            CollectionBatch::Unsharded { batch, .. } => {
+                batch.put(Space::Records, old.key.clone(), bytes);
+                Ok(())
+            }
+            CollectionBatch::Partitioned(pb) => pb.replace(old, doc, bytes),
+        }
+    }
+
+    /// Removes a stored document.
+    pub fn delete(&mut self, old: &Record) -> Result<()> {
+        match self {
+            CollectionBatch::Unsharded { batch, .. } => {
+                batch.delete(Space::Records, old.key.clone());
+                Ok(())
+            }
+            CollectionBatch::Partitioned(pb) => pb.delete(old),
+        }
+    }
+
+    /// Commits everything; returns the commit sequence (0 when there was
+    /// nothing to write).
+    pub fn commit(self) -> Result<u64> {
+        match self {
+            CollectionBatch::Unsharded { router, batch, .. } if !batch.is_empty() => {
+                Ok(router.engine.write(batch)?)
+            }
+            CollectionBatch::Unsharded { .. } => Ok(0),
+            CollectionBatch::Partitioned(pb) => pb.commit(),
+        }
+    }
+}
+
 impl Router {
     /// The collection of `ns`, created if it does not exist yet. Returns
     /// the creation's commit sequence when it had to be created.
@@ -443,17 +527,7 @@ impl Router {
         let first_error = outcome.errors.first().map(|(i, _)| *i);
         let result = maybe_blocking(prepared.len() <= INLINE_INSERTS, || {
             self.with_write_lock(ns, true, |coll| {
-                if let Some(sharding) = &coll.sharding {
-                    return self.insert_partitioned(
-                        ns,
-                        coll,
-                        sharding,
-                        &prepared,
-                        ordered,
-                        first_error,
-                    );
-                }
-                let mut batch = WriteBatch::default();
+                let mut writes = CollectionBatch::new(self, coll);
                 let mut seen = HashSet::new();
                 let mut inserted = 0;
                 let mut errors = Vec::new();
@@ -461,26 +535,26 @@ impl Router {
                     if ordered && first_error.is_some_and(|f| *i > f) {
                         break;
                     }
-                    let key = Router::id_key(coll, id);
-                    let exists =
-                        seen.contains(&key) || self.engine.get(Space::Records, &key)?.is_some();
-                    if exists {
-                        errors.push((*i, duplicate_key_error(ns, id)));
-                        if ordered {
-                            break;
+                    let id_key = keystring::encode_id(id);
+                    let result = if seen.contains(&id_key) || writes.id_exists(id)? {
+                        Err(duplicate_key_error(ns, id))
+                    } else {
+                        writes.insert(id, bytes.clone())
+                    };
+                    match result {
+                        Ok(()) => {
+                            seen.insert(id_key);
+                            inserted += 1;
                         }
-                        continue;
+                        Err(e) => {
+                            errors.push((*i, e));
+                            if ordered {
+                                break;
+                            }
+                        }
                     }
-                    seen.insert(key.clone());
-                    batch.put(Space::Records, key, bytes.clone());
-                    inserted += 1;
                 }
-                let seq = if batch.is_empty() {
-                    0
-                } else {
-                    self.engine.write(batch)?
-                };
-                Ok((inserted, errors, seq))
+                Ok((inserted, errors, writes.commit()?))
             })
         })?;
         let Some(((inserted, errors, seq), created_seq)) = result else {
@@ -494,47 +568,6 @@ impl Router {
         }
         self.durable(seq.max(created_seq)).await?;
         Ok(outcome)
-    }
-
-    /// The insert of [`Router::insert`] into a sharded collection.
-    #[allow(clippy::type_complexity)]
-    fn insert_partitioned(
-        &self,
-        ns: &Namespace,
-        coll: &Collection,
-        sharding: &Sharding,
-        prepared: &[(usize, Bson, Vec<u8>)],
-        ordered: bool,
-        first_error: Option<usize>,
-    ) -> Result<(u64, Vec<(usize, Error)>, u64)> {
-        let mut pb = PartitionedBatch::new(self, coll, sharding);
-        let mut seen = HashSet::new();
-        let mut inserted = 0;
-        let mut errors = Vec::new();
-        for (i, id, bytes) in prepared {
-            if ordered && first_error.is_some_and(|f| *i > f) {
-                break;
-            }
-            let id_key = keystring::encode_id(id);
-            let result = if seen.contains(&id_key) || pb.id_exists(id)? {
-                Err(duplicate_key_error(ns, id))
-            } else {
-                pb.insert(id, bytes.clone())
-            };
-            match result {
-                Ok(()) => {
-                    seen.insert(id_key);
-                    inserted += 1;
-                }
-                Err(e) => {
-                    errors.push((*i, e));
-                    if ordered {
-                        break;
-                    }
-                }
-            }
-        }
-        Ok((inserted, errors, pb.commit()?))
     }
 
     /// Applies one update statement.
@@ -590,12 +623,9 @@ impl Router {
         coll: &Collection,
         stmt: &UpdateStatement,
     ) -> Result<(ModifyOutcome, u64)> {
-        if let Some(sharding) = &coll.sharding {
-            return self.update_partitioned(ns, coll, sharding, stmt);
-        }
         let mut outcome = ModifyOutcome::default();
         let targets = self.write_targets(coll, &stmt.filter, stmt.multi, stmt.sort.as_ref())?;
-        let mut batch = WriteBatch::default();
+        let mut writes = CollectionBatch::new(self, coll);
         for (rec, details) in targets {
             outcome.matched += 1;
             let ctx = ApplyContext {
@@ -610,7 +640,7 @@ impl Router {
             if !documents_identical(&new_doc, &rec.doc) {
                 let bytes = encode_document(&new_doc)?;
                 outcome.modified += 1;
-                batch.put(Space::Records, rec.key, bytes);
+                writes.replace(&rec, &new_doc, bytes)?;
             }
         }
         if outcome.matched == 0 && stmt.upsert {
@@ -619,64 +649,14 @@ impl Router {
             validate_for_insert(&new_doc)?;
             let bytes = encode_document(&new_doc)?;
             let id = new_doc.get("_id").cloned().unwrap_or(Bson::Null);
-            let key = Router::id_key(coll, &id);
-            if self.engine.get(Space::Records, &key)?.is_some() {
+            if writes.id_exists(&id)? {
                 return Err(duplicate_key_error(ns, &id));
             }
-            batch.put(Space::Records, key, bytes);
+            writes.insert(&id, bytes)?;
             outcome.upserted_id = Some(id);
             outcome.after = Some(new_doc);
         }
-        let seq = if batch.is_empty() {
-            0
-        } else {
-            self.engine.write(batch)?
-        };
-        Ok((outcome, seq))
-    }
-
-    /// [`Router::update_locked`] on a sharded collection.
-    fn update_partitioned(
-        &self,
-        ns: &Namespace,
-        coll: &Collection,
-        sharding: &Sharding,
-        stmt: &UpdateStatement,
-    ) -> Result<(ModifyOutcome, u64)> {
-        let mut outcome = ModifyOutcome::default();
-        let targets = self.write_targets(coll, &stmt.filter, stmt.multi, stmt.sort.as_ref())?;
-        let mut pb = PartitionedBatch::new(self, coll, sharding);
-        for (rec, details) in targets {
-            outcome.matched += 1;
-            let ctx = ApplyContext {
-                details,
-                inserting: false,
-            };
-            let new_doc = stmt.update.apply(&rec.doc, &ctx)?;
-            if stmt.return_documents {
-                outcome.before = Some(rec.doc.clone());
-                outcome.after = Some(new_doc.clone());
-            }
-            if !documents_identical(&new_doc, &rec.doc) {
-                let bytes = encode_document(&new_doc)?;
-                outcome.modified += 1;
-                pb.replace(&rec, &new_doc, bytes)?;
-            }
-        }
-        if outcome.matched == 0 && stmt.upsert {
-            let seed = stmt.filter.upsert_seed()?;
-            let new_doc = with_id_first(stmt.update.upsert_document(seed)?);
-            validate_for_insert(&new_doc)?;
-            let bytes = encode_document(&new_doc)?;
-            let id = new_doc.get("_id").cloned().unwrap_or(Bson::Null);
-            if pb.id_exists(&id)? {
-                return Err(duplicate_key_error(ns, &id));
-            }
-            pb.insert(&id, bytes)?;
-            outcome.upserted_id = Some(id);
-            outcome.after = Some(new_doc);
-        }
-        Ok((outcome, pb.commit()?))
+        Ok((outcome, writes.commit()?))
     }
 
     /// Deletes the first match (`multi == false`) or every match; returns
@@ -693,27 +673,13 @@ impl Router {
             self.with_write_lock(ns, false, |coll| {
                 let targets = self.write_targets(coll, filter, multi, sort)?;
                 let n = targets.len() as u64;
-                if let Some(sharding) = &coll.sharding {
-                    let mut pb = PartitionedBatch::new(self, coll, sharding);
-                    let mut last = None;
-                    for (rec, _) in targets {
-                        pb.delete(&rec)?;
-                        last = Some(rec.doc);
-                    }
-                    return Ok((n, if multi { None } else { last }, pb.commit()?));
-                }
-                let mut batch = WriteBatch::default();
+                let mut writes = CollectionBatch::new(self, coll);
                 let mut last = None;
                 for (rec, _) in targets {
-                    batch.delete(Space::Records, rec.key);
+                    writes.delete(&rec)?;
                     last = Some(rec.doc);
                 }
-                let seq = if batch.is_empty() {
-                    0
-                } else {
-                    self.engine.write(batch)?
-                };
-                Ok((n, if multi { None } else { last }, seq))
+                Ok((n, if multi { None } else { last }, writes.commit()?))
             })
         })?;
         match result {
