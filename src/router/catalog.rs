@@ -203,12 +203,18 @@ impl Sharding {
         *self.usage.lock() = usage;
     }
 
-    /// Applies `f` to the usage of `partition` and returns the result.
-    pub fn update_usage(&self, partition: u64, f: impl FnOnce(&mut Usage)) -> Usage {
-        let mut usage = self.usage.lock();
-        let entry = usage.entry(partition).or_default();
-        f(entry);
-        *entry
+    /// The usage of one partition.
+    pub fn usage_of(&self, partition: u64) -> Usage {
+        self.usage
+            .lock()
+            .get(&partition)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Sets the usage of one partition, once it is stored.
+    pub fn set_usage_of(&self, partition: u64, usage: Usage) {
+        self.usage.lock().insert(partition, usage);
     }
 
     fn to_document(&self) -> Document {
@@ -588,17 +594,22 @@ pub fn usage_entries(
         })
 }
 
-/// Sums the usage entries of each partition of `map`.
+/// Index number of the per-partition totals of a sharded collection:
+/// `partition id → Usage`, kept in the same batch as every write, so
+/// start-up reads one entry per partition instead of summing every hash's.
+pub const PARTITION_USAGE_INDEX: u32 = u32::MAX - 1;
+
+/// The key of the stored total of `partition` in collection `id`.
+pub fn partition_usage_key(id: u64, partition: u64) -> Vec<u8> {
+    keys::index_key(id, PARTITION_USAGE_INDEX, &partition.to_be_bytes())
+}
+
+/// The stored totals of each partition of `map`.
 fn load_usage(engine: &SharedEngine, id: u64, map: &PartitionMap) -> Result<HashMap<u64, Usage>> {
     let mut usage = HashMap::new();
     for p in &map.partitions {
-        let mut total = Usage::default();
-        for entry in usage_entries(engine.as_ref(), id, p.min, p.max) {
-            let (_, u) = entry?;
-            total.count += u.count;
-            total.bytes += u.bytes;
-        }
-        usage.insert(p.id, total);
+        let stored = engine.get(Space::Index, &partition_usage_key(id, p.id))?;
+        usage.insert(p.id, stored.map(|v| Usage::decode(&v)).unwrap_or_default());
     }
     Ok(usage)
 }

@@ -17,7 +17,7 @@ use bson::Document;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::catalog::{usage_entries, Usage};
+use super::catalog::{partition_usage_key, usage_entries, Usage};
 use super::write::PartitionedBatch;
 use super::{Collection, Namespace, Router, Sharding};
 use crate::bail;
@@ -255,6 +255,14 @@ impl Router {
                 halves[half].count += u.count;
                 halves[half].bytes += u.bytes;
             }
+        }
+        batch.delete(Space::Index, partition_usage_key(coll.id, id));
+        for (i, half) in halves.iter().enumerate() {
+            batch.put(
+                Space::Index,
+                partition_usage_key(coll.id, first + i as u64),
+                half.encode(),
+            );
         }
         sharding.set_map(new);
         let written = self

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 
-use super::catalog::{usage_key, Usage};
+use super::catalog::{partition_usage_key, usage_key, Usage};
 use super::{Collection, Namespace, Record, Router, Sharding};
 use crate::error::{Error, ErrorCode, Result};
 use crate::partition::PartitionMap;
@@ -366,15 +366,29 @@ impl<'a> PartitionedBatch<'a> {
                 self.batch.put(Space::Index, key, usage.encode());
             }
         }
+        let totals: Vec<(u64, Usage)> = self
+            .partitions
+            .iter()
+            .map(|(&partition, &(count, bytes))| {
+                let mut u = self.sharding.usage_of(partition);
+                u.count = (u.count as i64 + count).max(0) as u64;
+                u.bytes = (u.bytes as i64 + bytes).max(0) as u64;
+                (partition, u)
+            })
+            .collect();
+        for (partition, u) in &totals {
+            self.batch.put(
+                Space::Index,
+                partition_usage_key(self.coll.id, *partition),
+                u.encode(),
+            );
+        }
         let seq = self.router.engine.write(std::mem::take(&mut self.batch))?;
         let split_bytes = self.router.options.split_bytes;
         let mut oversized = false;
-        for (partition, (count, bytes)) in &self.partitions {
-            let usage = self.sharding.update_usage(*partition, |u| {
-                u.count = (u.count as i64 + count).max(0) as u64;
-                u.bytes = (u.bytes as i64 + bytes).max(0) as u64;
-            });
-            oversized |= usage.bytes > split_bytes;
+        for (partition, u) in totals {
+            self.sharding.set_usage_of(partition, u);
+            oversized |= u.bytes > split_bytes;
         }
         if oversized {
             self.router.request_split(&self.coll.ns);
