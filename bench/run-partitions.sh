@@ -107,40 +107,8 @@ if [[ "${SKIP_BUILD:-}" != 1 ]]; then
     (cd "$repo" && cargo build --release --bin shardgate --bin shardgate-bench)
 fi
 
-listening() {
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-# A port nothing listens on, from a random start so that concurrent runs
-# rarely pick the same one.
-free_port() {
-    local port
-    for _ in $(seq 1 200); do
-        port=$((20000 + RANDOM % 20000))
-        if ! listening "$port"; then
-            echo "$port"
-            return 0
-        fi
-    done
-    echo "no free port found on 127.0.0.1" >&2
-    return 1
-}
-
-wait_for_port() {
-    local port=$1 name=$2 pid=$3
-    for _ in $(seq 1 150); do
-        if listening "$port"; then
-            return 0
-        fi
-        if ! kill -0 "$pid" 2>/dev/null; then
-            echo "$name exited before listening on 127.0.0.1:$port" >&2
-            return 1
-        fi
-        sleep 0.2
-    done
-    echo "$name did not start listening on 127.0.0.1:$port" >&2
-    return 1
-}
+# shellcheck source=bench/servers.sh
+source "$repo/bench/servers.sh"
 
 shardgate_port="${SHARDGATE_PORT:-$(free_port)}"
 ceiling_port="${CEILING_PORT:-$(free_port)}"
@@ -148,26 +116,11 @@ ports=("$shardgate_port")
 if [[ "$use_ceiling" == 1 ]]; then
     ports+=("$ceiling_port")
 fi
-for port in "${ports[@]}"; do
-    if listening "$port"; then
-        echo "something already listens on 127.0.0.1:$port; stop it or set CEILING_PORT/SHARDGATE_PORT" >&2
-        exit 1
-    fi
-done
+require_free "${ports[@]}"
 
 data_dir="$(mktemp -d /tmp/sgpart-data.XXXXXX)"
 server_log="$data_dir.server.log"
-pids=()
-stop() {
-    for pid in "${pids[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${pids[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$data_dir"
-}
-trap stop EXIT
+trap stop_servers EXIT
 
 compare=()
 if [[ "$use_ceiling" == 1 ]]; then

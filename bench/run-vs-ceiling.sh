@@ -26,48 +26,23 @@ if [[ "${SKIP_BUILD:-}" != 1 ]]; then
     (cd "$repo" && cargo build --release --bin shardgate --bin shardgate-bench)
 fi
 
+# shellcheck source=bench/servers.sh
+source "$repo/bench/servers.sh"
+require_free "$ceiling_port" "$shardgate_port"
 data_dir="$(mktemp -d /tmp/sgbench-data.XXXXXX)"
-pids=()
-stop() {
-    for pid in "${pids[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${pids[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$data_dir"
-}
-trap stop EXIT
-
-wait_for_port() {
-    local port=$1 name=$2
-    for _ in $(seq 1 150); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.2
-    done
-    echo "$name did not start listening on 127.0.0.1:$port" >&2
-    return 1
-}
-
-for port in "$ceiling_port" "$shardgate_port"; do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        echo "something already listens on 127.0.0.1:$port; stop it or set CEILING_PORT/SHARDGATE_PORT" >&2
-        exit 1
-    fi
-done
+trap stop_servers EXIT
 
 echo "== starting the ceiling on 127.0.0.1:$ceiling_port"
 "$ceiling_target/release/ceiling" --host 127.0.0.1 --port "$ceiling_port" >/tmp/ceiling.log 2>&1 &
-pids+=("$!")
+ceiling_pid=$!
+pids+=("$ceiling_pid")
 echo "== starting shardgate on 127.0.0.1:$shardgate_port, data in $data_dir"
 "$repo/target/release/shardgate" --bind "127.0.0.1:$shardgate_port" --data-dir "$data_dir" \
     --log-level warn >/tmp/shardgate-bench-server.log 2>&1 &
 shardgate_pid=$!
 pids+=("$shardgate_pid")
-wait_for_port "$ceiling_port" ceiling
-wait_for_port "$shardgate_port" shardgate
+wait_for_port "$ceiling_port" ceiling "$ceiling_pid"
+wait_for_port "$shardgate_port" shardgate "$shardgate_pid"
 
 echo "== benchmark (output also in $log)"
 "$repo/target/release/shardgate-bench" \
