@@ -48,6 +48,11 @@ pub struct Config {
     /// partition); a write past it fails.
     #[arg(long, default_value_t = 20 << 30)]
     pub logical_partition_max_bytes: u64,
+
+    /// Seconds between passes of the TTL monitor, which deletes documents
+    /// whose TTL index date has expired.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub ttl_monitor_interval_secs: u64,
 }
 
 impl Config {

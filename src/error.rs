@@ -113,6 +113,8 @@ error_codes! {
     Location40602 = 40602,
     Location5858203 = 5858203,
     Location40228 = 40228,
+    CannotIndexParallelArrays = 171,
+    AmbiguousIndexKeyPattern = 27000,
 }
 
 /// A failure to report to the client as `{ok: 0, errmsg, code, codeName}`.

@@ -22,6 +22,7 @@ pub mod commands;
 pub mod config;
 pub mod cursor;
 pub mod error;
+pub mod index;
 pub mod partition;
 pub mod query;
 pub mod router;

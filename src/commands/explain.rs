@@ -15,7 +15,7 @@ use super::Request;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
 use crate::query::sort::SortSpec;
-use crate::router::{FindSpec, Namespace, PartitionRun, Router};
+use crate::router::{ChosenPlan, FindSpec, Namespace, PartitionRun, Router};
 use crate::{bail, err};
 
 /// How much an explain runs.
@@ -167,8 +167,47 @@ fn server_info(host: &str) -> Document {
     }
 }
 
+/// The `IXSCAN` stage of an index plan, under `FETCH` unless covered.
+fn index_stages(chosen: &ChosenPlan) -> Document {
+    let index = &chosen.scan.index;
+    let ixscan = doc! {
+        "stage": "IXSCAN",
+        "keyPattern": index.key.clone(),
+        "indexName": index.name.clone(),
+        "isMultiKey": index.is_multikey(),
+        "isUnique": index.unique,
+        "isSparse": index.sparse,
+        "isPartial": index.partial.is_some(),
+        "indexVersion": 2,
+        "direction": if chosen.scan.reverse { "backward" } else { "forward" },
+        "indexBounds": chosen.scan.bounds.clone(),
+    };
+    if chosen.covered {
+        ixscan
+    } else {
+        doc! {"stage": "FETCH", "inputStage": ixscan}
+    }
+}
+
+/// Sets `field` on the first stage named `stage`, searching inward.
+fn set_in_stage(plan: &mut Document, stage: &str, field: &str, value: Bson) {
+    if plan.get_str("stage").ok() == Some(stage) {
+        plan.insert(field, value);
+        return;
+    }
+    if let Ok(inner) = plan.get_document_mut("inputStage") {
+        set_in_stage(inner, stage, field, value);
+    }
+}
+
 /// The plan one partition runs, innermost stage first.
-fn partition_plan(kind: Kind, spec: &FindSpec, router: &Router, ns: &Namespace) -> Document {
+fn partition_plan(
+    kind: Kind,
+    spec: &FindSpec,
+    router: &Router,
+    ns: &Namespace,
+    chosen: Option<&ChosenPlan>,
+) -> Document {
     let coll = router.catalog.get(ns);
     let sharding = coll.as_ref().and_then(|c| c.sharding.clone());
     let key_path = sharding.as_ref().map(|s| s.key.path.clone());
@@ -177,7 +216,9 @@ fn partition_plan(kind: Kind, spec: &FindSpec, router: &Router, ns: &Namespace) 
         .as_ref()
         .is_some_and(|s| crate::router::pins_shard_key(s, filter));
     let pins_id = filter.is_some_and(|f| f.equality_values("_id").is_some());
-    let mut plan = if pins_key {
+    let mut plan = if let Some(chosen) = chosen {
+        index_stages(chosen)
+    } else if pins_key {
         let path = key_path.clone().unwrap_or_default();
         doc! {
             "stage": "FETCH",
@@ -197,14 +238,31 @@ fn partition_plan(kind: Kind, spec: &FindSpec, router: &Router, ns: &Namespace) 
     if key_path.is_some() {
         plan = doc! {"stage": "SHARDING_FILTER", "inputStage": plan};
     }
-    if let Some(sort) = &spec.sort {
-        let mut pattern = Document::new();
-        for f in sort.fields() {
-            pattern.insert(f.path(), if f.ascending() { 1 } else { -1 });
+    let sorted_by_index = chosen.is_some_and(|c| c.scan.provides_sort);
+    let limit = spec.limit.filter(|&l| l > 0);
+    match &spec.sort {
+        Some(sort) if !sorted_by_index => {
+            let mut pattern = Document::new();
+            for f in sort.fields() {
+                pattern.insert(f.path(), if f.ascending() { 1 } else { -1 });
+            }
+            plan = doc! {"stage": "SORT", "sortPattern": pattern, "memLimit": 104_857_600_i64, "type": "simple", "inputStage": plan};
+            if let Some(l) = limit {
+                plan.insert("limitAmount", (l + spec.skip) as i64);
+            }
         }
-        plan = doc! {"stage": "SORT", "sortPattern": pattern, "memLimit": 104_857_600_i64, "type": "simple", "inputStage": plan};
+        _ => {
+            if let Some(l) = limit.filter(|_| kind == Kind::Find) {
+                plan = doc! {"stage": "LIMIT", "limitAmount": (l + spec.skip) as i64, "inputStage": plan};
+            }
+        }
     }
-    if spec.projection.is_some() {
+    if spec.skip > 0 && kind == Kind::Find {
+        plan = doc! {"stage": "SKIP", "skipAmount": spec.skip as i64, "inputStage": plan};
+    }
+    if chosen.is_some_and(|c| c.covered) {
+        plan = doc! {"stage": "PROJECTION_COVERED", "inputStage": plan};
+    } else if spec.projection.is_some() {
         plan = doc! {"stage": "PROJECTION_DEFAULT", "inputStage": plan};
     }
     match kind {
@@ -231,7 +289,8 @@ fn render(
         _ if spec.sort.is_some() && kind != Kind::Count => "SHARD_MERGE_SORT",
         _ => "SHARD_MERGE",
     };
-    let plan = partition_plan(kind, spec, router, ns);
+    let chosen = runs.first().and_then(|r| r.plan.as_ref());
+    let plan = partition_plan(kind, spec, router, ns, chosen);
     let parsed = parsed_query(kind, &command);
     let shard_plans: Vec<Bson> = runs
         .iter()
@@ -262,6 +321,7 @@ fn render(
             (_, None) => returned.saturating_sub(spec.skip),
         };
         let examined: u64 = runs.iter().map(|r| r.examined).sum();
+        let keys_examined: u64 = runs.iter().map(|r| r.keys_examined).sum();
         let shard_stats: Vec<Bson> = runs
             .iter()
             .map(|r| {
@@ -269,12 +329,18 @@ fn render(
                 stages.insert("nReturned", r.returned as i64);
                 stages.insert("docsExamined", r.examined as i64);
                 stages.insert("executionTimeMillisEstimate", r.millis as i64);
+                set_in_stage(
+                    &mut stages,
+                    "IXSCAN",
+                    "keysExamined",
+                    Bson::Int64(r.keys_examined as i64),
+                );
                 Bson::Document(doc! {
                     "shardName": &r.name,
                     "executionSuccess": true,
                     "nReturned": r.returned as i64,
                     "executionTimeMillis": r.millis as i64,
-                    "totalKeysExamined": 0_i64,
+                    "totalKeysExamined": r.keys_examined as i64,
                     "totalDocsExamined": r.examined as i64,
                     "executionStages": stages,
                 })
@@ -286,13 +352,13 @@ fn render(
             doc! {
                 "nReturned": returned as i64,
                 "executionTimeMillis": total_ms,
-                "totalKeysExamined": 0_i64,
+                "totalKeysExamined": keys_examined as i64,
                 "totalDocsExamined": examined as i64,
                 "executionStages": {
                     "stage": stage,
                     "nReturned": returned as i64,
                     "executionTimeMillis": total_ms,
-                    "totalKeysExamined": 0_i64,
+                    "totalKeysExamined": keys_examined as i64,
                     "totalDocsExamined": examined as i64,
                     "totalChildMillis": child_ms,
                     "shards": shard_stats,

@@ -8,6 +8,7 @@ use super::args::{self, bool_or, collection_namespace, opt_document, opt_non_neg
 use super::Request;
 use crate::cursor::{first_batch_reply, next_batch, with_time_limit, DEFAULT_FIRST_BATCH};
 use crate::error::{Error, ErrorCode, Result};
+use crate::index::plan::Hint;
 use crate::query::filter::Filter;
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
@@ -40,8 +41,12 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
     let limit = opt_non_negative("find", b, "limit")?.filter(|&n| n > 0);
     let batch_size = opt_non_negative("find", b, "batchSize")?.map(|n| n as usize);
     let max_time_ms = opt_non_negative("find", b, "maxTimeMS")?;
-    // hint, comment, maxTimeMS, readConcern, allowDiskUse … are accepted
-    // and do not change the result.
+    let hint = match b.get("hint") {
+        Some(h) => Hint::parse(h)?,
+        None => None,
+    };
+    // comment, readConcern, allowDiskUse … are accepted and do not change
+    // the result.
     opt_document("find", b, "collation")?;
     Ok(Find {
         ns,
@@ -51,6 +56,7 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
             skip,
             limit,
             projection,
+            hint,
         },
         batch_size,
         single_batch,

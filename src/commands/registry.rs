@@ -58,6 +58,7 @@ pub static COMMANDS: &[CommandEntry] = &[
         false,
         "collection statistics"
     ),
+    command!("collMod", indexes::coll_mod, false, "change index options"),
     command!(
         "commitTransaction",
         admin::no_transaction,
@@ -190,6 +191,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         "start a logical session"
     ),
     command!("update", update::run, false, "update documents"),
+    command!(
+        "validate",
+        indexes::validate,
+        false,
+        "check a collection and its indexes"
+    ),
     command!(
         "whatsmyuri",
         admin::whats_my_uri,

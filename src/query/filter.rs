@@ -207,6 +207,214 @@ impl Filter {
     }
 }
 
+/// What the query planner asks of a filter: each condition on a path on
+/// its own (an array field may meet each with a different element), the
+/// paths a filter reads, and its top-level conditions for implication.
+impl Filter {
+    /// Each comparison (`$gt`, `$gte`, `$lt`, `$lte`, `$eq`) on `path`
+    /// that every match must satisfy, as its own range, in filter order.
+    /// Unlike [`Filter::range_bounds`] nothing is intersected: on an
+    /// array field `{$gt: 5, $lt: 10}` matches `[3, 12]`, so only one of
+    /// them may bound an index scan.
+    pub fn range_predicates(&self, path: &str) -> Vec<(Bound<Bson>, Bound<Bson>)> {
+        let mut conjuncts = Vec::new();
+        necessary_conjuncts(&self.root, &mut conjuncts);
+        conjuncts
+            .into_iter()
+            .filter(|p| p.path.dotted == path)
+            .filter_map(|p| comparison_range(&p.pred))
+            .collect()
+    }
+
+    /// Each equality condition (`{path: v}`, `$eq`, `$in` without
+    /// regexes) every match must meet, one list of values per condition,
+    /// not intersected (an array field can meet `{a: 1}` and `{a: 2}`).
+    pub fn equality_predicates(&self, path: &str) -> Vec<Vec<Bson>> {
+        let mut conjuncts = Vec::new();
+        necessary_conjuncts(&self.root, &mut conjuncts);
+        conjuncts
+            .into_iter()
+            .filter(|p| p.path.dotted == path)
+            .filter_map(|p| match &p.pred {
+                Pred::Compare {
+                    op: CmpOp::Eq,
+                    value,
+                } => Some(vec![value.clone()]),
+                Pred::In(set) if set.regexes.is_empty() => Some(set.values.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The dotted paths the filter's conditions name, sorted and unique
+    /// (paths inside an `$elemMatch` object are relative to its array and
+    /// are not listed). `None` when something reads the document in ways
+    /// that cannot be listed: `$expr`.
+    pub fn paths(&self) -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        if !collect_paths(&self.root, &mut out) {
+            return None;
+        }
+        out.sort();
+        out.dedup();
+        Some(out)
+    }
+
+    /// True when some condition on `path`, anywhere in the filter, holds
+    /// for a document that lacks the field: a comparison with null that
+    /// includes equality (`{a: null}`, `$in: [null]`, `$gte: null`) or
+    /// `$exists: false` (also through `$not` and `$nor`).
+    pub fn accepts_missing(&self, path: &str) -> bool {
+        any_path_condition(&self.root, false, &mut |p, negated| {
+            p.path.dotted == path
+                && match &p.pred {
+                    Pred::Compare { op, value } => {
+                        !negated && op.inclusive() && matches!(value, Bson::Null | Bson::Undefined)
+                    }
+                    Pred::In(set) => !negated && set.has_null,
+                    Pred::Exists => negated,
+                    _ => false,
+                }
+        })
+    }
+
+    /// True when a condition on `path` tells a missing field from a null
+    /// one (`$exists`, `$type`), anywhere in the filter.
+    pub fn tests_presence(&self, path: &str) -> bool {
+        any_path_condition(&self.root, false, &mut |p, _| {
+            p.path.dotted == path && matches!(p.pred, Pred::Exists | Pred::Type(_))
+        })
+    }
+
+    /// The conditions a match must meet, one per top-level condition
+    /// (and per clause of a top-level `$and`), for checking whether one
+    /// filter implies another (an index's `partialFilterExpression`).
+    pub fn conjuncts(&self) -> Vec<Conjunct> {
+        let mut out = Vec::new();
+        flatten_conjuncts(&self.root, &mut out);
+        out
+    }
+}
+
+/// One condition of a filter's top level, from [`Filter::conjuncts`].
+#[derive(Debug, Clone)]
+pub struct Conjunct {
+    node: Node,
+}
+
+impl Conjunct {
+    /// The path the condition is on; `None` for `$or`, `$nor`, `$expr`,
+    /// a `$not` and the like.
+    pub fn path(&self) -> Option<&str> {
+        match &self.node {
+            Node::Path(p) => Some(&p.path.dotted),
+            _ => None,
+        }
+    }
+
+    /// True when a field holding `value` (or an array holding it) meets
+    /// the condition.
+    pub fn accepts(&self, value: &Bson) -> bool {
+        match &self.node {
+            Node::Path(p) => {
+                if matches!(value, Bson::Array(_)) && !p.pred.traverses_leaf_arrays() {
+                    return false;
+                }
+                test(&p.pred, Some(value)).is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// True when a document lacking the field meets the condition
+    /// (`{a: null}`, `$lte: null`).
+    pub fn accepts_missing(&self) -> bool {
+        match &self.node {
+            Node::Path(p) => test(&p.pred, None).is_some(),
+            _ => false,
+        }
+    }
+
+    /// The range of a comparison condition (`$gt: 5`, `$eq: 1`).
+    pub fn range(&self) -> Option<(Bound<Bson>, Bound<Bson>)> {
+        match &self.node {
+            Node::Path(p) => comparison_range(&p.pred),
+            _ => None,
+        }
+    }
+
+    /// True for `{path: {$exists: true}}`.
+    pub fn is_exists(&self) -> bool {
+        matches!(&self.node, Node::Path(p) if matches!(p.pred, Pred::Exists))
+    }
+}
+
+/// The range a comparison confines its path to; arrays (matched element
+/// by element) and regexes (matched by pattern) give none.
+fn comparison_range(pred: &Pred) -> Option<(Bound<Bson>, Bound<Bson>)> {
+    let Pred::Compare { op, value } = pred else {
+        return None;
+    };
+    if matches!(value, Bson::Array(_) | Bson::RegularExpression(_)) {
+        return None;
+    }
+    let v = || value.clone();
+    Some(match op {
+        CmpOp::Eq => (Bound::Included(v()), Bound::Included(v())),
+        CmpOp::Gt => (Bound::Excluded(v()), Bound::Unbounded),
+        CmpOp::Gte => (Bound::Included(v()), Bound::Unbounded),
+        CmpOp::Lt => (Bound::Unbounded, Bound::Excluded(v())),
+        CmpOp::Lte => (Bound::Unbounded, Bound::Included(v())),
+    })
+}
+
+/// Collects every path a node names; false when a node reads the
+/// document in a way no path list describes.
+fn collect_paths(node: &Node, out: &mut Vec<String>) -> bool {
+    match node {
+        Node::And(children) | Node::Or(children) | Node::Nor(children) => {
+            children.iter().all(|c| collect_paths(c, out))
+        }
+        Node::Not(child) => collect_paths(child, out),
+        Node::Path(p) => {
+            out.push(p.path.dotted.clone());
+            true
+        }
+        Node::Always(_) => true,
+        Node::Expr(_) => false,
+    }
+}
+
+/// True when `hit` holds for some path condition; `negated` tracks
+/// whether the condition sits under an odd number of `$not`/`$nor`.
+fn any_path_condition(
+    node: &Node,
+    negated: bool,
+    hit: &mut dyn FnMut(&PathNode, bool) -> bool,
+) -> bool {
+    match node {
+        Node::And(children) | Node::Or(children) => {
+            children.iter().any(|c| any_path_condition(c, negated, hit))
+        }
+        Node::Nor(children) => children
+            .iter()
+            .any(|c| any_path_condition(c, !negated, hit)),
+        Node::Not(child) => any_path_condition(child, !negated, hit),
+        Node::Path(p) => hit(p, negated),
+        Node::Always(_) | Node::Expr(_) => false,
+    }
+}
+
+fn flatten_conjuncts(node: &Node, out: &mut Vec<Conjunct>) {
+    match node {
+        Node::And(children) => children.iter().for_each(|c| flatten_conjuncts(c, out)),
+        Node::Or(children) if children.len() == 1 => flatten_conjuncts(&children[0], out),
+        other => out.push(Conjunct {
+            node: other.clone(),
+        }),
+    }
+}
+
 /// Parsing recurses once per nesting level; deeper filters are rejected
 /// rather than risking the stack (MongoDB documents nest at most 100 deep).
 pub(crate) const MAX_NESTING: usize = 200;

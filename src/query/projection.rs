@@ -175,6 +175,52 @@ impl Projection {
     }
 }
 
+impl Projection {
+    /// For a plain inclusion (`{a: 1, "b.c": 1}`): the included dotted
+    /// paths other than `_id`, and whether `_id` is included. `None` for
+    /// an empty projection, exclusions, computed fields, `$slice`,
+    /// `$elemMatch` and the positional `$`. The query planner uses it to
+    /// tell whether an index alone can answer a query.
+    pub fn included_paths(&self) -> Option<(Vec<String>, bool)> {
+        if self.is_empty || self.kind != Kind::Inclusion || self.has_positional {
+            return None;
+        }
+        let mut paths = Vec::new();
+        let mut id_included = false;
+        for (name, node) in &self.root.children {
+            match (name.as_str(), node) {
+                ("_id", ProjNode::Include(included)) => id_included = *included,
+                (_, ProjNode::Include(true)) => paths.push(name.clone()),
+                (_, ProjNode::Path(inner)) => {
+                    if !included_paths_under(inner, name, &mut paths) {
+                        return None;
+                    }
+                }
+                _ => return None,
+            }
+        }
+        Some((paths, id_included))
+    }
+}
+
+/// Adds the included paths below `prefix`; false when anything but a
+/// plain inclusion is there.
+fn included_paths_under(node: &PathNode, prefix: &str, out: &mut Vec<String>) -> bool {
+    for (name, child) in &node.children {
+        let path = format!("{prefix}.{name}");
+        match child {
+            ProjNode::Include(true) => out.push(path),
+            ProjNode::Path(inner) => {
+                if !included_paths_under(inner, &path, out) {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
 // ---------------------------------------------------------------------------
 // Parsing
 // ---------------------------------------------------------------------------

@@ -8,13 +8,14 @@
 //! mistaken for a new one's.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, Document, Timestamp};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::index::Index;
 use crate::partition::{PartitionMap, ShardKey};
 use crate::storage::{keys, SharedEngine, Space, WriteBatch};
 use crate::{bail, err};
@@ -22,6 +23,9 @@ use crate::{bail, err};
 const NEXT_ID_KEY: &[u8] = b"\0next-collection-id";
 const NEXT_PARTITION_KEY: &[u8] = b"\0next-partition-id";
 const NS_PREFIX: &[u8] = b"ns:";
+/// Number of a collection's first secondary index: 0 is the `_id` index
+/// of a sharded collection.
+pub const FIRST_INDEX_NUMBER: u32 = 1;
 
 /// A validated `db.collection` namespace.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -110,6 +114,10 @@ pub struct Collection {
     /// Set under `write_lock` when the collection is dropped; writers that
     /// raced with the drop see it and re-resolve the namespace.
     pub dropped: AtomicBool,
+    /// Secondary indexes; replaced whole under `write_lock`.
+    indexes: RwLock<Arc<Vec<Arc<Index>>>>,
+    /// The number the next index gets; index numbers are never reused.
+    next_index: AtomicU32,
 }
 
 /// Documents and bytes stored under one partition or one hash.
@@ -256,7 +264,33 @@ impl Collection {
             sharding,
             write_lock: Mutex::new(()),
             dropped: AtomicBool::new(false),
+            indexes: RwLock::new(Arc::new(Vec::new())),
+            next_index: AtomicU32::new(FIRST_INDEX_NUMBER),
         }
+    }
+
+    /// The secondary indexes, as of now.
+    pub fn indexes(&self) -> Arc<Vec<Arc<Index>>> {
+        self.indexes.read().clone()
+    }
+
+    /// Replaces the secondary indexes; callers hold `write_lock` and store
+    /// the metadata ([`Catalog::put_meta`]) in the same step.
+    pub fn set_indexes(&self, indexes: Vec<Arc<Index>>) {
+        *self.indexes.write() = Arc::new(indexes);
+    }
+
+    /// Takes the next index number.
+    pub fn take_index_number(&self) -> u32 {
+        self.next_index.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// Gives `other`'s indexes and index numbering to this collection
+    /// (a rename or re-sharding keeps them).
+    pub fn adopt_indexes(&self, other: &Collection) {
+        self.set_indexes(other.indexes().to_vec());
+        self.next_index
+            .store(other.next_index.load(Ordering::Acquire), Ordering::Release);
     }
 
     pub fn is_dropped(&self) -> bool {
@@ -273,6 +307,17 @@ impl Collection {
         if let Some(s) = &self.sharding {
             d.insert("sharding", s.to_document());
         }
+        let indexes = self.indexes();
+        if !indexes.is_empty() {
+            d.insert(
+                "indexes",
+                indexes
+                    .iter()
+                    .map(|i| Bson::Document(i.to_stored()))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        d.insert("nextIndex", self.next_index.load(Ordering::Acquire) as i64);
         d
     }
 }
@@ -344,10 +389,26 @@ impl Catalog {
                 Err(_) => None,
             };
             max_id = max_id.max(id);
-            collections.insert(
-                ns.clone(),
-                Arc::new(Collection::new(ns, id, uuid, options, sharding)),
-            );
+            let coll = Collection::new(ns.clone(), id, uuid, options, sharding);
+            let mut indexes = Vec::new();
+            for stored in meta
+                .get_array("indexes")
+                .map(|a| a.as_slice())
+                .unwrap_or_default()
+            {
+                let Bson::Document(d) = stored else {
+                    return Err(Error::internal(format!("corrupt index entry of {ns}")));
+                };
+                indexes.push(Arc::new(Index::from_stored(d)?));
+            }
+            let next_index = indexes
+                .iter()
+                .map(|i| i.number + 1)
+                .fold(FIRST_INDEX_NUMBER, u32::max)
+                .max(meta.get_i64("nextIndex").unwrap_or(0) as u32);
+            coll.set_indexes(indexes);
+            coll.next_index.store(next_index, Ordering::Release);
+            collections.insert(ns, Arc::new(coll));
         }
         let stored = |key: &[u8]| -> Result<Option<u64>> {
             Ok(engine
@@ -539,6 +600,7 @@ impl Catalog {
             coll.options.clone(),
             coll.sharding.clone(),
         ));
+        renamed.adopt_indexes(&coll);
         let mut batch = WriteBatch::default();
         batch.delete(Space::Catalog, ns_key(from));
         batch.put(

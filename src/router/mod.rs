@@ -16,6 +16,7 @@
 
 pub mod catalog;
 pub mod config_db;
+pub mod indexes;
 mod merge;
 pub mod sharding;
 mod write;
@@ -35,6 +36,7 @@ pub fn pins_shard_key(sharding: &Sharding, filter: Option<&Filter>) -> bool {
 pub use write::{maybe_blocking, InsertOutcome, ModifyOutcome, UpdateStatement};
 
 use crate::error::{Error, Result};
+use crate::index::plan::{self, Hint, IndexPlan, Plan};
 use crate::partition::{hash, Partition};
 use crate::query::compare::compare;
 use crate::query::filter::{Filter, MatchDetails};
@@ -42,6 +44,7 @@ use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
 use crate::storage::{keys, keystring, SharedEngine, SharedReader, Space};
 use catalog::Catalog;
+use indexes::{index_records, Examined, HashScope};
 use merge::{Merge, Row, RowStream};
 
 /// The hash every record of an unsharded collection is stored under.
@@ -58,6 +61,14 @@ pub struct FindSpec {
     pub skip: u64,
     pub limit: Option<u64>,
     pub projection: Option<Projection>,
+    pub hint: Option<Hint>,
+}
+
+/// An index scan a query runs, and whether the index alone answers it.
+#[derive(Debug, Clone)]
+pub struct ChosenPlan {
+    pub scan: IndexPlan,
+    pub covered: bool,
 }
 
 /// How partitioned collections are laid out and read.
@@ -125,7 +136,7 @@ pub struct Target {
 /// `config.shards` show it.
 pub const PRIMARY_PARTITION: &str = "primary";
 
-type RecordIter = Box<dyn Iterator<Item = Result<Record>> + Send>;
+pub(crate) type RecordIter = Box<dyn Iterator<Item = Result<Record>> + Send>;
 
 impl Router {
     pub fn open(engine: SharedEngine) -> Result<Router> {
@@ -255,6 +266,61 @@ impl Router {
             reader.scan(Space::Records, from, to),
             filter.cloned(),
             scanned,
+        )
+    }
+
+    /// The index scan a query uses, if any. An equality on `_id` is
+    /// answered by `_id` lookups; a hint of the `_id` index or `$natural`
+    /// means the records themselves.
+    pub fn index_plan(
+        &self,
+        coll: &Collection,
+        filter: Option<&Filter>,
+        sort: Option<&SortSpec>,
+        projection: Option<&Projection>,
+        hint: Option<&Hint>,
+    ) -> Result<Option<ChosenPlan>> {
+        match hint {
+            Some(Hint::Name(n)) if n == crate::index::ID_INDEX_NAME => return Ok(None),
+            Some(Hint::Pattern(p)) if *p == bson::doc! {"_id": 1} => return Ok(None),
+            None if filter.is_some_and(|f| f.equality_values("_id").is_some()) => return Ok(None),
+            _ => {}
+        }
+        let indexes = coll.indexes();
+        if indexes.is_empty() && hint.is_none() {
+            return Ok(None);
+        }
+        Ok(match plan::choose(&indexes, filter, sort, hint)? {
+            Plan::Index(scan) => {
+                let covered = plan::covers(&scan, filter, projection, sort);
+                Some(ChosenPlan { scan, covered })
+            }
+            Plan::Collscan => None,
+        })
+    }
+
+    /// The records an index plan reads from `part` (every partition when
+    /// `None`), keeping only the pinned shard-key hashes.
+    fn planned_records(
+        reader: SharedReader,
+        coll_id: u64,
+        sharding: Option<&Sharding>,
+        part: Option<&Partition>,
+        chosen: &ChosenPlan,
+        filter: Option<&Filter>,
+        examined: Option<Arc<Examined>>,
+    ) -> RecordIter {
+        let scope = HashScope {
+            range: part.map(|p| (p.min, p.max)),
+            pinned: sharding.and_then(|s| key_hashes(s, filter)),
+        };
+        index_records(
+            reader,
+            coll_id,
+            &chosen.scan,
+            scope,
+            chosen.covered,
+            examined,
         )
     }
 
@@ -391,6 +457,28 @@ impl Router {
         filter_records(self.candidates(coll, filter, reverse), filter.cloned())
     }
 
+    /// Matching records, read through the best index when one helps
+    /// (any order).
+    pub(crate) fn matching_planned(
+        &self,
+        coll: &Collection,
+        filter: Option<&Filter>,
+    ) -> Result<Box<dyn Iterator<Item = Result<(Record, MatchDetails)>> + Send>> {
+        let Some(chosen) = self.index_plan(coll, filter, None, None, None)? else {
+            return Ok(Box::new(self.matching(coll, filter)));
+        };
+        let records = Router::planned_records(
+            self.engine.clone(),
+            coll.id,
+            coll.sharding.as_deref(),
+            None,
+            &chosen,
+            filter,
+            None,
+        );
+        Ok(Box::new(filter_records(records, filter.cloned())))
+    }
+
     /// Runs a query and returns its results as a lazy stream.
     ///
     /// A sort on `_id` alone follows key order and streams; any other sort
@@ -404,8 +492,15 @@ impl Router {
         let Some(coll) = self.catalog.get(ns) else {
             return Ok(Box::new(std::iter::empty()));
         };
+        let chosen = self.index_plan(
+            &coll,
+            spec.filter.as_ref(),
+            spec.sort.as_ref(),
+            spec.projection.as_ref(),
+            spec.hint.as_ref(),
+        )?;
         if let Some(sharding) = &coll.sharding {
-            return Ok(self.find_partitioned(&coll, sharding, spec));
+            return Ok(self.find_partitioned(&coll, sharding, spec, chosen));
         }
         let projection = spec.projection.clone();
         let project = move |(rec, details): (Record, MatchDetails)| -> Result<Document> {
@@ -419,6 +514,38 @@ impl Router {
             .limit
             .filter(|&l| l > 0)
             .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+        if let Some(chosen) = &chosen {
+            let records = Router::planned_records(
+                self.engine.clone(),
+                coll.id,
+                None,
+                None,
+                chosen,
+                spec.filter.as_ref(),
+                None,
+            );
+            let rows = filter_records(records, spec.filter.clone());
+            if spec.sort.is_none() || chosen.scan.provides_sort {
+                let rows = rows.skip(skip);
+                let rows: Box<dyn Iterator<Item = Result<(Record, MatchDetails)>> + Send> =
+                    match limit {
+                        Some(l) => Box::new(rows.take(l)),
+                        None => Box::new(rows),
+                    };
+                return Ok(Box::new(rows.map(move |r| r.and_then(&project))));
+            }
+            let sort = spec.sort.clone().unwrap_or_default();
+            let keep = limit.map(|l| l.saturating_add(skip));
+            let rows = sorted_rows(rows, &sort, keep)?.into_iter().skip(skip);
+            let rows: Box<dyn Iterator<Item = (Vec<Bson>, Record, MatchDetails)> + Send> =
+                match limit {
+                    Some(l) => Box::new(rows.take(l)),
+                    None => Box::new(rows),
+                };
+            return Ok(Box::new(
+                rows.map(move |(_, rec, details)| project((rec, details))),
+            ));
+        }
         let id_order = match &spec.sort {
             None => Some(false),
             Some(sort) => id_sort_direction(sort).map(|ascending| !ascending),
@@ -458,6 +585,7 @@ impl Router {
         coll: &Collection,
         sharding: &Arc<Sharding>,
         spec: FindSpec,
+        chosen: Option<ChosenPlan>,
     ) -> DocStream {
         let mut targets = self.targets(coll, spec.filter.as_ref());
         let reader = self.engine.snapshot();
@@ -485,7 +613,12 @@ impl Router {
                 // A few point reads: run them right here, one after another
                 // (the caller may be on an async worker).
                 point_reads = true;
-            } else if let Some(ascending) = spec.sort.as_ref().and_then(id_sort_direction) {
+            } else if let Some(ascending) = spec
+                .sort
+                .as_ref()
+                .and_then(id_sort_direction)
+                .filter(|_| chosen.is_none())
+            {
                 return by_id_index(reader, coll.id, spec, !ascending, skip, limit);
             }
         }
@@ -500,6 +633,7 @@ impl Router {
                     sharding.clone(),
                     part,
                     spec.clone(),
+                    chosen.clone(),
                     keep,
                 )
             })
@@ -534,30 +668,46 @@ impl Router {
         }
         let Some(sharding) = &coll.sharding else {
             let mut n = 0;
-            for item in self.matching(&coll, filter) {
+            for item in self.matching_planned(&coll, filter)? {
                 item?;
                 n += 1;
             }
             return Ok(n);
         };
         let reader = self.engine.snapshot();
+        let chosen = self.index_plan(&coll, filter, None, None, None)?;
         let tasks: Vec<Box<dyn FnOnce() -> Result<u64> + Send>> = self
             .targets(&coll, filter)
             .into_iter()
             .filter_map(|t| t.partition)
             .map(|part| {
-                let (reader, sharding, filter) =
-                    (reader.clone(), sharding.clone(), filter.cloned());
+                let (reader, sharding, filter, chosen) = (
+                    reader.clone(),
+                    sharding.clone(),
+                    filter.cloned(),
+                    chosen.clone(),
+                );
                 let id = coll.id;
                 Box::new(move || {
-                    let records = Router::partition_candidates(
-                        &reader,
-                        id,
-                        &sharding,
-                        &part,
-                        filter.as_ref(),
-                        None,
-                    );
+                    let records = match &chosen {
+                        Some(chosen) => Router::planned_records(
+                            reader.clone(),
+                            id,
+                            Some(&sharding),
+                            Some(&part),
+                            chosen,
+                            filter.as_ref(),
+                            None,
+                        ),
+                        None => Router::partition_candidates(
+                            &reader,
+                            id,
+                            &sharding,
+                            &part,
+                            filter.as_ref(),
+                            None,
+                        ),
+                    };
                     let mut n = 0u64;
                     for item in filter_records(records, filter) {
                         item?;
@@ -588,16 +738,34 @@ impl Router {
         });
         let reader = self.engine.snapshot();
         let targets = self.targets(&coll, spec.filter.as_ref());
+        let chosen = self.index_plan(
+            &coll,
+            spec.filter.as_ref(),
+            spec.sort.as_ref(),
+            spec.projection.as_ref(),
+            spec.hint.as_ref(),
+        )?;
+        let in_order = spec.sort.is_none() || chosen.as_ref().is_some_and(|c| c.scan.provides_sort);
         let mut runs = Vec::with_capacity(targets.len());
         for t in targets {
+            let through_index = Arc::new(Examined::default());
             let started = std::time::Instant::now();
             // Scans count every record they read; point reads count
             // the records they fetch.
             let scanned = Arc::new(std::sync::atomic::AtomicU64::new(0));
             let fetched = Arc::new(std::sync::atomic::AtomicU64::new(0));
             let counter = fetched.clone();
-            let records: RecordIter = match (&coll.sharding, t.partition) {
-                (Some(sharding), Some(part)) => Router::partition_candidates(
+            let records: RecordIter = match (&chosen, &coll.sharding, t.partition) {
+                (Some(chosen), sharding, part) => Router::planned_records(
+                    reader.clone(),
+                    coll.id,
+                    sharding.as_deref(),
+                    part.as_ref(),
+                    chosen,
+                    spec.filter.as_ref(),
+                    Some(through_index.clone()),
+                ),
+                (None, Some(sharding), Some(part)) => Router::partition_candidates(
                     &reader,
                     coll.id,
                     sharding,
@@ -619,19 +787,25 @@ impl Router {
             for item in filter_records(Box::new(records), spec.filter.clone()) {
                 item?;
                 returned += 1;
-                if spec.sort.is_none() && keep.is_some_and(|k| returned as usize >= k) {
+                if in_order && keep.is_some_and(|k| returned as usize >= k) {
                     break;
                 }
             }
             if let Some(k) = keep {
                 returned = returned.min(k as u64);
             }
+            let examined = match &chosen {
+                Some(_) => through_index.docs(),
+                None => scanned
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    .max(fetched.load(std::sync::atomic::Ordering::Relaxed)),
+            };
             runs.push(PartitionRun {
                 name: t.name,
                 partition: t.partition,
-                examined: scanned
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    .max(fetched.load(std::sync::atomic::Ordering::Relaxed)),
+                plan: chosen.clone(),
+                keys_examined: through_index.keys(),
+                examined,
                 returned,
                 millis: started.elapsed().as_millis() as u64,
             });
@@ -773,6 +947,10 @@ fn id_key_range(
 pub struct PartitionRun {
     pub name: String,
     pub partition: Option<Partition>,
+    /// The index scan it ran, if any.
+    pub plan: Option<ChosenPlan>,
+    pub keys_examined: u64,
+    /// Documents read.
     pub examined: u64,
     pub returned: u64,
     pub millis: u64,
@@ -899,19 +1077,32 @@ fn partition_rows(
     sharding: Arc<Sharding>,
     part: Partition,
     spec: FindSpec,
+    chosen: Option<ChosenPlan>,
     keep: Option<usize>,
 ) -> RowStream {
     let mut rows: Option<RowStream> = None;
     Box::new(std::iter::from_fn(move || {
         let rows = rows.get_or_insert_with(|| {
-            let records = Router::partition_candidates(
-                &reader,
-                id,
-                &sharding,
-                &part,
-                spec.filter.as_ref(),
-                None,
-            );
+            let records = match &chosen {
+                Some(chosen) => Router::planned_records(
+                    reader.clone(),
+                    id,
+                    Some(&sharding),
+                    Some(&part),
+                    chosen,
+                    spec.filter.as_ref(),
+                    None,
+                ),
+                None => Router::partition_candidates(
+                    &reader,
+                    id,
+                    &sharding,
+                    &part,
+                    spec.filter.as_ref(),
+                    None,
+                ),
+            };
+            let in_order = chosen.as_ref().is_some_and(|c| c.scan.provides_sort);
             let matching = filter_records(records, spec.filter.clone());
             let projection = spec.projection.clone();
             let project = move |key: Vec<Bson>, rec: Record, details: MatchDetails| {
@@ -927,6 +1118,17 @@ fn partition_rows(
                     let rows = matching.map(move |item| {
                         let (rec, details) = item?;
                         project(Vec::new(), rec, details)
+                    });
+                    match keep {
+                        Some(k) => Box::new(rows.take(k)),
+                        None => Box::new(rows),
+                    }
+                }
+                Some(sort) if in_order => {
+                    let sort = sort.clone();
+                    let rows = matching.map(move |item| {
+                        let (rec, details) = item?;
+                        project(sort.key_for(&rec.doc), rec, details)
                     });
                     match keep {
                         Some(k) => Box::new(rows.take(k)),

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::catalog::{partition_usage_key, usage_entries, Usage};
-use super::write::PartitionedBatch;
+use super::write::CollectionBatch;
 use super::{Collection, Namespace, Router, Sharding};
 use crate::bail;
 use crate::error::{Error, Result};
@@ -83,6 +83,16 @@ impl Router {
             if old.is_dropped() {
                 continue;
             }
+            if let Some(index) = old.indexes().iter().find(|i| {
+                i.unique && i.fields.first().map(|f| f.path.as_str()) != Some(key.path.as_str())
+            }) {
+                bail!(
+                    InvalidOptions,
+                    "can't shard collection '{ns}' with unique index on {} and proposed shard key {}. Uniqueness can't be maintained unless shard key is a prefix",
+                    super::indexes::show_key(&index.key),
+                    super::indexes::show_key(&key.pattern())
+                );
+            }
             let mut batch = WriteBatch::default();
             let id = self.catalog.reserve_collection_id(&mut batch);
             let sharding = Arc::new(new_sharding(&self.catalog, &mut batch));
@@ -93,12 +103,13 @@ impl Router {
                 old.options.clone(),
                 Some(sharding.clone()),
             ));
+            coll.adopt_indexes(&old);
             // The reserved ids are durable before any record uses them.
             let mut seq = self.engine.write(std::mem::take(&mut batch))?;
             // Copy every record under its hash, with its `_id` index entry
             // and logical-partition size; nobody reads the new id until
             // the catalog points at it.
-            if let Err(e) = self.copy_sharded(&old, &coll, &sharding) {
+            if let Err(e) = self.copy_sharded(&old, &coll) {
                 self.catalog.delete_records(id)?;
                 return Err(Error::new(
                     e.code,
@@ -116,11 +127,11 @@ impl Router {
 
     /// Copies the records of unsharded `old` into sharded `new`, a batch
     /// of [`COPY_BATCH`] at a time.
-    fn copy_sharded(&self, old: &Collection, new: &Collection, sharding: &Sharding) -> Result<()> {
+    fn copy_sharded(&self, old: &Collection, new: &Collection) -> Result<()> {
         let (from, to) = keys::collection_range(old.id);
         let mut records = self.engine.scan(Space::Records, from, to).peekable();
         while records.peek().is_some() {
-            let mut writes = PartitionedBatch::new(self, new, sharding);
+            let mut writes = CollectionBatch::new(self, new);
             for item in records.by_ref().take(COPY_BATCH) {
                 let (_, bytes) = item?;
                 let id = bson::RawDocument::from_bytes(&bytes)

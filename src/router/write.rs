@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 
 use super::catalog::{partition_usage_key, usage_key, Usage};
+use super::indexes::IndexWrites;
 use super::{Collection, Namespace, Record, Router, Sharding};
 use crate::error::{Error, ErrorCode, Result};
 use crate::partition::PartitionMap;
@@ -397,86 +398,161 @@ impl<'a> PartitionedBatch<'a> {
     }
 }
 
-/// The writes of one operation on a collection, in its layout: an
-/// unsharded collection's records sit under hash 0 keyed by `_id` alone;
-/// a sharded one's go through [`PartitionedBatch`]. Callers hold the
-/// collection's write lock from `new` to `commit`.
-pub(crate) enum CollectionBatch<'a> {
-    Unsharded {
-        router: &'a Router,
-        coll: &'a Collection,
-        batch: WriteBatch,
-    },
+/// How a collection lays out its records.
+enum Layout<'a> {
+    /// Every record under hash 0, keyed by `_id` alone.
+    Unsharded(WriteBatch),
     Partitioned(PartitionedBatch<'a>),
+}
+
+/// The writes of one operation on a collection, in its layout (an
+/// unsharded collection's records sit under hash 0 keyed by `_id` alone;
+/// a sharded one's go through [`PartitionedBatch`]), with the entries of
+/// its secondary indexes. Callers hold the collection's write lock from
+/// `new` to `commit`.
+pub(crate) struct CollectionBatch<'a> {
+    router: &'a Router,
+    coll: &'a Collection,
+    layout: Layout<'a>,
+    indexes: IndexWrites,
+    /// Index entries, written with the records in one atomic batch.
+    index_batch: WriteBatch,
 }
 
 impl<'a> CollectionBatch<'a> {
     pub fn new(router: &'a Router, coll: &'a Collection) -> Self {
-        match &coll.sharding {
-            Some(sharding) => {
-                CollectionBatch::Partitioned(PartitionedBatch::new(router, coll, sharding))
-            }
-            None => CollectionBatch::Unsharded {
-                router,
-                coll,
-                batch: WriteBatch::default(),
-            },
+        let layout = match &coll.sharding {
+            Some(sharding) => Layout::Partitioned(PartitionedBatch::new(router, coll, sharding)),
+            None => Layout::Unsharded(WriteBatch::default()),
+        };
+        CollectionBatch {
+            router,
+            coll,
+            layout,
+            indexes: IndexWrites::new(coll),
+            index_batch: WriteBatch::default(),
         }
     }
 
     /// True when a document with this `_id` is stored.
     pub fn id_exists(&self, id: &Bson) -> Result<bool> {
-        match self {
-            CollectionBatch::Unsharded { router, coll, .. } => Ok(router
+        match &self.layout {
+            Layout::Unsharded(_) => Ok(self
+                .router
                 .engine
-                .get(Space::Records, &Router::id_key(coll, id))?
+                .get(Space::Records, &Router::id_key(self.coll, id))?
                 .is_some()),
-            CollectionBatch::Partitioned(pb) => pb.id_exists(id),
+            Layout::Partitioned(pb) => pb.id_exists(id),
+        }
+    }
+
+    /// The hash a document is stored under.
+    fn hash_of(&self, doc: &Document) -> Result<i64> {
+        match &self.layout {
+            Layout::Unsharded(_) => Ok(super::UNSHARDED_HASH),
+            Layout::Partitioned(pb) => Ok(match pb.sharding.key.value(doc)? {
+                Some(v) => crate::partition::hash::hash_value(v),
+                None => crate::partition::hash::hash_missing(),
+            }),
         }
     }
 
     /// Adds a new document in BSON form (its `_id` checked unique).
     pub fn insert(&mut self, id: &Bson, bytes: Vec<u8>) -> Result<()> {
-        match self {
-            CollectionBatch::Unsharded { coll, batch, .. } => {
-                batch.put(Space::Records, Router::id_key(coll, id), bytes);
-                Ok(())
+        let index_ops = if self.indexes.is_empty() {
+            Vec::new()
+        } else {
+            let doc = Document::from_reader(&bytes[..]).map_err(|e| {
+                Error::new(ErrorCode::InvalidBSON, format!("invalid document: {e}"))
+            })?;
+            let hash = self.hash_of(&doc)?;
+            let id_key = keystring::encode_id(id);
+            self.indexes.changes(
+                self.router.engine.as_ref(),
+                &self.coll.ns,
+                &id_key,
+                None,
+                Some((&doc, hash)),
+            )?
+        };
+        match &mut self.layout {
+            Layout::Unsharded(batch) => {
+                batch.put(Space::Records, Router::id_key(self.coll, id), bytes)
             }
-            CollectionBatch::Partitioned(pb) => pb.insert(id, bytes),
+            Layout::Partitioned(pb) => pb.insert(id, bytes)?,
         }
+        self.indexes.apply(index_ops, &mut self.index_batch);
+        Ok(())
     }
 
     /// Replaces a stored document with `doc`, encoded as `bytes`.
     pub fn replace(&mut self, old: &Record, doc: &Document, bytes: Vec<u8>) -> Result<()> {
-        match self {
-            CollectionBatch::Unsharded { batch, .. } => {
-                batch.put(Space::Records, old.key.clone(), bytes);
-                Ok(())
-            }
-            CollectionBatch::Partitioned(pb) => pb.replace(old, doc, bytes),
+        let index_ops = if self.indexes.is_empty() {
+            Vec::new()
+        } else {
+            let old_hash = keys::record_hash(&old.key)
+                .ok_or_else(|| Error::internal("record key without a hash"))?;
+            let hash = self.hash_of(doc)?;
+            self.indexes.changes(
+                self.router.engine.as_ref(),
+                &self.coll.ns,
+                keys::record_id_key(&old.key),
+                Some((&old.doc, old_hash)),
+                Some((doc, hash)),
+            )?
+        };
+        match &mut self.layout {
+            Layout::Unsharded(batch) => batch.put(Space::Records, old.key.clone(), bytes),
+            Layout::Partitioned(pb) => pb.replace(old, doc, bytes)?,
         }
+        self.indexes.apply(index_ops, &mut self.index_batch);
+        Ok(())
     }
 
     /// Removes a stored document.
     pub fn delete(&mut self, old: &Record) -> Result<()> {
-        match self {
-            CollectionBatch::Unsharded { batch, .. } => {
-                batch.delete(Space::Records, old.key.clone());
-                Ok(())
-            }
-            CollectionBatch::Partitioned(pb) => pb.delete(old),
+        let index_ops = if self.indexes.is_empty() {
+            Vec::new()
+        } else {
+            let old_hash = keys::record_hash(&old.key)
+                .ok_or_else(|| Error::internal("record key without a hash"))?;
+            self.indexes.changes(
+                self.router.engine.as_ref(),
+                &self.coll.ns,
+                keys::record_id_key(&old.key),
+                Some((&old.doc, old_hash)),
+                None,
+            )?
+        };
+        match &mut self.layout {
+            Layout::Unsharded(batch) => batch.delete(Space::Records, old.key.clone()),
+            Layout::Partitioned(pb) => pb.delete(old)?,
         }
+        self.indexes.apply(index_ops, &mut self.index_batch);
+        Ok(())
     }
 
     /// Commits everything; returns the commit sequence (0 when there was
     /// nothing to write).
-    pub fn commit(self) -> Result<u64> {
-        match self {
-            CollectionBatch::Unsharded { router, batch, .. } if !batch.is_empty() => {
-                Ok(router.engine.write(batch)?)
+    pub fn commit(mut self) -> Result<u64> {
+        let mut index_ops = std::mem::take(&mut self.index_batch).ops;
+        if self.indexes.meta_changed {
+            let mut meta = WriteBatch::default();
+            self.router.catalog.put_meta(self.coll, &mut meta)?;
+            index_ops.extend(meta.ops);
+        }
+        match self.layout {
+            Layout::Unsharded(mut batch) => {
+                batch.ops.extend(index_ops);
+                if batch.is_empty() {
+                    return Ok(0);
+                }
+                Ok(self.router.engine.write(batch)?)
             }
-            CollectionBatch::Unsharded { .. } => Ok(0),
-            CollectionBatch::Partitioned(pb) => pb.commit(),
+            Layout::Partitioned(mut pb) => {
+                pb.batch.ops.extend(index_ops);
+                pb.commit()
+            }
         }
     }
 }
@@ -494,7 +570,7 @@ impl Router {
 
     /// Runs `f` under the write lock of `ns`'s collection, retrying if the
     /// collection was dropped or renamed while we waited for the lock.
-    fn with_write_lock<T>(
+    pub(crate) fn with_write_lock<T>(
         &self,
         ns: &Namespace,
         create: bool,
@@ -608,7 +684,7 @@ impl Router {
         multi: bool,
         sort: Option<&SortSpec>,
     ) -> Result<Vec<(Record, crate::query::filter::MatchDetails)>> {
-        let mut matching = self.matching(coll, Some(filter));
+        let mut matching = self.matching_planned(coll, Some(filter))?;
         if multi {
             return matching.collect();
         }

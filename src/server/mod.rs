@@ -27,6 +27,13 @@ pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         config.partition_options(),
     )?);
     let splitter = tokio::spawn(router.clone().run_splitter());
+    let ttl_monitor = tokio::spawn(
+        router
+            .clone()
+            .run_ttl_monitor(std::time::Duration::from_secs(
+                config.ttl_monitor_interval_secs,
+            )),
+    );
     // Partitions that grew past the split size while the server was down.
     for coll in router.catalog.list() {
         if coll.sharding.is_some() {
@@ -90,6 +97,7 @@ pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     }
     cursor_reaper.abort();
     splitter.abort();
+    ttl_monitor.abort();
     crate::storage::Engine::close(&*engine)?;
     tracing::info!("storage flushed; bye");
     Ok(())

@@ -1,0 +1,830 @@
+//! Secondary indexes at the router: keeping entries in step with writes,
+//! building and dropping indexes, and checking them (`validate`).
+//!
+//! Entries are written in the same engine batch as the document they
+//! come from, so an index never disagrees with its collection, whatever
+//! the moment of a crash. Unique checks run under the collection's write
+//! lock, against the engine and the batch being built.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bson::{doc, Bson, Document};
+
+use super::{Collection, Namespace, Router};
+use crate::bail;
+use crate::error::{Error, ErrorCode, Result};
+use crate::index::plan::IndexPlan;
+use crate::index::{entry_value, Index};
+use crate::storage::{keys, Reader, Space, WriteBatch};
+
+/// The key of the entry `index` holds for one key of one document.
+pub fn entry_key(collection: u64, index: u32, key: &[u8], id_key: &[u8]) -> Vec<u8> {
+    let mut entry = keys::index_key(collection, index, key);
+    entry.extend_from_slice(id_key);
+    entry
+}
+
+/// The range of every entry whose key bytes start with `prefix`.
+pub fn prefix_range(prefix: Vec<u8>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let end = successor(&prefix);
+    (
+        Bound::Included(prefix),
+        end.map_or(Bound::Unbounded, Bound::Excluded),
+    )
+}
+
+/// The smallest key above every key starting with `prefix`.
+fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// Shows a key value the way MongoDB's duplicate-key message does:
+/// `{ a: 1, b: "x" }`.
+pub fn show_key(doc: &Document) -> String {
+    if doc.is_empty() {
+        return "{}".to_string();
+    }
+    let fields: Vec<String> = doc
+        .iter()
+        .map(|(k, v)| match v {
+            Bson::Document(d) => format!("{k}: {}", show_key(d)),
+            other => format!("{k}: {other}"),
+        })
+        .collect();
+    format!("{{ {} }}", fields.join(", "))
+}
+
+/// The duplicate-key error of a unique index, with `keyPattern` and
+/// `keyValue` beside the message as MongoDB reports them.
+pub fn duplicate_error(ns: &Namespace, index: &Index, values: &[Bson]) -> Error {
+    let key_value = key_document(index, values);
+    Error::new(
+        ErrorCode::DuplicateKey,
+        format!(
+            "E11000 duplicate key error collection: {ns} index: {} dup key: {}",
+            index.name,
+            show_key(&key_value)
+        ),
+    )
+    .with_extra(doc! {"keyPattern": index.key.clone(), "keyValue": key_value})
+}
+
+/// One change to an index entry: a value to put, or `None` to delete.
+type EntryOp = (Vec<u8>, Option<Vec<u8>>);
+
+/// The index side of one write batch.
+pub(crate) struct IndexWrites {
+    collection: u64,
+    indexes: Arc<Vec<Arc<Index>>>,
+    /// Entries this batch puts (`true`) or deletes (`false`), so unique
+    /// checks see the batch's own earlier writes.
+    pending: BTreeMap<Vec<u8>, bool>,
+    /// An index became multikey: the catalog entry must be rewritten.
+    pub meta_changed: bool,
+}
+
+impl IndexWrites {
+    pub fn new(coll: &Collection) -> IndexWrites {
+        IndexWrites::of(coll.id, coll.indexes())
+    }
+
+    /// The writes to some indexes of collection `collection`.
+    pub fn of(collection: u64, indexes: Arc<Vec<Arc<Index>>>) -> IndexWrites {
+        IndexWrites {
+            collection,
+            indexes,
+            pending: BTreeMap::new(),
+            meta_changed: false,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.indexes.is_empty()
+    }
+
+    /// The entries (key → value) `doc` gives every index.
+    fn entries(&self, doc: &Document, id_key: &[u8], hash: i64) -> Result<Vec<(usize, EntryKeys)>> {
+        let mut out = Vec::with_capacity(self.indexes.len());
+        for (i, index) in self.indexes.iter().enumerate() {
+            let keys = index.keys_of(doc)?;
+            let entries = keys
+                .keys
+                .into_iter()
+                .map(|(key, values)| {
+                    let entry = entry_key(self.collection, index.number, &key, id_key);
+                    let value = entry_value(hash, key.len(), &values);
+                    (entry, key, value, values)
+                })
+                .collect();
+            out.push((
+                i,
+                EntryKeys {
+                    entries,
+                    multikey: keys.multikey,
+                },
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Fails when a unique index already holds `key` for another document.
+    fn check_unique(
+        &self,
+        reader: &dyn Reader,
+        ns: &Namespace,
+        index: &Index,
+        key: &[u8],
+        id_key: &[u8],
+        values: &[Bson],
+    ) -> Result<()> {
+        let prefix = keys::index_key(self.collection, index.number, key);
+        let own = entry_key(self.collection, index.number, key, id_key);
+        let (from, to) = prefix_range(prefix);
+        for (entry, put) in self.pending.range((from.clone(), to.clone())) {
+            if *put && *entry != own {
+                return Err(duplicate_error(ns, index, values));
+            }
+        }
+        for item in reader.scan(Space::Index, from, to) {
+            let (entry, _) = item?;
+            if entry != own && self.pending.get(&entry) != Some(&false) {
+                return Err(duplicate_error(ns, index, values));
+            }
+        }
+        Ok(())
+    }
+
+    /// The entry changes that replace `old` (under `old_hash`) by `new`
+    /// (under `new_hash`); either may be absent (an insert, a delete).
+    /// Checks unique indexes and changes nothing yet: [`IndexWrites::apply`]
+    /// adds the result to the batch.
+    pub fn changes(
+        &mut self,
+        reader: &dyn Reader,
+        ns: &Namespace,
+        id_key: &[u8],
+        old: Option<(&Document, i64)>,
+        new: Option<(&Document, i64)>,
+    ) -> Result<Vec<EntryOp>> {
+        let mut ops = Vec::new();
+        if self.indexes.is_empty() {
+            return Ok(ops);
+        }
+        let old_entries = match old {
+            Some((doc, hash)) => self.entries(doc, id_key, hash)?,
+            None => Vec::new(),
+        };
+        let new_entries = match new {
+            Some((doc, hash)) => self.entries(doc, id_key, hash)?,
+            None => Vec::new(),
+        };
+        let same_hash = matches!((old, new), (Some((_, a)), Some((_, b))) if a == b);
+        for (_, keys) in &old_entries {
+            for (entry, ..) in &keys.entries {
+                let kept = same_hash
+                    && new_entries
+                        .iter()
+                        .any(|(_, n)| n.entries.iter().any(|e| e.0 == *entry));
+                if !kept {
+                    ops.push((entry.clone(), None));
+                }
+            }
+        }
+        for (i, keys) in &new_entries {
+            let index = &self.indexes[*i];
+            for (entry, key, value, values) in &keys.entries {
+                let unchanged = same_hash
+                    && old_entries
+                        .iter()
+                        .any(|(_, o)| o.entries.iter().any(|e| e.0 == *entry));
+                if unchanged {
+                    continue;
+                }
+                if index.unique {
+                    self.check_unique(reader, ns, index, key, id_key, values)?;
+                }
+                ops.push((entry.clone(), Some(value.clone())));
+            }
+            if keys.multikey && index.set_multikey() {
+                self.meta_changed = true;
+            }
+        }
+        Ok(ops)
+    }
+
+    /// Adds checked changes to `batch`.
+    pub fn apply(&mut self, ops: Vec<EntryOp>, batch: &mut WriteBatch) {
+        // Deletes first: a put of the same key (a key kept under a new
+        // hash) must win.
+        let (puts, deletes): (Vec<EntryOp>, Vec<EntryOp>) =
+            ops.into_iter().partition(|(_, v)| v.is_some());
+        for (key, _) in deletes {
+            self.pending.insert(key.clone(), false);
+            batch.delete(Space::Index, key);
+        }
+        for (key, value) in puts {
+            if let Some(value) = value {
+                self.pending.insert(key.clone(), true);
+                batch.put(Space::Index, key, value);
+            }
+        }
+    }
+}
+
+/// The entries one document gives one index.
+struct EntryKeys {
+    /// `(entry key, keystring of the key, entry value, key values)`.
+    entries: Vec<(Vec<u8>, Vec<u8>, Vec<u8>, Vec<Bson>)>,
+    multikey: bool,
+}
+
+/// The `_id` keystring at the end of an entry key of `index`, given the
+/// length of the key part.
+pub fn entry_id_key(entry: &[u8], key_len: usize) -> &[u8] {
+    entry.get(12 + key_len..).unwrap_or_default()
+}
+
+/// What `createIndexes` did.
+#[derive(Debug, Default)]
+pub struct CreatedIndexes {
+    pub before: usize,
+    pub after: usize,
+    pub created_collection: bool,
+    /// Commit to wait for.
+    pub seq: u64,
+}
+
+/// Most engine operations in one batch of an index build or drop.
+const BUILD_BATCH_OPS: usize = 10_000;
+
+impl Router {
+    /// Creates the indexes `specs` describe on `ns` (creating the
+    /// collection if needed) and fills them from the documents already
+    /// there. The build holds only this collection's write lock: writes to
+    /// it wait, reads and other collections go on.
+    pub fn create_indexes(&self, ns: &Namespace, specs: &[Document]) -> Result<CreatedIndexes> {
+        let mut wanted = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let index = Index::parse(spec, 0)?;
+            if index.is_id() {
+                if index.name != crate::index::ID_INDEX_NAME {
+                    bail!(
+                        IndexOptionsConflict,
+                        "Index already exists with a different name: {}",
+                        crate::index::ID_INDEX_NAME
+                    );
+                }
+                continue;
+            }
+            wanted.push(index);
+        }
+        let existed = self.catalog.get(ns).is_some();
+        let result = self.with_write_lock(ns, true, |coll| {
+            let current = coll.indexes();
+            let before = current.len() + 1;
+            let mut fresh: Vec<Index> = Vec::new();
+            for index in &wanted {
+                let mut exists = false;
+                for other in current.iter().map(|i| i.as_ref()).chain(fresh.iter()) {
+                    if other.name == index.name {
+                        if !other.same_key(index) {
+                            bail!(
+                                IndexKeySpecsConflict,
+                                "An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}",
+                                show_key(&index.spec()),
+                                show_key(&other.spec())
+                            );
+                        }
+                        if !other.same_options(index) {
+                            bail!(
+                                IndexOptionsConflict,
+                                "An equivalent index already exists with the same name but different options. Requested index: {}, existing index: {}",
+                                show_key(&index.spec()),
+                                show_key(&other.spec())
+                            );
+                        }
+                        exists = true;
+                    } else if other.same_key(index)
+                        && other.partial.as_ref().map(|p| &p.0) == index.partial.as_ref().map(|p| &p.0)
+                    {
+                        bail!(
+                            IndexOptionsConflict,
+                            "Index already exists with a different name: {}",
+                            other.name
+                        );
+                    }
+                }
+                if exists {
+                    continue;
+                }
+                if let Some(sharding) = &coll.sharding {
+                    let prefix = index.fields.first().map(|f| f.path.as_str());
+                    if index.unique && prefix != Some(sharding.key.path.as_str()) {
+                        bail!(
+                            CannotCreateIndex,
+                            "cannot create unique index over {} with shard key pattern {}",
+                            show_key(&index.key),
+                            show_key(&sharding.key.pattern())
+                        );
+                    }
+                }
+                fresh.push(index.with_options(index.expire_after_secs, index.hidden));
+            }
+            if fresh.is_empty() {
+                return Ok(CreatedIndexes {
+                    before,
+                    after: before,
+                    ..CreatedIndexes::default()
+                });
+            }
+            if before + fresh.len() > crate::index::MAX_INDEXES {
+                bail!(
+                    CannotCreateIndex,
+                    "add index fails, too many indexes for {ns}: a collection may have at most {} indexes",
+                    crate::index::MAX_INDEXES
+                );
+            }
+            let mut built = Vec::with_capacity(fresh.len());
+            for index in fresh {
+                let mut index = index;
+                index.number = coll.take_index_number();
+                built.push(Arc::new(index));
+            }
+            let seq = self.build_indexes(coll, &built)?;
+            let after = before + built.len();
+            let mut all = current.to_vec();
+            all.extend(built);
+            coll.set_indexes(all);
+            let mut batch = WriteBatch::default();
+            self.catalog.put_meta(coll, &mut batch)?;
+            let seq = seq.max(self.engine.write(batch)?);
+            Ok(CreatedIndexes {
+                before,
+                after,
+                created_collection: false,
+                seq,
+            })
+        })?;
+        let Some((mut created, created_seq)) = result else {
+            return Err(Error::internal("collection vanished during createIndexes"));
+        };
+        created.created_collection = !existed && created_seq > 0;
+        created.seq = created.seq.max(created_seq);
+        Ok(created)
+    }
+
+    /// Writes the entries of `indexes` for every document of `coll`; on a
+    /// failure (a duplicate in a unique index, parallel arrays) removes
+    /// what it wrote and reports it.
+    fn build_indexes(&self, coll: &Collection, indexes: &[Arc<Index>]) -> Result<u64> {
+        let numbers: Vec<u32> = indexes.iter().map(|i| i.number).collect();
+        // A crash during an earlier build may have left entries under a
+        // number that was never stored; clear them.
+        self.delete_index_entries(coll.id, &numbers)?;
+        let mut writes = IndexWrites::of(coll.id, Arc::new(indexes.to_vec()));
+        let mut batch = WriteBatch::default();
+        let mut seq = 0;
+        let (from, to) = keys::collection_range(coll.id);
+        let build = || -> Result<u64> {
+            for item in self.engine.scan(Space::Records, from, to) {
+                let (key, value) = item?;
+                let rec = super::decode_record(key, &value)?;
+                let hash = keys::record_hash(&rec.key)
+                    .ok_or_else(|| Error::internal("record key without a hash"))?;
+                let ops = writes.changes(
+                    self.engine.as_ref(),
+                    &coll.ns,
+                    keys::record_id_key(&rec.key),
+                    None,
+                    Some((&rec.doc, hash)),
+                )?;
+                writes.apply(ops, &mut batch);
+                if batch.ops.len() >= BUILD_BATCH_OPS {
+                    seq = self.engine.write(std::mem::take(&mut batch))?;
+                    writes.pending.clear();
+                }
+            }
+            if !batch.is_empty() {
+                seq = self.engine.write(std::mem::take(&mut batch))?;
+            }
+            Ok(seq)
+        };
+        match build() {
+            Ok(seq) => Ok(seq),
+            Err(e) => {
+                self.delete_index_entries(coll.id, &numbers)?;
+                Err(
+                    Error::new(e.code, format!("Index build failed: {}", e.message))
+                        .with_extra(e.extra.unwrap_or_default()),
+                )
+            }
+        }
+    }
+
+    /// Deletes every entry stored under these index numbers.
+    pub(crate) fn delete_index_entries(&self, collection: u64, numbers: &[u32]) -> Result<u64> {
+        let mut seq = 0;
+        let mut batch = WriteBatch::default();
+        for &number in numbers {
+            let (from, to) = prefix_range(keys::index_key(collection, number, &[]));
+            for item in self.engine.scan(Space::Index, from, to) {
+                let (key, _) = item?;
+                batch.delete(Space::Index, key);
+                if batch.ops.len() >= BUILD_BATCH_OPS {
+                    seq = self.engine.write(std::mem::take(&mut batch))?;
+                }
+            }
+        }
+        if !batch.is_empty() {
+            seq = self.engine.write(batch)?;
+        }
+        Ok(seq)
+    }
+
+    /// Drops the indexes `select` picks (`None`: every secondary index).
+    /// Returns how many indexes there were, `_id` included, and the
+    /// commit to wait for.
+    pub fn drop_indexes(
+        &self,
+        ns: &Namespace,
+        select: impl Fn(&[Arc<Index>]) -> Result<Vec<u32>>,
+    ) -> Result<Option<(usize, u64)>> {
+        let result = self.with_write_lock(ns, false, |coll| {
+            let current = coll.indexes();
+            let numbers = select(&current)?;
+            let kept: Vec<Arc<Index>> = current
+                .iter()
+                .filter(|i| !numbers.contains(&i.number))
+                .cloned()
+                .collect();
+            coll.set_indexes(kept);
+            let mut batch = WriteBatch::default();
+            self.catalog.put_meta(coll, &mut batch)?;
+            let seq = self.engine.write(batch)?;
+            let seq = seq.max(self.delete_index_entries(coll.id, &numbers)?);
+            Ok((current.len() + 1, seq))
+        })?;
+        Ok(result.map(|(r, _)| r))
+    }
+
+    /// Changes options of one index (`collMod`): returns the index before
+    /// and after, and the commit to wait for.
+    pub fn modify_index(
+        &self,
+        ns: &Namespace,
+        pick: impl Fn(&Index) -> bool,
+        change: impl Fn(&Index) -> Result<Index>,
+    ) -> Result<Option<(Arc<Index>, Arc<Index>, u64)>> {
+        let result = self.with_write_lock(ns, false, |coll| {
+            let current = coll.indexes();
+            let Some(pos) = current.iter().position(|i| pick(i)) else {
+                return Ok(None);
+            };
+            let before = current[pos].clone();
+            let after = Arc::new(change(&before)?);
+            let mut all = current.to_vec();
+            all[pos] = after.clone();
+            coll.set_indexes(all);
+            let mut batch = WriteBatch::default();
+            self.catalog.put_meta(coll, &mut batch)?;
+            Ok(Some((before, after, self.engine.write(batch)?)))
+        })?;
+        Ok(result.and_then(|(r, _)| r))
+    }
+}
+
+/// What `validate` found.
+#[derive(Debug, Default)]
+pub struct Validation {
+    pub records: u64,
+    pub corrupt_records: Vec<Vec<u8>>,
+    /// Entries per index name, `_id_` included.
+    pub keys_per_index: Vec<(String, u64)>,
+    /// Documents missing an entry they should have: `(index, _id, key)`.
+    pub missing: Vec<(String, Bson, Document)>,
+    /// Entries without the document they name: `(index, key)`.
+    pub extra: Vec<(String, Document)>,
+}
+
+impl Validation {
+    pub fn valid(&self) -> bool {
+        self.corrupt_records.is_empty() && self.missing.is_empty() && self.extra.is_empty()
+    }
+}
+
+/// Reports at most this many problems of each kind.
+const MAX_REPORTED: usize = 100;
+
+impl Router {
+    /// Checks that every index agrees with the collection: each document
+    /// has exactly the entries its keys call for, and each entry names a
+    /// document that gives it. Reads one snapshot.
+    pub fn validate(&self, coll: &Collection) -> Result<Validation> {
+        let reader = self.engine.snapshot();
+        let indexes = coll.indexes();
+        let mut report = Validation::default();
+        let (from, to) = keys::collection_range(coll.id);
+        let mut expected = vec![0u64; indexes.len()];
+        let mut id_entries = 0u64;
+        for item in reader.scan(Space::Records, from, to) {
+            let (key, value) = item?;
+            report.records += 1;
+            let Ok(rec) = super::decode_record(key.clone(), &value) else {
+                if report.corrupt_records.len() < MAX_REPORTED {
+                    report.corrupt_records.push(key);
+                }
+                continue;
+            };
+            let hash = keys::record_hash(&rec.key)
+                .ok_or_else(|| Error::internal("record key without a hash"))?;
+            let id_key = keys::record_id_key(&rec.key);
+            let id = rec.doc.get("_id").cloned().unwrap_or(Bson::Null);
+            if coll.sharding.is_some() {
+                let entry = keys::index_key(coll.id, 0, id_key);
+                let found = reader.get(Space::Index, &entry)?;
+                if found.as_deref() != Some(&hash.to_be_bytes()[..]) {
+                    report.note_missing(crate::index::ID_INDEX_NAME, &id, doc! {"_id": id.clone()});
+                }
+            }
+            for (i, index) in indexes.iter().enumerate() {
+                let Ok(doc_keys) = index.keys_of(&rec.doc) else {
+                    report.note_missing(&index.name, &id, Document::new());
+                    continue;
+                };
+                for (key, values) in doc_keys.keys {
+                    expected[i] += 1;
+                    let entry = entry_key(coll.id, index.number, &key, id_key);
+                    match reader.get(Space::Index, &entry)? {
+                        Some(v) if crate::index::entry_hash(&v) == Some(hash) => {}
+                        _ => report.note_missing(&index.name, &id, key_document(index, &values)),
+                    }
+                }
+            }
+        }
+        if coll.sharding.is_some() {
+            let (from, to) = prefix_range(keys::index_key(coll.id, 0, &[]));
+            for item in reader.scan(Space::Index, from, to) {
+                let (entry, value) = item?;
+                id_entries += 1;
+                let id_key = entry.get(12..).unwrap_or_default();
+                let hash = value
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(i64::from_be_bytes);
+                let present = match hash {
+                    Some(h) => reader
+                        .get(Space::Records, &keys::record_key(coll.id, h, id_key))?
+                        .is_some(),
+                    None => false,
+                };
+                if !present {
+                    report.note_extra(crate::index::ID_INDEX_NAME, Document::new());
+                }
+            }
+        } else {
+            id_entries = report.records;
+        }
+        report
+            .keys_per_index
+            .push((crate::index::ID_INDEX_NAME.to_string(), id_entries));
+        for (i, index) in indexes.iter().enumerate() {
+            let (from, to) = prefix_range(keys::index_key(coll.id, index.number, &[]));
+            let mut stored = 0u64;
+            for item in reader.scan(Space::Index, from, to) {
+                let (entry, value) = item?;
+                stored += 1;
+                let values = crate::index::entry_values(&value).unwrap_or_default();
+                let key = index.encode(&values);
+                let key_len = crate::index::entry_key_len(&value).unwrap_or(usize::MAX);
+                let id_key = entry_id_key(&entry, key.len());
+                let names_document = key_len == key.len()
+                    && entry.get(12..12 + key.len()) == Some(&key[..])
+                    && match crate::index::entry_hash(&value) {
+                        Some(h) => match reader
+                            .get(Space::Records, &keys::record_key(coll.id, h, id_key))?
+                        {
+                            Some(bytes) => super::decode_record(Vec::new(), &bytes)
+                                .ok()
+                                .and_then(|rec| index.keys_of(&rec.doc).ok())
+                                .is_some_and(|k| k.keys.iter().any(|(k, _)| *k == key)),
+                            None => false,
+                        },
+                        None => false,
+                    };
+                if !names_document {
+                    report.note_extra(&index.name, key_document(index, &values));
+                }
+            }
+            if stored != expected[i] && report.missing.is_empty() && report.extra.is_empty() {
+                report.note_extra(&index.name, Document::new());
+            }
+            report.keys_per_index.push((index.name.clone(), stored));
+        }
+        Ok(report)
+    }
+}
+
+impl Validation {
+    fn note_missing(&mut self, index: &str, id: &Bson, key: Document) {
+        if self.missing.len() < MAX_REPORTED {
+            self.missing.push((index.to_string(), id.clone(), key));
+        }
+    }
+
+    fn note_extra(&mut self, index: &str, key: Document) {
+        if self.extra.len() < MAX_REPORTED {
+            self.extra.push((index.to_string(), key));
+        }
+    }
+}
+
+/// `{field: value, ...}` of one key of `index`.
+pub fn key_document(index: &Index, values: &[Bson]) -> Document {
+    index
+        .fields
+        .iter()
+        .zip(values)
+        .map(|(f, v)| (f.path.clone(), v.clone()))
+        .collect()
+}
+
+/// What a read examined, for `explain`: index entries and documents.
+#[derive(Debug, Default)]
+pub struct Examined {
+    pub keys: std::sync::atomic::AtomicU64,
+    pub docs: std::sync::atomic::AtomicU64,
+}
+
+impl Examined {
+    pub fn key(&self) {
+        self.keys.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn doc(&self) {
+        self.docs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn keys(&self) -> u64 {
+        self.keys.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn docs(&self) -> u64 {
+        self.docs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Which hashes a read keeps: one partition's range, and the pinned
+/// shard-key hashes when the filter names them.
+#[derive(Debug, Clone, Default)]
+pub struct HashScope {
+    pub range: Option<(i64, i64)>,
+    pub pinned: Option<Vec<i64>>,
+}
+
+impl HashScope {
+    fn admits(&self, hash: i64) -> bool {
+        self.range
+            .is_none_or(|(min, max)| min <= hash && hash <= max)
+            && self
+                .pinned
+                .as_ref()
+                .is_none_or(|p| p.binary_search(&hash).is_ok())
+    }
+}
+
+/// The records an index plan reads, in index order (reversed for a
+/// backward plan), limited to `scope`. A covered read builds each
+/// document from the entry's key values and never reads the record.
+pub(crate) fn index_records(
+    reader: crate::storage::SharedReader,
+    collection: u64,
+    plan: &IndexPlan,
+    scope: HashScope,
+    covered: bool,
+    examined: Option<Arc<Examined>>,
+) -> super::RecordIter {
+    let prefix = keys::index_key(collection, plan.index.number, &[]);
+    let all_end = prefix_range(prefix.clone()).1;
+    let with_prefix = |b: &Bound<Vec<u8>>, end: bool| -> Bound<Vec<u8>> {
+        let joined = |tail: &[u8]| {
+            let mut k = prefix.clone();
+            k.extend_from_slice(tail);
+            k
+        };
+        match b {
+            Bound::Included(t) => Bound::Included(joined(t)),
+            Bound::Excluded(t) => Bound::Excluded(joined(t)),
+            Bound::Unbounded if end => all_end.clone(),
+            Bound::Unbounded => Bound::Included(prefix.clone()),
+        }
+    };
+    let mut ranges: Vec<(Bound<Vec<u8>>, Bound<Vec<u8>>)> = plan
+        .ranges
+        .iter()
+        .map(|(from, to)| (with_prefix(from, false), with_prefix(to, true)))
+        .collect();
+    let reverse = plan.reverse;
+    if reverse {
+        ranges.reverse();
+    }
+    let scan_reader = reader.clone();
+    let entries = ranges.into_iter().flat_map(move |(from, to)| {
+        if reverse {
+            scan_reader.scan_rev(Space::Index, from, to)
+        } else {
+            scan_reader.scan(Space::Index, from, to)
+        }
+    });
+    let index = plan.index.clone();
+    let mut seen: Option<std::collections::HashSet<Vec<u8>>> =
+        plan.dedupe.then(std::collections::HashSet::new);
+    Box::new(entries.filter_map(move |item| {
+        let step = || -> Result<Option<super::Record>> {
+            let (entry, value) = item?;
+            if let Some(e) = &examined {
+                e.key();
+            }
+            let hash = crate::index::entry_hash(&value)
+                .ok_or_else(|| Error::internal("corrupt index entry"))?;
+            if !scope.admits(hash) {
+                return Ok(None);
+            }
+            let key_len = crate::index::entry_key_len(&value)
+                .ok_or_else(|| Error::internal("corrupt index entry"))?;
+            let id_key = entry_id_key(&entry, key_len);
+            if let Some(seen) = &mut seen {
+                if !seen.insert(id_key.to_vec()) {
+                    return Ok(None);
+                }
+            }
+            let record_key = keys::record_key(collection, hash, id_key);
+            if covered {
+                let values = crate::index::entry_values(&value)?;
+                let doc = crate::index::plan::covered_document(&index, &values);
+                return Ok(Some(super::Record {
+                    key: record_key,
+                    doc,
+                    len: 0,
+                }));
+            }
+            if let Some(e) = &examined {
+                e.doc();
+            }
+            match reader.get(Space::Records, &record_key)? {
+                Some(bytes) => Ok(Some(super::decode_record(record_key, &bytes)?)),
+                None => Ok(None),
+            }
+        };
+        step().transpose()
+    }))
+}
+
+impl Router {
+    /// Deletes expired documents every `interval`, for as long as the
+    /// router lives: those whose TTL-indexed field holds a date (or an
+    /// array with a date) more than `expireAfterSeconds` in the past.
+    pub async fn run_ttl_monitor(self: Arc<Self>, interval: std::time::Duration) {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            match self.expire_ttl().await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(deleted = n, "TTL monitor pass"),
+                Err(e) => tracing::warn!("TTL monitor pass failed: {e}"),
+            }
+        }
+    }
+
+    /// One pass of the TTL monitor; returns how many documents it deleted.
+    pub async fn expire_ttl(&self) -> Result<u64> {
+        let now = bson::DateTime::now().timestamp_millis();
+        let mut deleted = 0;
+        for coll in self.catalog.list() {
+            for index in coll.indexes().iter() {
+                let (Some(secs), [field]) = (index.expire_after_secs, index.fields.as_slice())
+                else {
+                    continue;
+                };
+                let cutoff =
+                    bson::DateTime::from_millis(now.saturating_sub(secs.saturating_mul(1000)));
+                let filter = crate::query::filter::Filter::parse(
+                    &doc! {field.path.clone(): {"$lt": cutoff}},
+                )?;
+                let ns = coll.ns.clone();
+                let (n, _) = self.delete(&ns, &filter, true, None).await?;
+                deleted += n;
+            }
+        }
+        Ok(deleted)
+    }
+}
