@@ -440,6 +440,7 @@ fn coll_stats_documents(
         )]
     };
     let now = bson::DateTime::now();
+    let (nindexes, index_sizes) = super::indexes::index_counts(&coll);
     Ok(parts
         .into_iter()
         .map(|(shard, u)| {
@@ -460,12 +461,12 @@ fn coll_stats_documents(
                         "storageSize": u.bytes as i64,
                         "freeStorageSize": 0_i64,
                         "capped": false,
-                        "nindexes": 1,
+                        "nindexes": nindexes,
                         "indexDetails": {},
                         "indexBuilds": [],
                         "totalIndexSize": 0_i64,
                         "totalSize": u.bytes as i64,
-                        "indexSizes": {"_id_": 0_i64},
+                        "indexSizes": index_sizes.clone(),
                         "scaleFactor": 1,
                     },
                 );

@@ -206,6 +206,7 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
         ));
     };
     let stats = tokio::task::block_in_place(|| router.collection_stats(&coll))?;
+    let (nindexes, index_sizes) = super::indexes::index_counts(&coll);
     let avg = stats.size.checked_div(stats.count).unwrap_or(0);
     let mut reply = doc! {
         "ns": ns.full(),
@@ -216,12 +217,12 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
         "storageSize": (stats.size / scale) as i64,
         "freeStorageSize": 0i64,
         "capped": false,
-        "nindexes": 1,
+        "nindexes": nindexes,
         "indexDetails": {},
         "indexBuilds": [],
         "totalIndexSize": 0i64,
         "totalSize": (stats.size / scale) as i64,
-        "indexSizes": {"_id_": 0i64},
+        "indexSizes": index_sizes.clone(),
         "scaleFactor": scale as i64,
     };
     if coll.sharding.is_some() {
@@ -239,10 +240,10 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
                     "storageSize": (usage.bytes / scale) as i64,
                     "freeStorageSize": 0i64,
                     "capped": false,
-                    "nindexes": 1,
+                    "nindexes": nindexes,
                     "totalIndexSize": 0i64,
                     "totalSize": (usage.bytes / scale) as i64,
-                    "indexSizes": {"_id_": 0i64},
+                    "indexSizes": index_sizes.clone(),
                     "scaleFactor": scale as i64,
                     "ok": 1.0,
                     "hashRange": {"min": p.min, "max": p.max},

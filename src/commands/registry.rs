@@ -52,13 +52,13 @@ pub static COMMANDS: &[CommandEntry] = &[
         "server version and build"
     ),
     command!("buildinfo", admin::build_info, false, "alias of buildInfo"),
+    command!("collMod", indexes::coll_mod, false, "change index options"),
     command!(
         "collStats",
         catalog::coll_stats,
         false,
         "collection statistics"
     ),
-    command!("collMod", indexes::coll_mod, false, "change index options"),
     command!(
         "commitTransaction",
         admin::no_transaction,

@@ -127,8 +127,8 @@ impl Index {
         for (option, value) in spec {
             match option.as_str() {
                 "key" | "name" | "ns" | "background" | "storageEngine" => {}
-                "v" => match value.as_i64().or_else(|| value.as_f64().map(|f| f as i64)) {
-                    Some(1 | 2) => {}
+                "v" => match crate::query::compare::Number::of(value).map(|n| n.to_f64()) {
+                    Some(v) if v == 1.0 || v == 2.0 => {}
                     _ => bail!(
                         CannotCreateIndex,
                         "Invalid index specification {spec}; cannot create an index with v={value}"

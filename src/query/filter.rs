@@ -3161,3 +3161,98 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod planner_tests {
+    use super::*;
+    use bson::{doc, Regex};
+
+    fn filter(f: Document) -> Filter {
+        Filter::parse(&f).unwrap()
+    }
+
+    #[test]
+    fn range_predicates_are_listed_one_by_one() {
+        let f = filter(
+            doc! {"a": {"$gt": 5, "$lt": 10}, "$and": [{"a": {"$lte": 8}}], "b": {"$gt": 1}},
+        );
+        assert_eq!(
+            f.range_predicates("a"),
+            vec![
+                (Bound::Excluded(Bson::Int32(5)), Bound::Unbounded),
+                (Bound::Unbounded, Bound::Excluded(Bson::Int32(10))),
+                (Bound::Unbounded, Bound::Included(Bson::Int32(8))),
+            ]
+        );
+        assert!(filter(doc! {"a": {"$gt": [1]}})
+            .range_predicates("a")
+            .is_empty());
+        assert!(filter(doc! {"$or": [{"a": 1}, {"a": 2}]})
+            .range_predicates("a")
+            .is_empty());
+        assert_eq!(filter(doc! {"a": 3}).range_predicates("a").len(), 1);
+    }
+
+    #[test]
+    fn equality_predicates_are_not_intersected() {
+        let f = filter(doc! {"a": 1, "$and": [{"a": {"$in": [2, 3]}}], "b": 1});
+        assert_eq!(
+            f.equality_predicates("a"),
+            vec![vec![Bson::Int32(1)], vec![Bson::Int32(2), Bson::Int32(3)]]
+        );
+        assert!(filter(doc! {"a": {"$in": [1, Regex { pattern: "x".try_into().unwrap(), options: "".try_into().unwrap() }]}})
+            .equality_predicates("a")
+            .is_empty());
+    }
+
+    #[test]
+    fn paths_lists_what_the_filter_reads() {
+        let f = filter(
+            doc! {"b": 1, "a.c": {"$gt": 1}, "$or": [{"d": 1}, {"b": {"$ne": 2}}], "e": {"$elemMatch": {"x": 1}}},
+        );
+        assert_eq!(
+            f.paths(),
+            Some(vec!["a.c".into(), "b".into(), "d".into(), "e".into()])
+        );
+        assert_eq!(filter(doc! {}).paths(), Some(vec![]));
+        assert_eq!(
+            filter(doc! {"a": 1, "$expr": {"$eq": ["$a", 1]}}).paths(),
+            None
+        );
+    }
+
+    #[test]
+    fn missing_and_presence_tests() {
+        assert!(filter(doc! {"a": null}).accepts_missing("a"));
+        assert!(filter(doc! {"a": {"$in": [1, null]}}).accepts_missing("a"));
+        assert!(filter(doc! {"a": {"$exists": false}}).accepts_missing("a"));
+        assert!(filter(doc! {"$or": [{"a": {"$lte": null}}, {"b": 1}]}).accepts_missing("a"));
+        assert!(filter(doc! {"a": {"$not": {"$exists": true}}}).accepts_missing("a"));
+        assert!(!filter(doc! {"a": {"$ne": null}}).accepts_missing("a"));
+        assert!(!filter(doc! {"a": {"$exists": true}}).accepts_missing("a"));
+        assert!(!filter(doc! {"a": 1, "b": null}).accepts_missing("a"));
+        assert!(filter(doc! {"a": {"$exists": true}}).tests_presence("a"));
+        assert!(filter(doc! {"$nor": [{"a": {"$type": "null"}}]}).tests_presence("a"));
+        assert!(!filter(doc! {"a": null, "b": {"$exists": 1}}).tests_presence("a"));
+    }
+
+    #[test]
+    fn conjuncts_answer_for_themselves() {
+        let f = filter(
+            doc! {"n": {"$gt": 5}, "x": {"$exists": true}, "$or": [{"a": 1}, {"b": 1}], "k": null},
+        );
+        let c = f.conjuncts();
+        assert_eq!(c.len(), 4);
+        assert_eq!(c[0].path(), Some("n"));
+        assert!(c[0].accepts(&Bson::Int32(6)) && !c[0].accepts(&Bson::Int32(5)));
+        assert!(!c[0].accepts(&Bson::String("z".into())));
+        assert_eq!(
+            c[0].range(),
+            Some((Bound::Excluded(Bson::Int32(5)), Bound::Unbounded))
+        );
+        assert!(c[1].is_exists() && !c[1].accepts_missing() && c[1].range().is_none());
+        assert_eq!(c[2].path(), None);
+        assert!(!c[2].accepts(&Bson::Int32(1)));
+        assert!(c[3].accepts_missing() && c[3].accepts(&Bson::Null));
+    }
+}

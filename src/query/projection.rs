@@ -1338,3 +1338,33 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod planner_tests {
+    use super::*;
+    use bson::doc;
+
+    fn paths(p: Document) -> Option<(Vec<String>, bool)> {
+        Projection::parse(&p).unwrap().included_paths()
+    }
+
+    #[test]
+    fn included_paths_of_plain_inclusions() {
+        assert_eq!(
+            paths(doc! {"a": 1, "b.c": true}),
+            Some((vec!["a".into(), "b.c".into()], true))
+        );
+        assert_eq!(
+            paths(doc! {"a": {"x": 1, "y": 1}, "_id": 0}),
+            Some((vec!["a.x".into(), "a.y".into()], false))
+        );
+        assert_eq!(paths(doc! {"_id": 1}), Some((vec![], true)));
+        assert_eq!(paths(doc! {}), None);
+        assert_eq!(paths(doc! {"a": 0}), None);
+        assert_eq!(paths(doc! {"_id": 0}), None);
+        assert_eq!(paths(doc! {"a": 1, "b": "$a"}), None);
+        assert_eq!(paths(doc! {"a": {"$slice": 2}, "b": 1}), None);
+        assert_eq!(paths(doc! {"a": {"$elemMatch": {"x": 1}}}), None);
+        assert_eq!(paths(doc! {"a.$": 1}), None);
+    }
+}

@@ -240,10 +240,12 @@ impl IndexWrites {
     }
 }
 
+/// One entry: `(entry key, keystring of the key, entry value, key values)`.
+type Entry = (Vec<u8>, Vec<u8>, Vec<u8>, Vec<Bson>);
+
 /// The entries one document gives one index.
 struct EntryKeys {
-    /// `(entry key, keystring of the key, entry value, key values)`.
-    entries: Vec<(Vec<u8>, Vec<u8>, Vec<u8>, Vec<Bson>)>,
+    entries: Vec<Entry>,
     multikey: bool,
 }
 
@@ -483,7 +485,7 @@ impl Router {
         ns: &Namespace,
         pick: impl Fn(&Index) -> bool,
         change: impl Fn(&Index) -> Result<Index>,
-    ) -> Result<Option<(Arc<Index>, Arc<Index>, u64)>> {
+    ) -> Result<Option<ModifiedIndex>> {
         let result = self.with_write_lock(ns, false, |coll| {
             let current = coll.indexes();
             let Some(pos) = current.iter().position(|i| pick(i)) else {
@@ -501,6 +503,9 @@ impl Router {
         Ok(result.and_then(|(r, _)| r))
     }
 }
+
+/// An index before and after `collMod`, and the commit to wait for.
+pub type ModifiedIndex = (Arc<Index>, Arc<Index>, u64);
 
 /// What `validate` found.
 #[derive(Debug, Default)]
@@ -727,7 +732,7 @@ pub(crate) fn index_records(
             Bound::Unbounded => Bound::Included(prefix.clone()),
         }
     };
-    let mut ranges: Vec<(Bound<Vec<u8>>, Bound<Vec<u8>>)> = plan
+    let mut ranges: Vec<crate::index::plan::KeyRange> = plan
         .ranges
         .iter()
         .map(|(from, to)| (with_prefix(from, false), with_prefix(to, true)))
@@ -826,5 +831,57 @@ impl Router {
             }
         }
         Ok(deleted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ranges_hold_exactly_their_prefix() {
+        let (from, to) = prefix_range(vec![1, 2, 0xff]);
+        assert_eq!(from, Bound::Included(vec![1, 2, 0xff]));
+        assert_eq!(to, Bound::Excluded(vec![1, 3]));
+        assert_eq!(prefix_range(vec![0xff, 0xff]).1, Bound::Unbounded);
+    }
+
+    #[test]
+    fn keys_show_as_mongodb_prints_them() {
+        assert_eq!(show_key(&doc! {"a": 1, "b": "x"}), "{ a: 1, b: \"x\" }");
+        assert_eq!(show_key(&doc! {"key": {"a": -1}}), "{ key: { a: -1 } }");
+        assert_eq!(show_key(&doc! {}), "{}");
+    }
+
+    #[test]
+    fn duplicate_errors_carry_pattern_and_value() {
+        let index = Index::parse(&doc! {"key": {"a": 1, "b": -1}, "name": "ab"}, 1).unwrap();
+        let ns = Namespace::new("db", "c").unwrap();
+        let e = duplicate_error(&ns, &index, &[Bson::Int32(1), Bson::String("x".into())]);
+        assert_eq!(e.code, ErrorCode::DuplicateKey);
+        assert_eq!(
+            e.message,
+            "E11000 duplicate key error collection: db.c index: ab dup key: { a: 1, b: \"x\" }"
+        );
+        assert_eq!(
+            e.extra,
+            Some(doc! {"keyPattern": {"a": 1, "b": -1}, "keyValue": {"a": 1, "b": "x"}})
+        );
+    }
+
+    #[test]
+    fn hash_scope_keeps_partition_and_pinned_hashes() {
+        let scope = HashScope {
+            range: Some((-10, 10)),
+            pinned: Some(vec![-3, 4]),
+        };
+        assert!(scope.admits(4));
+        assert!(!scope.admits(5));
+        assert!(!HashScope {
+            range: Some((0, 1)),
+            pinned: None
+        }
+        .admits(2));
+        assert!(HashScope::default().admits(i64::MIN));
     }
 }

@@ -136,6 +136,9 @@ pub struct Target {
 /// `config.shards` show it.
 pub const PRIMARY_PARTITION: &str = "primary";
 
+/// Matching records with what the match found.
+pub(crate) type MatchIter = Box<dyn Iterator<Item = Result<(Record, MatchDetails)>> + Send>;
+
 pub(crate) type RecordIter = Box<dyn Iterator<Item = Result<Record>> + Send>;
 
 impl Router {
@@ -463,7 +466,7 @@ impl Router {
         &self,
         coll: &Collection,
         filter: Option<&Filter>,
-    ) -> Result<Box<dyn Iterator<Item = Result<(Record, MatchDetails)>> + Send>> {
+    ) -> Result<MatchIter> {
         let Some(chosen) = self.index_plan(coll, filter, None, None, None)? else {
             return Ok(Box::new(self.matching(coll, filter)));
         };
