@@ -233,7 +233,8 @@ fn partition_plan(
     } else if pins_id {
         doc! {"stage": "IDHACK"}
     } else {
-        doc! {"stage": "COLLSCAN", "direction": "forward"}
+        let backward = matches!(spec.hint, Some(crate::index::plan::Hint::Natural(true)));
+        doc! {"stage": "COLLSCAN", "direction": if backward { "backward" } else { "forward" }}
     };
     if key_path.is_some() {
         plan = doc! {"stage": "SHARDING_FILTER", "inputStage": plan};

@@ -7,7 +7,7 @@ use bson::{doc, Bson, Document};
 
 use super::args::{check_fields, collection_namespace, document_list};
 use super::Request;
-use crate::cursor::first_batch_reply;
+use crate::cursor::{cursor_batch_size, reply_with_cursor};
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::{parse_expire_after, Index, ID_INDEX_NAME};
 use crate::router::indexes::show_key;
@@ -48,9 +48,10 @@ pub async fn list_indexes(req: &Request<'_>) -> Result<Document> {
             format!("ns does not exist: {ns}"),
         ));
     };
-    let mut specs = vec![Bson::Document(id_index_spec())];
-    specs.extend(coll.indexes().iter().map(|i| Bson::Document(i.spec())));
-    Ok(first_batch_reply(0, &ns.full(), specs))
+    let batch_size = cursor_batch_size("listIndexes", &req.body)?;
+    let mut specs = vec![id_index_spec()];
+    specs.extend(coll.indexes().iter().map(|i| i.spec()));
+    Ok(reply_with_cursor(req, ns.full(), specs, batch_size))
 }
 
 /// The index numbers `dropIndexes`' `index` field names.

@@ -550,7 +550,8 @@ impl Router {
             ));
         }
         let id_order = match &spec.sort {
-            None => Some(false),
+            // Natural order is `_id` order; `{$natural: -1}` reverses it.
+            None => Some(matches!(spec.hint, Some(Hint::Natural(true)))),
             Some(sort) => id_sort_direction(sort).map(|ascending| !ascending),
         };
         if let Some(reverse) = id_order {
