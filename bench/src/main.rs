@@ -17,6 +17,7 @@
 
 mod dataset;
 mod fanout;
+mod indexes;
 mod report;
 mod sharded;
 mod workload;
@@ -113,6 +114,22 @@ struct Args {
     /// distribution: documents in `dist`, one per shard-key value.
     #[arg(long, default_value_t = 100_000)]
     distribution_docs: u64,
+    /// index-eq, index-range: documents in `indexed`, about 200 bytes each.
+    #[arg(long, default_value_t = 1_000_000)]
+    index_docs: u64,
+    /// index-eq, index-insert: distinct values of the `cat` field.
+    #[arg(long, default_value_t = 100_000)]
+    index_cats: u64,
+    /// index-insert: documents inserted for each index count.
+    #[arg(long, default_value_t = 200_000)]
+    index_insert_docs: u64,
+    /// index-insert: documents per insertMany.
+    #[arg(long, default_value_t = 100)]
+    index_batch: usize,
+    /// index-insert: secondary index counts to compare (0 to 5), each in a
+    /// fresh `idx_insert` with single-field indexes on cat, score, a, b, c.
+    #[arg(long, value_delimiter = ',', default_value = "0,1,5")]
+    index_counts: Vec<usize>,
     /// Documents per insertMany during load.
     #[arg(long, default_value_t = 1000)]
     batch: usize,
@@ -270,6 +287,9 @@ async fn run(args: Args) -> Result<(), String> {
             }
             Workload::FanoutQuery => fanout::fanout_query(&args, &targets).await?,
             Workload::Distribution => sharded::distribution(&args, &targets[0]).await?,
+            Workload::IndexEq => indexes::index_eq(&args, &targets[0]).await?,
+            Workload::IndexRange => indexes::index_range(&args, &targets[0]).await?,
+            Workload::IndexInsert => indexes::index_insert(&args, &targets[0]).await?,
             _ => {
                 let data = dataset(&args, &mut usertable);
                 unsharded(&args, &targets, &data, w).await?

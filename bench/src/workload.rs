@@ -44,6 +44,13 @@ pub enum Workload {
     /// How evenly distinct shard-key values spread over the partitions,
     /// from `collStats`; untimed.
     Distribution,
+    /// `find({cat: v})` without, then with, an index on `cat` (`indexes`).
+    IndexEq,
+    /// `find({score: {$gte: x}}).sort({score: 1}).limit(20)` with an index
+    /// on `score`.
+    IndexRange,
+    /// Insert throughput with 0, 1 and 5 secondary indexes.
+    IndexInsert,
 }
 
 impl Workload {
@@ -57,12 +64,22 @@ impl Workload {
             Workload::PartitionedRead => "partitioned-read",
             Workload::FanoutQuery => "fanout-query",
             Workload::Distribution => "distribution",
+            Workload::IndexEq => "index-eq",
+            Workload::IndexRange => "index-range",
+            Workload::IndexInsert => "index-insert",
         }
     }
 
     /// Whether the workload needs the YCSB `usertable` data set built.
     pub fn uses_usertable(self) -> bool {
-        !matches!(self, Workload::FanoutQuery | Workload::Distribution)
+        !matches!(
+            self,
+            Workload::FanoutQuery
+                | Workload::Distribution
+                | Workload::IndexEq
+                | Workload::IndexRange
+                | Workload::IndexInsert
+        )
     }
 }
 
