@@ -28,23 +28,11 @@ pub fn entry_key(collection: u64, index: u32, key: &[u8], id_key: &[u8]) -> Vec<
 
 /// The range of every entry whose key bytes start with `prefix`.
 pub fn prefix_range(prefix: Vec<u8>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    let end = successor(&prefix);
+    let end = crate::index::plan::prefix_successor(&prefix);
     (
         Bound::Included(prefix),
         end.map_or(Bound::Unbounded, Bound::Excluded),
     )
-}
-
-/// The smallest key above every key starting with `prefix`.
-fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
 }
 
 /// Shows a key value the way MongoDB's duplicate-key message does:

@@ -162,7 +162,9 @@ impl EmbeddedEngine {
             .keyspace("catalog", KeyspaceCreateOptions::default)
             .map_err(engine_err)?;
         let index = db
-            .keyspace("index", KeyspaceCreateOptions::default)
+            .keyspace("index", || {
+                KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+            })
             .map_err(engine_err)?;
         let sync_db = db.clone();
         let journal = Mutex::new(ActiveJournal::new(dir.join("engine")));
