@@ -22,6 +22,11 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, f64_fits_i64, type_name, DecimalValue, Number};
 use crate::query::filter::{nesting_exceeds, MAX_NESTING};
 
+mod array;
+mod date;
+mod string;
+mod types;
+
 /// A parsed aggregation expression.
 #[derive(Debug, Clone)]
 pub struct Expr {
@@ -95,15 +100,15 @@ pub fn truthy(value: &Bson) -> bool {
 
 /// A value during evaluation: `None` is missing; borrowed from the
 /// document or the expression when possible.
-type Value<'a> = Option<Cow<'a, Bson>>;
+pub(super) type Value<'a> = Option<Cow<'a, Bson>>;
 
-struct Scope<'a> {
-    root: &'a Document,
-    vars: Option<&'a Document>,
+pub(super) struct Scope<'a> {
+    pub(super) root: &'a Document,
+    pub(super) vars: Option<&'a Document>,
 }
 
 #[derive(Debug, Clone)]
-enum Node {
+pub(super) enum Node {
     Literal(Bson),
     /// `"$a.b"`: a path from `$$CURRENT`.
     FieldPath(Vec<String>),
@@ -134,7 +139,7 @@ impl Node {
 
 /// How an operator evaluates.
 #[derive(Clone, Copy)]
-enum Evaluation {
+pub(super) enum Evaluation {
     /// From its evaluated arguments.
     Values(for<'a> fn(&[Value<'a>]) -> Result<Value<'a>>),
     /// From its argument expressions, evaluating only what it needs.
@@ -142,7 +147,7 @@ enum Evaluation {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Arity {
+pub(super) enum Arity {
     Exactly(usize),
     AtLeast(usize),
     Any,
@@ -150,16 +155,16 @@ enum Arity {
 
 /// Reads an operator's object-form argument into an argument list, or
 /// `None` to treat the argument as a single expression.
-type ArgsParser = fn(&Bson) -> Result<Option<Vec<Bson>>>;
+pub(super) type ArgsParser = fn(&Bson) -> Result<Option<Vec<Bson>>>;
 
 /// One row of the operator table.
-struct Operator {
-    name: &'static str,
-    arity: Arity,
-    evaluation: Evaluation,
+pub(super) struct Operator {
+    pub(super) name: &'static str,
+    pub(super) arity: Arity,
+    pub(super) evaluation: Evaluation,
     /// Turns a non-array argument into the argument list, for operators
     /// with an object form (`$cond: {if, then, else}`).
-    parse_args: Option<ArgsParser>,
+    pub(super) parse_args: Option<ArgsParser>,
 }
 
 impl std::fmt::Debug for Operator {
@@ -209,7 +214,7 @@ static OPERATORS: &[Operator] = &[
     op("$type", Arity::Exactly(1), Evaluation::Values(op_type)),
 ];
 
-const fn op(name: &'static str, arity: Arity, evaluation: Evaluation) -> Operator {
+pub(super) const fn op(name: &'static str, arity: Arity, evaluation: Evaluation) -> Operator {
     Operator {
         name,
         arity,
@@ -218,16 +223,33 @@ const fn op(name: &'static str, arity: Arity, evaluation: Evaluation) -> Operato
     }
 }
 
+/// Every operator table: this file's and one per family of operators
+/// (each sorted by name).
+static TABLES: &[&[Operator]] = &[
+    OPERATORS,
+    array::OPERATORS,
+    date::OPERATORS,
+    string::OPERATORS,
+    types::OPERATORS,
+];
+
 fn find_operator(name: &str) -> Option<&'static Operator> {
-    OPERATORS
-        .binary_search_by(|o| o.name.cmp(name))
-        .ok()
-        .map(|i| &OPERATORS[i])
+    TABLES.iter().find_map(|table| {
+        table
+            .binary_search_by(|o| o.name.cmp(name))
+            .ok()
+            .map(|i| &table[i])
+    })
 }
 
 /// The names of the supported expression operators, sorted.
 pub fn operator_names() -> impl Iterator<Item = &'static str> {
-    OPERATORS.iter().map(|o| o.name)
+    let mut names: Vec<&'static str> = TABLES
+        .iter()
+        .flat_map(|t| t.iter().map(|o| o.name))
+        .collect();
+    names.sort_unstable();
+    names.into_iter()
 }
 
 // ---------------------------------------------------------------------------
@@ -248,7 +270,7 @@ fn location(code: i32) -> ErrorCode {
 // ---------------------------------------------------------------------------
 // Parsing.
 
-fn parse_node(expr: &Bson) -> Result<Node> {
+pub(super) fn parse_node(expr: &Bson) -> Result<Node> {
     match expr {
         Bson::String(s) if s.starts_with("$$") => parse_variable(&s[2..]),
         Bson::String(s) if s.starts_with('$') => Ok(Node::FieldPath(parse_path(&s[1..], s)?)),
@@ -436,7 +458,7 @@ fn cond_object_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 // ---------------------------------------------------------------------------
 // Evaluation.
 
-fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Result<Value<'a>> {
+pub(super) fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Result<Value<'a>> {
     match node {
         Node::Literal(v) => Ok(Some(Cow::Borrowed(v))),
         Node::FieldPath(path) => Ok(document_path(scope.root, path)),
@@ -1027,6 +1049,15 @@ mod tests {
     use super::*;
     use bson::doc;
     use std::str::FromStr;
+
+    #[test]
+    fn every_operator_table_is_sorted_and_names_are_unique() {
+        for table in TABLES {
+            assert!(table.windows(2).all(|w| w[0].name < w[1].name));
+        }
+        let names: Vec<&str> = operator_names().collect();
+        assert!(names.windows(2).all(|w| w[0] != w[1]), "{names:?}");
+    }
 
     fn eval_on(expr: Bson, root: Document) -> Result<Bson> {
         Expr::parse(&expr)?.evaluate(&root)
