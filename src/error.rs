@@ -97,6 +97,7 @@ error_codes! {
     CannotBackfillArray = 34,
     Location40571 = 40571,
     Location40324 = 40324,
+    Location40323 = 40323,
     Location40415 = 40415,
     Location40414 = 40414,
     Location51024 = 51024,

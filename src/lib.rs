@@ -18,6 +18,7 @@
 //! - [`router`]: the only way to storage; maps a namespace to its partitions.
 //! - [`storage`]: the storage trait and the embedded engine behind it.
 
+pub mod aggregate;
 pub mod commands;
 pub mod config;
 pub mod cursor;

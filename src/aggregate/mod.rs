@@ -1,0 +1,215 @@
+//! The aggregation pipeline: stages parsed once, then run as a chain of
+//! lazy document streams.
+//!
+//! Each stage implements [`Stage`]: it turns an input stream into an
+//! output stream, and says how it splits across partitions
+//! ([`Stage::split`]): streaming stages run on every partition, blocking
+//! ones become a per-partition part and a merging part at the router, as a
+//! mongos splits a pipeline. Stage parsers live in one table per family
+//! of stages (one file each), searched in turn.
+//!
+//! Anything that reads or writes other collections (`$lookup`,
+//! `$unionWith`, `$out`, `$merge`) goes through [`Context`], so this module
+//! does no I/O of its own apart from spilling to temporary files.
+
+use std::sync::Arc;
+
+use bson::{Bson, Document};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::query::sort::SortSpec;
+
+mod basic;
+mod group;
+mod lookup;
+mod multi;
+mod output;
+pub mod spill;
+
+/// A lazily produced stream of documents.
+pub type DocStream = Box<dyn Iterator<Item = Result<Document>> + Send>;
+
+/// Most bytes a blocking stage holds in memory by default (MongoDB's
+/// 100 MB).
+pub const DEFAULT_MAX_BLOCKING_BYTES: usize = 100 * 1024 * 1024;
+
+/// What a pipeline may do beyond transforming its input.
+pub trait Context: Send + Sync {
+    /// The database the pipeline runs in.
+    fn db(&self) -> &str;
+    /// Runs `pipeline` over collection `db.coll` (a `$lookup` pipeline, a
+    /// `$unionWith`), with `vars` bound as `$$name` variables. A missing
+    /// collection reads as empty.
+    fn aggregate(
+        &self,
+        db: &str,
+        coll: &str,
+        pipeline: &[Document],
+        vars: &Document,
+    ) -> Result<DocStream>;
+    /// Replaces `db.coll` with `docs` (`$out`), atomically from a
+    /// reader's view where the backend allows.
+    fn replace_collection(&self, db: &str, coll: &str, docs: Vec<Document>) -> Result<()>;
+    /// Writes `docs` into `db.coll` by `on` fields (`$merge`), as the
+    /// stage's `whenMatched` / `whenNotMatched` say.
+    fn merge_into(&self, db: &str, coll: &str, spec: &MergeSpec, docs: Vec<Document>)
+        -> Result<()>;
+    /// Limits and where to spill.
+    fn limits(&self) -> &Limits;
+}
+
+/// `$merge`'s options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergeSpec {
+    pub on: Vec<String>,
+    /// `"replace" | "keepExisting" | "merge" | "fail"`, or a pipeline.
+    pub when_matched: WhenMatched,
+    /// `"insert" | "discard" | "fail"`.
+    pub when_not_matched: String,
+    pub vars: Document,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum WhenMatched {
+    Replace,
+    KeepExisting,
+    Merge,
+    Fail,
+    Pipeline(Vec<Document>),
+}
+
+/// Memory limits of blocking stages and the spill directory.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_blocking_bytes: usize,
+    pub allow_disk_use: bool,
+    /// Where spill files go (inside the data directory).
+    pub spill_dir: std::path::PathBuf,
+}
+
+/// How a stage runs on a partitioned collection.
+pub enum Split {
+    /// Runs unchanged on every partition (`$match`, `$project`, ...).
+    Streaming,
+    /// Runs only at the router, after the partitions' streams are merged
+    /// (`$out`, `$lookup`, `$sample`, ...).
+    RouterOnly,
+    /// A per-partition part and a router part: `$group` (partial groups,
+    /// then a final group over partials), `$sort` (each partition sorts,
+    /// the router merges by `merge_sort`), `$limit` (each partition keeps
+    /// n, the router keeps n), `$count` (partition counts, router sums).
+    Blocking {
+        partition: Box<dyn Stage>,
+        router: Option<Box<dyn Stage>>,
+        /// The router merges the partitions' streams in this order.
+        merge_sort: Option<SortSpec>,
+    },
+}
+
+/// One stage of a pipeline.
+pub trait Stage: Send + Sync {
+    /// Its name, `"$group"`.
+    fn name(&self) -> &'static str;
+    /// Turns the input stream into the output stream. Streaming stages
+    /// must not collect their input.
+    fn apply(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream>;
+    /// How it splits across partitions.
+    fn split(&self) -> Split;
+    /// The stage as explain shows it.
+    fn explain(&self) -> Document;
+    /// For a `$sort` stage, its order (lets a following `$limit` fold in,
+    /// and the router merge sorted partition streams).
+    fn sort_order(&self) -> Option<&SortSpec> {
+        None
+    }
+}
+
+/// Parses one stage's argument.
+pub type StageParser = fn(&Bson, &ParseContext) -> Result<Box<dyn Stage>>;
+
+/// What parsing a stage may need to know.
+#[derive(Debug, Clone, Default)]
+pub struct ParseContext {
+    /// The pipeline's `let` variables.
+    pub vars: Document,
+    /// True for the last stage (`$out` and `$merge` must be last).
+    pub last: bool,
+    /// True inside `$facet` (which refuses some stages).
+    pub in_facet: bool,
+    /// True inside a `$lookup` / `$unionWith` sub-pipeline.
+    pub nested: bool,
+}
+
+/// Every stage table, one per family, each sorted by name.
+static TABLES: &[&[(&str, StageParser)]] = &[
+    basic::STAGES,
+    group::STAGES,
+    lookup::STAGES,
+    multi::STAGES,
+    output::STAGES,
+];
+
+fn find_stage(name: &str) -> Option<StageParser> {
+    TABLES.iter().find_map(|t| {
+        t.binary_search_by(|(n, _)| n.cmp(&name))
+            .ok()
+            .map(|i| t[i].1)
+    })
+}
+
+/// A parsed pipeline.
+pub struct Pipeline {
+    pub stages: Vec<Box<dyn Stage>>,
+}
+
+impl Pipeline {
+    /// Parses `[{$stage: arg}, ...]`.
+    pub fn parse(stages: &[Bson], ctx: &ParseContext) -> Result<Pipeline> {
+        let mut out = Vec::with_capacity(stages.len());
+        for (i, stage) in stages.iter().enumerate() {
+            let Bson::Document(stage) = stage else {
+                return Err(Error::new(
+                    ErrorCode::TypeMismatch,
+                    "Each element of the 'pipeline' array must be an object",
+                ));
+            };
+            let (name, arg) = stage_arg(stage)?;
+            let parser = find_stage(name).ok_or_else(|| {
+                Error::new(
+                    ErrorCode::Location40324,
+                    format!("Unrecognized pipeline stage name: '{name}'"),
+                )
+            })?;
+            let ctx = ParseContext {
+                last: i + 1 == stages.len(),
+                ..ctx.clone()
+            };
+            out.push(parser(arg, &ctx)?);
+        }
+        Ok(Pipeline { stages: out })
+    }
+
+    /// Runs every stage over `input`.
+    pub fn run(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        let mut stream = input;
+        for stage in &self.stages {
+            stream = stage.apply(stream, ctx)?;
+        }
+        Ok(stream)
+    }
+}
+
+/// The one `{$name: arg}` of a stage document.
+pub fn stage_arg(stage: &Document) -> Result<(&str, &Bson)> {
+    if stage.len() != 1 {
+        return Err(Error::new(
+            ErrorCode::Location40323,
+            "A pipeline stage specification object must contain exactly one field.",
+        ));
+    }
+    stage
+        .iter()
+        .next()
+        .map(|(k, v)| (k.as_str(), v))
+        .ok_or_else(|| Error::bad_value("empty pipeline stage"))
+}
