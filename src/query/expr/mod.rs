@@ -263,6 +263,7 @@ fn expression_error(code: ErrorCode, message: String) -> Error {
 fn location(code: i32) -> ErrorCode {
     match code {
         168 => ErrorCode::InvalidPipelineOperator,
+        241 => ErrorCode::ConversionFailure,
         _ => ErrorCode::Location(code),
     }
 }
