@@ -1,6 +1,2152 @@
-//! `$group` and its accumulators, with partial groups per partition and a final group at the router; `$bucket`, `$bucketAuto`.
+//! `$group` and its accumulators, with partial groups per partition and a
+//! final group at the router; `$bucket`, `$bucketAuto`.
+//!
+//! Every accumulator has a *state* that takes documents one at a time, can
+//! be written out as a partial value (a BSON value) and can absorb another
+//! state's partial value. That one mechanism serves three purposes:
+//! - the per-partition `$group` emits `{_id, field: partial}` and the
+//!   router's final `$group` merges partials (sums of sums, `$avg` as
+//!   `{sum, count}`, standard deviations as `{n, mean, m2}`, ...);
+//! - a `$group` past its memory limit spills partial states sorted by
+//!   group key and merges the runs when read;
+//! - `$bucket` and `$bucketAuto` reuse the accumulators.
+//!
+//! Order-sensitive accumulators (`$first`, `$last`, `$firstN`, `$lastN`,
+//! `$push`, `$mergeObjects`) only merge correctly in input order, which a
+//! spill keeps but partitions do not: a `$group` using them runs whole at
+//! the router.
+//!
+//! Group keys compare with MongoDB's equality (`1`, `1.0` and
+//! `NumberLong(1)` group together) through the order-preserving key
+//! encoding of `storage::keystring`.
 
-use super::StageParser;
+use std::collections::{HashMap, HashSet};
+use std::iter::Peekable;
+use std::sync::Arc;
+
+use bson::{doc, Binary, Bson, Document};
+
+use super::basic::{eval, Chain};
+use super::spill::{approx_size, group_memory_error, MergedRuns, SpillRun};
+use super::{Context, DocStream, ParseContext, Split, Stage, StageParser};
+use crate::error::{Error, ErrorCode, Result};
+use crate::query::compare::{compare, type_name, DecimalValue, Number};
+use crate::query::expr::Expr;
+use crate::query::sort::SortSpec;
+use crate::storage::keystring::encode_id;
 
 /// This family's stages, sorted by name.
-pub(super) static STAGES: &[(&str, StageParser)] = &[];
+pub(super) static STAGES: &[(&str, StageParser)] = &[
+    ("$bucket", parse_bucket),
+    ("$bucketAuto", parse_bucket_auto),
+    ("$group", parse_group),
+];
+
+fn loc(code: i32, message: impl Into<String>) -> Error {
+    Error::new(ErrorCode::Location(code), message)
+}
+
+/// Bytes charged per group and per accumulator state besides their values.
+const GROUP_OVERHEAD: usize = 64;
+
+// ---------------------------------------------------------------------------
+// Accumulators
+
+#[derive(Debug, Clone)]
+enum Op {
+    Sum,
+    Avg,
+    Min,
+    Max,
+    First,
+    Last,
+    Push,
+    AddToSet,
+    Count,
+    MergeObjects,
+    StdDevPop,
+    StdDevSamp,
+    /// `$top`/`$bottom` (`n: None`, one value) and `$topN`/`$bottomN`.
+    Sorted {
+        sort: SortSpec,
+        n: Option<usize>,
+        bottom: bool,
+    },
+    FirstN(usize),
+    LastN(usize),
+    MaxN(usize),
+    MinN(usize),
+}
+
+impl Op {
+    fn order_sensitive(&self) -> bool {
+        matches!(
+            self,
+            Op::First | Op::Last | Op::Push | Op::MergeObjects | Op::FirstN(_) | Op::LastN(_)
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Accumulator {
+    field: String,
+    op: Op,
+    /// The input (`$sum: <expr>`) or `output` expression.
+    arg: Expr,
+}
+
+/// The accumulator names, for the unknown-operator error.
+const ACCUMULATORS: &[&str] = &[
+    "$addToSet",
+    "$avg",
+    "$bottom",
+    "$bottomN",
+    "$count",
+    "$first",
+    "$firstN",
+    "$last",
+    "$lastN",
+    "$max",
+    "$maxN",
+    "$mergeObjects",
+    "$min",
+    "$minN",
+    "$push",
+    "$stdDevPop",
+    "$stdDevSamp",
+    "$sum",
+    "$top",
+    "$topN",
+];
+
+fn parse_accumulator(field: &str, spec: &Bson) -> Result<Accumulator> {
+    let Bson::Document(spec) = spec else {
+        return Err(loc(
+            40234,
+            format!("The field '{field}' must be an accumulator object"),
+        ));
+    };
+    if spec.len() != 1 {
+        return Err(loc(
+            40238,
+            format!("The field '{field}' must specify one accumulator"),
+        ));
+    }
+    let Some((name, arg)) = spec.iter().next() else {
+        return Err(loc(
+            40238,
+            format!("The field '{field}' must specify one accumulator"),
+        ));
+    };
+    if !ACCUMULATORS.contains(&name.as_str()) {
+        return Err(loc(15952, format!("unknown group operator '{name}'")));
+    }
+    let unary = |arg: &Bson| -> Result<Expr> {
+        if matches!(arg, Bson::Array(_)) {
+            return Err(loc(
+                40237,
+                format!("The {name} accumulator is a unary operator"),
+            ));
+        }
+        Expr::parse(arg)
+    };
+    let (op, arg) = match name.as_str() {
+        "$sum" => (Op::Sum, unary(arg)?),
+        "$avg" => (Op::Avg, unary(arg)?),
+        "$min" => (Op::Min, unary(arg)?),
+        "$max" => (Op::Max, unary(arg)?),
+        "$first" => (Op::First, unary(arg)?),
+        "$last" => (Op::Last, unary(arg)?),
+        "$push" => (Op::Push, unary(arg)?),
+        "$addToSet" => (Op::AddToSet, unary(arg)?),
+        "$mergeObjects" => (Op::MergeObjects, unary(arg)?),
+        "$stdDevPop" => (Op::StdDevPop, unary(arg)?),
+        "$stdDevSamp" => (Op::StdDevSamp, unary(arg)?),
+        "$count" => {
+            if !matches!(arg, Bson::Document(d) if d.is_empty()) {
+                return Err(Error::new(
+                    ErrorCode::BadValue,
+                    "$count takes no arguments, i.e. $count:{}",
+                ));
+            }
+            (Op::Count, Expr::parse(&Bson::Int32(1))?)
+        }
+        "$top" | "$bottom" | "$topN" | "$bottomN" => {
+            let with_n = name.ends_with('N');
+            let args = n_args(name, arg, &["n", "sortBy", "output"])?;
+            let n = if with_n {
+                Some(parse_n(name, args.get("n"))?)
+            } else {
+                if args.contains_key("n") {
+                    return Err(loc(
+                        5788002,
+                        format!("Unknown argument for '{name}' operator: n"),
+                    ));
+                }
+                None
+            };
+            let Some(Bson::Document(sort)) = args.get("sortBy") else {
+                return Err(loc(
+                    5788604,
+                    format!("{name} requires 'sortBy' to be an object"),
+                ));
+            };
+            let Some(output) = args.get("output") else {
+                return Err(loc(
+                    5788004,
+                    format!("Missing value for 'output' in {name}"),
+                ));
+            };
+            (
+                Op::Sorted {
+                    sort: SortSpec::parse(sort)?,
+                    n,
+                    bottom: name.starts_with("$bottom"),
+                },
+                Expr::parse(output)?,
+            )
+        }
+        "$firstN" | "$lastN" | "$maxN" | "$minN" => {
+            let args = n_args(name, arg, &["n", "input"])?;
+            let n = parse_n(name, args.get("n"))?;
+            let Some(input) = args.get("input") else {
+                return Err(loc(5787907, format!("Missing value for 'input' in {name}")));
+            };
+            let op = match name.as_str() {
+                "$firstN" => Op::FirstN(n),
+                "$lastN" => Op::LastN(n),
+                "$maxN" => Op::MaxN(n),
+                _ => Op::MinN(n),
+            };
+            (op, Expr::parse(input)?)
+        }
+        other => return Err(loc(15952, format!("unknown group operator '{other}'"))),
+    };
+    Ok(Accumulator {
+        field: field.to_string(),
+        op,
+        arg,
+    })
+}
+
+fn n_args<'a>(name: &str, arg: &'a Bson, allowed: &[&str]) -> Result<&'a Document> {
+    let Bson::Document(args) = arg else {
+        return Err(loc(
+            5787801,
+            format!(
+                "specification must be an object; found {arg} of type {}",
+                type_name(arg)
+            ),
+        ));
+    };
+    for k in args.keys() {
+        if !allowed.contains(&k.as_str()) {
+            return Err(loc(
+                5787901,
+                format!("Unknown argument for '{name}' operator: {k}"),
+            ));
+        }
+    }
+    Ok(args)
+}
+
+/// `n` of the N-accumulators: a constant positive integer.
+fn parse_n(name: &str, n: Option<&Bson>) -> Result<usize> {
+    let Some(n) = n else {
+        return Err(loc(5787906, format!("Missing value for 'n' in {name}")));
+    };
+    let value = Expr::parse(n)?.evaluate(&Document::new())?;
+    let int = match Number::of(&value) {
+        Some(Number::Int32(i)) => i64::from(i),
+        Some(Number::Int64(i)) => i,
+        Some(x) if x.to_f64().fract() == 0.0 && x.to_f64().abs() < 9.0e18 => x.to_f64() as i64,
+        _ => {
+            return Err(loc(
+                5787902,
+                format!("Value for 'n' must be of integral type, but found {value}"),
+            ))
+        }
+    };
+    if int <= 0 {
+        return Err(loc(
+            5787908,
+            format!("'n' must be greater than 0, found {int}"),
+        ));
+    }
+    Ok(usize::try_from(int).unwrap_or(usize::MAX))
+}
+
+/// A running `$sum`: ints widen to longs on overflow, longs to doubles,
+/// and any double or decimal makes the result one.
+#[derive(Debug, Clone, Copy)]
+struct SumAcc {
+    /// 0 int, 1 long, 2 double, 3 decimal.
+    kind: u8,
+    long: i64,
+    double: f64,
+    decimal: DecimalValue,
+}
+
+impl Default for SumAcc {
+    fn default() -> Self {
+        SumAcc {
+            kind: 0,
+            long: 0,
+            double: 0.0,
+            decimal: DecimalValue::from_i64(0),
+        }
+    }
+}
+
+impl SumAcc {
+    fn current_decimal(&self) -> DecimalValue {
+        match self.kind {
+            0 | 1 => DecimalValue::from_i64(self.long),
+            2 => DecimalValue::from_f64(self.double),
+            _ => self.decimal,
+        }
+    }
+
+    fn add(&mut self, n: Number) {
+        match n {
+            Number::Int32(_) | Number::Int64(_) => {
+                let i = match n {
+                    Number::Int32(i) => i64::from(i),
+                    Number::Int64(i) => {
+                        self.kind = self.kind.max(1);
+                        i
+                    }
+                    _ => 0,
+                };
+                match self.kind {
+                    0 | 1 => match self.long.checked_add(i) {
+                        Some(s) => self.long = s,
+                        None => {
+                            self.double = self.long as f64 + i as f64;
+                            self.kind = 2;
+                        }
+                    },
+                    2 => self.double += i as f64,
+                    _ => self.decimal = self.decimal.add(&DecimalValue::from_i64(i)),
+                }
+            }
+            Number::Double(d) => match self.kind {
+                0 | 1 => {
+                    self.double = self.long as f64 + d;
+                    self.kind = 2;
+                }
+                2 => self.double += d,
+                _ => self.decimal = self.decimal.add(&DecimalValue::from_f64(d)),
+            },
+            Number::Decimal(d) => {
+                self.decimal = self.current_decimal().add(&d);
+                self.kind = 3;
+            }
+        }
+    }
+
+    /// Adds another running sum, keeping "all ints" when both were.
+    fn merge(&mut self, other: SumAcc) {
+        match other.kind {
+            0 | 1 => {
+                let was = self.kind;
+                self.add(Number::Int64(other.long));
+                if other.kind == 0 && was == 0 && self.kind == 1 {
+                    self.kind = 0;
+                }
+            }
+            2 => self.add(Number::Double(other.double)),
+            _ => self.add(Number::Decimal(other.decimal)),
+        }
+    }
+
+    /// The running sum as a partial value: its type and value.
+    fn partial(self) -> Bson {
+        let mut d = doc! {"t": i32::from(self.kind)};
+        match self.kind {
+            0 | 1 => d.insert("v", self.long),
+            2 => d.insert("v", self.double),
+            _ => d.insert("v", Bson::Decimal128(self.decimal.to_decimal128())),
+        };
+        Bson::Document(d)
+    }
+
+    fn from_partial(partial: &Bson) -> Option<SumAcc> {
+        let Bson::Document(d) = partial else {
+            return None;
+        };
+        let kind = u8::try_from(d.get_i32("t").ok()?).ok()?;
+        let mut s = SumAcc {
+            kind,
+            ..SumAcc::default()
+        };
+        match (kind, d.get("v")?) {
+            (0 | 1, Bson::Int64(l)) => s.long = *l,
+            (2, Bson::Double(f)) => s.double = *f,
+            (3, Bson::Decimal128(x)) => s.decimal = DecimalValue::from_decimal128(x),
+            _ => return None,
+        }
+        Some(s)
+    }
+
+    fn to_f64(self) -> f64 {
+        match self.kind {
+            0 | 1 => self.long as f64,
+            2 => self.double,
+            _ => self.decimal.to_f64(),
+        }
+    }
+
+    fn into_bson(self) -> Bson {
+        match self.kind {
+            0 => i32::try_from(self.long).map_or(Bson::Int64(self.long), Bson::Int32),
+            1 => Bson::Int64(self.long),
+            2 => Bson::Double(self.double),
+            _ => Bson::Decimal128(self.decimal.to_decimal128()),
+        }
+    }
+}
+
+/// One accumulator's running state for one group.
+#[derive(Debug, Clone)]
+enum State {
+    Sum(SumAcc),
+    Avg(SumAcc, i64),
+    /// `$min`/`$max`: the extreme so far, ignoring null and missing.
+    Extreme(Option<Bson>),
+    First(Option<Bson>),
+    Last(Option<Bson>),
+    Push(Vec<Bson>),
+    AddToSet(Vec<Bson>, HashSet<Vec<u8>>),
+    Count(i64),
+    Merge(Document),
+    StdDev {
+        n: f64,
+        mean: f64,
+        m2: f64,
+    },
+    /// Top/bottom: (sort key, output), unsorted until trimmed.
+    Sorted(Vec<(Vec<Bson>, Bson)>),
+    Values(Vec<Bson>),
+}
+
+fn new_state(op: &Op) -> State {
+    match op {
+        Op::Sum => State::Sum(SumAcc::default()),
+        Op::Avg => State::Avg(SumAcc::default(), 0),
+        Op::Min | Op::Max => State::Extreme(None),
+        Op::First => State::First(None),
+        Op::Last => State::Last(None),
+        Op::Push => State::Push(Vec::new()),
+        Op::AddToSet => State::AddToSet(Vec::new(), HashSet::new()),
+        Op::Count => State::Count(0),
+        Op::MergeObjects => State::Merge(Document::new()),
+        Op::StdDevPop | Op::StdDevSamp => State::StdDev {
+            n: 0.0,
+            mean: 0.0,
+            m2: 0.0,
+        },
+        Op::Sorted { .. } => State::Sorted(Vec::new()),
+        Op::FirstN(_) | Op::LastN(_) | Op::MaxN(_) | Op::MinN(_) => State::Values(Vec::new()),
+    }
+}
+
+fn is_nullish(v: &Option<Bson>) -> bool {
+    matches!(v, None | Some(Bson::Null) | Some(Bson::Undefined))
+}
+
+/// A `$top`/`$bottom` candidate: its sort key and its output.
+type Ranked = (Vec<Bson>, Bson);
+
+/// Orders top/bottom items: ascending by the sort for `$top`, reversed
+/// for `$bottom` (so both keep the first `n`).
+fn sorted_order(
+    sort: &SortSpec,
+    bottom: bool,
+) -> impl Fn(&Ranked, &Ranked) -> std::cmp::Ordering + '_ {
+    move |a, b| {
+        let o = sort.compare_keys(&a.0, &b.0);
+        if bottom {
+            o.reverse()
+        } else {
+            o
+        }
+    }
+}
+
+/// Keeps a bounded collection bounded: trims to `n` once it doubles.
+fn trim_sorted(items: &mut Vec<(Vec<Bson>, Bson)>, sort: &SortSpec, n: usize, bottom: bool) {
+    items.sort_by(sorted_order(sort, bottom));
+    items.truncate(n);
+}
+
+fn trim_values(items: &mut Vec<Bson>, n: usize, max: bool) {
+    items.sort_by(|a, b| {
+        let o = compare(a, b);
+        if max {
+            o.reverse()
+        } else {
+            o
+        }
+    });
+    items.truncate(n);
+}
+
+fn merge_object(into: &mut Document, v: Option<Bson>) -> Result<()> {
+    match v {
+        None | Some(Bson::Null) | Some(Bson::Undefined) => Ok(()),
+        Some(Bson::Document(d)) => {
+            for (k, v) in d {
+                into.insert(k, v);
+            }
+            Ok(())
+        }
+        Some(other) => Err(loc(
+            40400,
+            format!(
+                "$mergeObjects requires object inputs, but input {other} is of type {}",
+                type_name(&other)
+            ),
+        )),
+    }
+}
+
+fn std_dev_add(n: &mut f64, mean: &mut f64, m2: &mut f64, x: f64) {
+    *n += 1.0;
+    let delta = x - *mean;
+    *mean += delta / *n;
+    *m2 += delta * (x - *mean);
+}
+
+impl State {
+    /// Takes one document's value; returns the bytes it now holds more.
+    fn add(&mut self, op: &Op, value: Option<Bson>, doc: &Document) -> Result<usize> {
+        match (self, op) {
+            (State::Sum(s), _) => {
+                if let Some(n) = value.as_ref().and_then(Number::of) {
+                    s.add(n);
+                }
+            }
+            (State::Avg(s, c), _) => {
+                if let Some(n) = value.as_ref().and_then(Number::of) {
+                    s.add(n);
+                    *c += 1;
+                }
+            }
+            (State::Extreme(cur), op) => {
+                if !is_nullish(&value) {
+                    if let Some(v) = value {
+                        let replace = match cur.as_ref() {
+                            None => true,
+                            Some(c) => {
+                                let o = compare(&v, c);
+                                if matches!(op, Op::Max) {
+                                    o.is_gt()
+                                } else {
+                                    o.is_lt()
+                                }
+                            }
+                        };
+                        if replace {
+                            let size = approx_size(&v);
+                            *cur = Some(v);
+                            return Ok(size);
+                        }
+                    }
+                }
+            }
+            (State::First(cur), _) => {
+                if cur.is_none() {
+                    let v = value.unwrap_or(Bson::Null);
+                    let size = approx_size(&v);
+                    *cur = Some(v);
+                    return Ok(size);
+                }
+            }
+            (State::Last(cur), _) => {
+                *cur = Some(value.unwrap_or(Bson::Null));
+            }
+            (State::Push(items), _) => {
+                if let Some(v) = value {
+                    let size = approx_size(&v);
+                    items.push(v);
+                    return Ok(size);
+                }
+            }
+            (State::AddToSet(items, seen), _) => {
+                if let Some(v) = value {
+                    if seen.insert(encode_id(&v)) {
+                        let size = 2 * approx_size(&v);
+                        items.push(v);
+                        return Ok(size);
+                    }
+                }
+            }
+            (State::Count(c), _) => *c += 1,
+            (State::Merge(d), _) => merge_object(d, value)?,
+            (State::StdDev { n, mean, m2 }, _) => {
+                if let Some(x) = value.as_ref().and_then(Number::of) {
+                    std_dev_add(n, mean, m2, x.to_f64());
+                }
+            }
+            (State::Sorted(items), Op::Sorted { sort, n, bottom }) => {
+                let key = sort.key_for(doc);
+                let v = value.unwrap_or(Bson::Null);
+                let size = approx_size(&v) + key.iter().map(approx_size).sum::<usize>();
+                items.push((key, v));
+                let n = n.unwrap_or(1);
+                if items.len() >= n.saturating_mul(2).max(16) {
+                    trim_sorted(items, sort, n, *bottom);
+                }
+                return Ok(size);
+            }
+            (State::Values(items), op) => {
+                match op {
+                    Op::FirstN(n) if items.len() < *n => {
+                        items.push(value.unwrap_or(Bson::Null));
+                    }
+                    Op::LastN(n) => {
+                        items.push(value.unwrap_or(Bson::Null));
+                        if items.len() >= n.saturating_mul(2).max(16) {
+                            let drop = items.len() - n;
+                            items.drain(..drop);
+                        }
+                    }
+                    Op::MaxN(n) | Op::MinN(n) if !is_nullish(&value) => {
+                        if let Some(v) = value {
+                            items.push(v);
+                        }
+                        if items.len() >= n.saturating_mul(2).max(16) {
+                            trim_values(items, *n, matches!(op, Op::MaxN(_)));
+                        }
+                    }
+                    _ => {}
+                }
+                return Ok(items.last().map_or(0, approx_size));
+            }
+            (State::Sorted(_), _) => {}
+        }
+        Ok(0)
+    }
+
+    /// The state as a partial value another group can merge.
+    fn partial(self, op: &Op) -> Bson {
+        match self {
+            State::Sum(s) => s.partial(),
+            State::Avg(s, c) => Bson::Document(doc! {"sum": s.partial(), "count": c}),
+            State::Extreme(v) => v.unwrap_or(Bson::Null),
+            State::First(v) | State::Last(v) => v.unwrap_or(Bson::Null),
+            State::Push(items) | State::AddToSet(items, _) => Bson::Array(items),
+            State::Count(c) => Bson::Int64(c),
+            State::Merge(d) => Bson::Document(d),
+            State::StdDev { n, mean, m2 } => Bson::Document(doc! {"n": n, "mean": mean, "m2": m2}),
+            State::Sorted(mut items) => {
+                if let Op::Sorted { sort, n, bottom } = op {
+                    trim_sorted(&mut items, sort, n.unwrap_or(1), *bottom);
+                }
+                Bson::Array(
+                    items
+                        .into_iter()
+                        .map(|(k, v)| Bson::Document(doc! {"k": k, "v": v}))
+                        .collect(),
+                )
+            }
+            State::Values(mut items) => {
+                match op {
+                    Op::LastN(n) => {
+                        let drop = items.len().saturating_sub(*n);
+                        items.drain(..drop);
+                    }
+                    Op::MaxN(n) => trim_values(&mut items, *n, true),
+                    Op::MinN(n) => trim_values(&mut items, *n, false),
+                    _ => {}
+                }
+                Bson::Array(items)
+            }
+        }
+    }
+
+    /// Absorbs a partial value (from a partition or a spilled run that
+    /// came later in input order).
+    fn merge_partial(&mut self, op: &Op, partial: &Bson) -> Result<usize> {
+        let bad = || Error::internal("malformed partial group state");
+        match self {
+            State::Sum(s) => s.merge(SumAcc::from_partial(partial).ok_or_else(bad)?),
+            State::Avg(s, c) => {
+                let Bson::Document(d) = partial else {
+                    return Err(bad());
+                };
+                let sum = d
+                    .get("sum")
+                    .and_then(SumAcc::from_partial)
+                    .ok_or_else(bad)?;
+                s.merge(sum);
+                *c += d
+                    .get("count")
+                    .and_then(Number::of)
+                    .map_or(0, |n| n.to_f64() as i64);
+            }
+            State::Extreme(_) | State::Last(_) => {
+                return self.add(op, Some(partial.clone()), &Document::new());
+            }
+            State::First(cur) => {
+                if cur.is_none() {
+                    *cur = Some(partial.clone());
+                }
+            }
+            State::Push(items) => {
+                let Bson::Array(more) = partial else {
+                    return Err(bad());
+                };
+                items.extend(more.iter().cloned());
+                return Ok(more.iter().map(approx_size).sum());
+            }
+            State::AddToSet(..) => {
+                let Bson::Array(more) = partial else {
+                    return Err(bad());
+                };
+                let mut size = 0;
+                for v in more {
+                    size += self.add(op, Some(v.clone()), &Document::new())?;
+                }
+                return Ok(size);
+            }
+            State::Count(c) => {
+                *c += Number::of(partial).map_or(0, |n| n.to_f64() as i64);
+            }
+            State::Merge(d) => merge_object(d, Some(partial.clone()))?,
+            State::StdDev { n, mean, m2 } => {
+                let Bson::Document(p) = partial else {
+                    return Err(bad());
+                };
+                let get = |k: &str| p.get(k).and_then(Number::of).map_or(0.0, Number::to_f64);
+                let (nb, mb, m2b) = (get("n"), get("mean"), get("m2"));
+                if nb > 0.0 {
+                    let total = *n + nb;
+                    let delta = mb - *mean;
+                    *m2 += m2b + delta * delta * *n * nb / total;
+                    *mean += delta * nb / total;
+                    *n = total;
+                }
+            }
+            State::Sorted(items) => {
+                let Bson::Array(more) = partial else {
+                    return Err(bad());
+                };
+                let mut size = 0;
+                for item in more {
+                    let Bson::Document(d) = item else {
+                        return Err(bad());
+                    };
+                    let Some(Bson::Array(k)) = d.get("k") else {
+                        return Err(bad());
+                    };
+                    let v = d.get("v").cloned().unwrap_or(Bson::Null);
+                    size += approx_size(item);
+                    items.push((k.clone(), v));
+                }
+                if let Op::Sorted { sort, n, bottom } = op {
+                    let n = n.unwrap_or(1);
+                    if items.len() >= n.saturating_mul(2).max(16) {
+                        trim_sorted(items, sort, n, *bottom);
+                    }
+                }
+                return Ok(size);
+            }
+            State::Values(items) => {
+                let Bson::Array(more) = partial else {
+                    return Err(bad());
+                };
+                match op {
+                    Op::FirstN(n) => {
+                        for v in more {
+                            if items.len() < *n {
+                                items.push(v.clone());
+                            }
+                        }
+                    }
+                    Op::LastN(n) => {
+                        items.extend(more.iter().cloned());
+                        let drop = items.len().saturating_sub(*n);
+                        items.drain(..drop);
+                    }
+                    Op::MaxN(n) | Op::MinN(n) => {
+                        items.extend(more.iter().cloned());
+                        trim_values(items, *n, matches!(op, Op::MaxN(_)));
+                    }
+                    _ => {}
+                }
+                return Ok(more.iter().map(approx_size).sum());
+            }
+        }
+        Ok(0)
+    }
+
+    /// The accumulator's result.
+    fn finish(self, op: &Op) -> Bson {
+        match self {
+            State::Sum(s) => s.into_bson(),
+            State::Avg(s, c) => {
+                if c == 0 {
+                    Bson::Null
+                } else if s.kind == 3 {
+                    match s.decimal.div(&DecimalValue::from_i64(c)) {
+                        Some(d) => Bson::Decimal128(d.to_decimal128()),
+                        None => Bson::Null,
+                    }
+                } else {
+                    Bson::Double(s.to_f64() / c as f64)
+                }
+            }
+            State::Count(c) => i32::try_from(c).map_or(Bson::Int64(c), Bson::Int32),
+            State::StdDev { n, m2, .. } => {
+                let samp = matches!(op, Op::StdDevSamp);
+                if n == 0.0 || (samp && n < 2.0) {
+                    Bson::Null
+                } else {
+                    let d = if samp { n - 1.0 } else { n };
+                    Bson::Double((m2.max(0.0) / d).sqrt())
+                }
+            }
+            State::Sorted(mut items) => {
+                let Op::Sorted { sort, n, bottom } = op else {
+                    return Bson::Null;
+                };
+                trim_sorted(&mut items, sort, n.unwrap_or(1), *bottom);
+                if *bottom {
+                    items.reverse();
+                }
+                match n {
+                    None => items.into_iter().next().map_or(Bson::Null, |(_, v)| v),
+                    Some(_) => Bson::Array(items.into_iter().map(|(_, v)| v).collect()),
+                }
+            }
+            other => other.partial(op),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The group engine
+
+/// How documents map to group keys.
+#[derive(Debug, Clone)]
+enum KeyFn {
+    Expr(Expr),
+    /// `$bucket`: the lower boundary of the bucket `group_by` falls in,
+    /// or the default.
+    Bucket {
+        group_by: Expr,
+        boundaries: Vec<Bson>,
+        default: Option<Bson>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    /// Documents in, results out.
+    Full,
+    /// Documents in, `{_id, field: partial}` out (per partition).
+    Partial,
+    /// Partials in, results out (at the router).
+    Final,
+}
+
+struct GroupSpec {
+    key: KeyFn,
+    accs: Vec<Accumulator>,
+    vars: Document,
+}
+
+struct Group {
+    spec: Arc<GroupSpec>,
+    mode: Mode,
+    /// The stage as written, for explain.
+    explain: Document,
+    /// `$bucket`: sort the output by `_id`.
+    sort_output: bool,
+}
+
+struct GroupEntry {
+    key: Bson,
+    states: Vec<State>,
+}
+
+impl GroupSpec {
+    fn key_of(&self, doc: &Document, mode: Mode) -> Result<Bson> {
+        if mode == Mode::Final {
+            return Ok(doc.get("_id").cloned().unwrap_or(Bson::Null));
+        }
+        match &self.key {
+            KeyFn::Expr(e) => Ok(eval(e, doc, &self.vars)?.unwrap_or(Bson::Null)),
+            KeyFn::Bucket {
+                group_by,
+                boundaries,
+                default,
+            } => {
+                let v = eval(group_by, doc, &self.vars)?.unwrap_or(Bson::Null);
+                let at = boundaries.windows(2).find(|w| {
+                    compare(&v, &w[0]).is_ge() && compare(&v, &w[1]).is_lt() && same_type(&v, &w[0])
+                });
+                match (at, default) {
+                    (Some(w), _) => Ok(w[0].clone()),
+                    (None, Some(d)) => Ok(d.clone()),
+                    (None, None) => Err(loc(
+                        40066,
+                        "$switch could not find a matching branch for an input, and no \
+                         default was specified.",
+                    )),
+                }
+            }
+        }
+    }
+
+    fn output(&self, key: Bson, states: Vec<State>, mode: Mode) -> Document {
+        let mut out = doc! {"_id": key};
+        for (acc, state) in self.accs.iter().zip(states) {
+            let v = if mode == Mode::Partial {
+                state.partial(&acc.op)
+            } else {
+                state.finish(&acc.op)
+            };
+            out.insert(acc.field.clone(), v);
+        }
+        out
+    }
+
+    fn new_states(&self) -> Vec<State> {
+        self.accs.iter().map(|a| new_state(&a.op)).collect()
+    }
+}
+
+fn same_type(a: &Bson, b: &Bson) -> bool {
+    crate::query::compare::canonical_type_rank(a) == crate::query::compare::canonical_type_rank(b)
+}
+
+impl Group {
+    fn run(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        let limits = ctx.limits().clone();
+        let spec = self.spec.clone();
+        let mode = self.mode;
+        let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
+        let mut groups: Vec<GroupEntry> = Vec::new();
+        let mut bytes = 0usize;
+        let mut runs: Vec<SpillRun> = Vec::new();
+        for d in input {
+            let d = d?;
+            let key = spec.key_of(&d, mode)?;
+            let kb = encode_id(&key);
+            let at = match index.get(&kb) {
+                Some(at) => *at,
+                None => {
+                    bytes +=
+                        2 * kb.len() + approx_size(&key) + GROUP_OVERHEAD * (1 + spec.accs.len());
+                    index.insert(kb, groups.len());
+                    groups.push(GroupEntry {
+                        key,
+                        states: spec.new_states(),
+                    });
+                    groups.len() - 1
+                }
+            };
+            let Some(entry) = groups.get_mut(at) else {
+                return Err(Error::internal("group index out of range"));
+            };
+            for (acc, state) in spec.accs.iter().zip(entry.states.iter_mut()) {
+                bytes += if mode == Mode::Final {
+                    state.merge_partial(&acc.op, d.get(&acc.field).unwrap_or(&Bson::Null))?
+                } else {
+                    let v = eval(&acc.arg, &d, &spec.vars)?;
+                    state.add(&acc.op, v, &d)?
+                };
+            }
+            if bytes > limits.max_blocking_bytes {
+                if !limits.allow_disk_use {
+                    return Err(group_memory_error());
+                }
+                runs.push(spill_groups(
+                    &spec,
+                    &limits.spill_dir,
+                    &mut index,
+                    &mut groups,
+                )?);
+                bytes = 0;
+            }
+        }
+        if runs.is_empty() {
+            let mut out: Vec<Document> = groups
+                .into_iter()
+                .map(|g| spec.output(g.key, g.states, mode))
+                .collect();
+            if self.sort_output {
+                out.sort_by(|a, b| {
+                    compare(
+                        a.get("_id").unwrap_or(&Bson::Null),
+                        b.get("_id").unwrap_or(&Bson::Null),
+                    )
+                });
+            }
+            return Ok(Box::new(out.into_iter().map(Ok)));
+        }
+        if !groups.is_empty() {
+            runs.push(spill_groups(
+                &spec,
+                &limits.spill_dir,
+                &mut index,
+                &mut groups,
+            )?);
+        }
+        let mut sources: Vec<DocStream> = Vec::with_capacity(runs.len());
+        for run in runs {
+            sources.push(Box::new(run.into_reader()?));
+        }
+        let merged = MergedRuns::new(
+            sources,
+            Box::new(|d: &Document| match d.get("k") {
+                Some(Bson::Binary(b)) => b.bytes.clone(),
+                _ => Vec::new(),
+            }),
+            Box::new(|a: &Vec<u8>, b: &Vec<u8>| a.cmp(b)),
+        );
+        // Spilled runs come back in key order, which is `_id` order.
+        Ok(Box::new(SpilledGroups {
+            spec,
+            mode,
+            runs: merged.peekable(),
+        }))
+    }
+}
+
+/// Writes every group's partial state, sorted by key, as one run.
+fn spill_groups(
+    spec: &GroupSpec,
+    dir: &std::path::Path,
+    index: &mut HashMap<Vec<u8>, usize>,
+    groups: &mut Vec<GroupEntry>,
+) -> Result<SpillRun> {
+    let mut keyed: Vec<(Vec<u8>, GroupEntry)> = Vec::with_capacity(groups.len());
+    let mut by_index: Vec<Option<Vec<u8>>> = (0..groups.len()).map(|_| None).collect();
+    for (kb, at) in index.drain() {
+        if let Some(slot) = by_index.get_mut(at) {
+            *slot = Some(kb);
+        }
+    }
+    for (entry, kb) in groups.drain(..).zip(by_index) {
+        keyed.push((kb.unwrap_or_default(), entry));
+    }
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    let docs = keyed.into_iter().map(|(kb, entry)| {
+        let states: Vec<Bson> = spec
+            .accs
+            .iter()
+            .zip(entry.states)
+            .map(|(acc, s)| s.partial(&acc.op))
+            .collect();
+        doc! {
+            "k": Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: kb },
+            "_id": entry.key,
+            "s": states,
+        }
+    });
+    SpillRun::write(dir, docs)
+}
+
+/// Reads spilled runs, merging the partial states of equal keys.
+struct SpilledGroups {
+    spec: Arc<GroupSpec>,
+    mode: Mode,
+    runs: Peekable<MergedRuns<Vec<u8>>>,
+}
+
+fn run_key(d: &Document) -> Option<&[u8]> {
+    match d.get("k") {
+        Some(Bson::Binary(b)) => Some(&b.bytes),
+        _ => None,
+    }
+}
+
+impl SpilledGroups {
+    fn next_group(&mut self) -> Result<Option<Document>> {
+        let Some(first) = self.runs.next().transpose()? else {
+            return Ok(None);
+        };
+        let kb = run_key(&first).map(<[u8]>::to_vec).unwrap_or_default();
+        let key = first.get("_id").cloned().unwrap_or(Bson::Null);
+        let mut states = self.spec.new_states();
+        let absorb = |d: &Document, states: &mut Vec<State>| -> Result<()> {
+            let Some(Bson::Array(partials)) = d.get("s") else {
+                return Err(Error::internal("malformed spilled group"));
+            };
+            for ((acc, state), p) in self.spec.accs.iter().zip(states.iter_mut()).zip(partials) {
+                state.merge_partial(&acc.op, p)?;
+            }
+            Ok(())
+        };
+        absorb(&first, &mut states)?;
+        loop {
+            let same = match self.runs.peek() {
+                Some(Ok(d)) => run_key(d) == Some(kb.as_slice()),
+                Some(Err(_)) => true,
+                None => false,
+            };
+            if !same {
+                break;
+            }
+            if let Some(d) = self.runs.next().transpose()? {
+                absorb(&d, &mut states)?;
+            }
+        }
+        Ok(Some(self.spec.output(key, states, self.mode)))
+    }
+}
+
+impl Iterator for SpilledGroups {
+    type Item = Result<Document>;
+    fn next(&mut self) -> Option<Result<Document>> {
+        self.next_group().transpose()
+    }
+}
+
+impl Stage for Group {
+    fn name(&self) -> &'static str {
+        match self.spec.key {
+            KeyFn::Bucket { .. } => "$bucket",
+            KeyFn::Expr(_) => "$group",
+        }
+    }
+    fn apply(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        self.run(input, ctx)
+    }
+    fn split(&self) -> Split {
+        if self.mode != Mode::Full
+            || self.sort_output
+            || self.spec.accs.iter().any(|a| a.op.order_sensitive())
+        {
+            return Split::RouterOnly;
+        }
+        Split::Blocking {
+            partition: Box::new(Group {
+                spec: self.spec.clone(),
+                mode: Mode::Partial,
+                explain: self.explain.clone(),
+                sort_output: false,
+            }),
+            router: Some(Box::new(Group {
+                spec: self.spec.clone(),
+                mode: Mode::Final,
+                explain: self.explain.clone(),
+                sort_output: false,
+            })),
+            merge_sort: None,
+        }
+    }
+    fn explain(&self) -> Document {
+        self.explain.clone()
+    }
+}
+
+fn parse_accumulators<'a>(
+    fields: impl Iterator<Item = (&'a String, &'a Bson)>,
+) -> Result<Vec<Accumulator>> {
+    let mut accs: Vec<Accumulator> = Vec::new();
+    for (name, spec) in fields {
+        if name.is_empty() {
+            return Err(loc(
+                40352,
+                "FieldPath cannot be constructed with empty string",
+            ));
+        }
+        if name.starts_with('$') {
+            return Err(loc(
+                40236,
+                format!("The field name '{name}' cannot be an operator name"),
+            ));
+        }
+        if name.contains('.') {
+            return Err(loc(
+                40235,
+                format!("The field name '{name}' cannot contain '.'"),
+            ));
+        }
+        if accs.iter().any(|a| &a.field == name) {
+            return Err(loc(
+                16406,
+                format!("duplicate field name specified: {name}"),
+            ));
+        }
+        accs.push(parse_accumulator(name, spec)?);
+    }
+    Ok(accs)
+}
+
+fn parse_group(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
+    let Bson::Document(spec) = arg else {
+        return Err(loc(
+            15947,
+            "a group's fields must be specified in an object",
+        ));
+    };
+    let Some(id) = spec.get("_id") else {
+        return Err(Error::new(
+            ErrorCode::Location15955,
+            "a group specification must include an _id",
+        ));
+    };
+    let key = KeyFn::Expr(Expr::parse(id)?);
+    let accs = parse_accumulators(spec.iter().filter(|(k, _)| k.as_str() != "_id"))?;
+    Ok(Box::new(Group {
+        spec: Arc::new(GroupSpec {
+            key,
+            accs,
+            vars: ctx.vars.clone(),
+        }),
+        mode: Mode::Full,
+        explain: doc! {"$group": spec.clone()},
+        sort_output: false,
+    }))
+}
+
+/// `$sortByCount: expr`: `$group {_id: expr, count: {$sum: 1}}` then
+/// `$sort {count: -1}`. Splits as the group does, the sort at the router.
+pub(super) fn sort_by_count(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
+    let group = parse_group(
+        &Bson::Document(doc! {"_id": arg.clone(), "count": {"$sum": 1}}),
+        ctx,
+    )?;
+    let sort = super::basic::sort(SortSpec::parse(&doc! {"count": -1})?);
+    Ok(Box::new(SortByCount {
+        chain: Chain {
+            name: "$sortByCount",
+            stages: vec![group, sort],
+            spec: doc! {"$sortByCount": arg.clone()},
+        },
+        arg: arg.clone(),
+        vars: ctx.vars.clone(),
+    }))
+}
+
+struct SortByCount {
+    chain: Chain,
+    arg: Bson,
+    vars: Document,
+}
+
+impl Stage for SortByCount {
+    fn name(&self) -> &'static str {
+        "$sortByCount"
+    }
+    fn apply(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        self.chain.apply(input, ctx)
+    }
+    fn split(&self) -> Split {
+        let ctx = ParseContext {
+            vars: self.vars.clone(),
+            ..ParseContext::default()
+        };
+        let Ok(group) = parse_group(
+            &Bson::Document(doc! {"_id": self.arg.clone(), "count": {"$sum": 1}}),
+            &ctx,
+        ) else {
+            return Split::RouterOnly;
+        };
+        let Split::Blocking {
+            partition,
+            router: Some(router),
+            ..
+        } = group.split()
+        else {
+            return Split::RouterOnly;
+        };
+        let Ok(order) = SortSpec::parse(&doc! {"count": -1}) else {
+            return Split::RouterOnly;
+        };
+        Split::Blocking {
+            partition,
+            router: Some(Box::new(Chain {
+                name: "$sortByCount",
+                stages: vec![router, super::basic::sort(order)],
+                spec: self.chain.spec.clone(),
+            })),
+            merge_sort: None,
+        }
+    }
+    fn explain(&self) -> Document {
+        self.chain.explain()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// $bucket
+
+fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
+    let Bson::Document(spec) = arg else {
+        return Err(loc(
+            40201,
+            format!(
+                "Argument to $bucket stage must be an object, but found type: {}.",
+                type_name(arg)
+            ),
+        ));
+    };
+    let (mut group_by, mut boundaries, mut default, mut output) = (None, None, None, None);
+    for (k, v) in spec {
+        match k.as_str() {
+            "groupBy" => group_by = Some(v),
+            "boundaries" => boundaries = Some(v),
+            "default" => default = Some(v),
+            "output" => output = Some(v),
+            other => {
+                return Err(loc(
+                    40197,
+                    format!("Unrecognized option to $bucket: {other}."),
+                ))
+            }
+        }
+    }
+    let (Some(group_by), Some(boundaries)) = (group_by, boundaries) else {
+        return Err(loc(
+            40198,
+            "$bucket requires 'groupBy' and 'boundaries' to be specified.",
+        ));
+    };
+    check_group_by(group_by, 40202, "$bucket")?;
+    let Bson::Array(raw) = boundaries else {
+        return Err(loc(
+            40200,
+            format!(
+                "The $bucket 'boundaries' field must be an array, but found type: {}.",
+                type_name(boundaries)
+            ),
+        ));
+    };
+    let mut bounds = Vec::with_capacity(raw.len());
+    for b in raw {
+        let e = Expr::parse(b)?;
+        if !e.is_constant() {
+            return Err(loc(
+                40201,
+                format!(
+                    "The $bucket 'boundaries' field must be an array of constant values, but \
+                     found value: {b}."
+                ),
+            ));
+        }
+        bounds.push(e.evaluate(&Document::new())?);
+    }
+    if bounds.len() < 2 {
+        return Err(loc(
+            40192,
+            format!(
+                "The $bucket 'boundaries' field must have at least 2 values, but found {} \
+                 value(s).",
+                bounds.len()
+            ),
+        ));
+    }
+    for w in bounds.windows(2) {
+        if !same_type(&w[0], &w[1]) {
+            return Err(loc(
+                40193,
+                format!(
+                    "All values in the the 'boundaries' option to $bucket must have the same \
+                     type. Found conflicting types {} and {}.",
+                    type_name(&w[0]),
+                    type_name(&w[1])
+                ),
+            ));
+        }
+        if !compare(&w[0], &w[1]).is_lt() {
+            return Err(loc(
+                40194,
+                format!(
+                    "The 'boundaries' option to $bucket must be sorted in ascending order, but \
+                     elements {} and {} are not in ascending order ({} is not less than {}).",
+                    w[0], w[1], w[0], w[1]
+                ),
+            ));
+        }
+    }
+    let default = match default {
+        Some(d) => {
+            let e = Expr::parse(d)?;
+            if !e.is_constant() {
+                return Err(loc(
+                    40195,
+                    format!("The $bucket 'default' field must be a constant expression, but found: {d}."),
+                ));
+            }
+            let v = e.evaluate(&Document::new())?;
+            let (lo, hi) = (&bounds[0], &bounds[bounds.len() - 1]);
+            if same_type(&v, lo) && compare(&v, lo).is_ge() && compare(&v, hi).is_lt() {
+                return Err(loc(
+                    40199,
+                    "The $bucket 'default' field must be less than the lowest boundary or \
+                     greater than or equal to the highest boundary.",
+                ));
+            }
+            Some(v)
+        }
+        None => None,
+    };
+    let accs = bucket_output(output, 40196, "$bucket")?;
+    Ok(Box::new(Group {
+        spec: Arc::new(GroupSpec {
+            key: KeyFn::Bucket {
+                group_by: Expr::parse(group_by)?,
+                boundaries: bounds,
+                default,
+            },
+            accs,
+            vars: ctx.vars.clone(),
+        }),
+        mode: Mode::Full,
+        explain: doc! {"$bucket": spec.clone()},
+        sort_output: true,
+    }))
+}
+
+fn check_group_by(group_by: &Bson, code: i32, stage: &str) -> Result<()> {
+    let ok = match group_by {
+        Bson::String(s) => s.starts_with('$'),
+        Bson::Document(d) => d.len() == 1 && d.keys().all(|k| k.starts_with('$')),
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(loc(
+            code,
+            format!(
+                "The {stage} 'groupBy' field must be defined as a $-prefixed path or an \
+                 expression, but found: {group_by}."
+            ),
+        ))
+    }
+}
+
+/// `output` of `$bucket`/`$bucketAuto`: accumulators, `{count: {$sum: 1}}`
+/// when absent.
+fn bucket_output(output: Option<&Bson>, code: i32, stage: &str) -> Result<Vec<Accumulator>> {
+    match output {
+        None => Ok(vec![parse_accumulator(
+            "count",
+            &Bson::Document(doc! {"$sum": 1}),
+        )?]),
+        Some(Bson::Document(d)) => parse_accumulators(d.iter()),
+        Some(other) => Err(loc(
+            code,
+            format!(
+                "The {stage} 'output' field must be an object, but found type: {}.",
+                type_name(other)
+            ),
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// $bucketAuto
+
+struct BucketAuto {
+    group_by: Expr,
+    buckets: usize,
+    accs: Vec<Accumulator>,
+    granularity: Option<Granularity>,
+    vars: Document,
+    explain: Document,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Granularity {
+    PowersOf2,
+    /// A preferred-number series within one decade (`[1, 10)`).
+    Series(&'static [f64]),
+}
+
+const R5: &[f64] = &[1.0, 1.6, 2.5, 4.0, 6.3];
+const R10: &[f64] = &[1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0];
+const R20: &[f64] = &[
+    1.0, 1.12, 1.25, 1.4, 1.6, 1.8, 2.0, 2.24, 2.5, 2.8, 3.15, 3.55, 4.0, 4.5, 5.0, 5.6, 6.3, 7.1,
+    8.0, 9.0,
+];
+const E6: &[f64] = &[1.0, 1.5, 2.2, 3.3, 4.7, 6.8];
+const E12: &[f64] = &[1.0, 1.2, 1.5, 1.8, 2.2, 2.7, 3.3, 3.9, 4.7, 5.6, 6.8, 8.2];
+const E24: &[f64] = &[
+    1.0, 1.1, 1.2, 1.3, 1.5, 1.6, 1.8, 2.0, 2.2, 2.4, 2.7, 3.0, 3.3, 3.6, 3.9, 4.3, 4.7, 5.1, 5.6,
+    6.2, 6.8, 7.5, 8.2, 9.1,
+];
+const ONE_TWO_FIVE: &[f64] = &[1.0, 2.0, 5.0];
+
+impl Granularity {
+    fn parse(name: &str) -> Result<Granularity> {
+        Ok(match name {
+            "POWERSOF2" => Granularity::PowersOf2,
+            "R5" => Granularity::Series(R5),
+            "R10" => Granularity::Series(R10),
+            "R20" => Granularity::Series(R20),
+            "E6" => Granularity::Series(E6),
+            "E12" => Granularity::Series(E12),
+            "E24" => Granularity::Series(E24),
+            "1-2-5" => Granularity::Series(ONE_TWO_FIVE),
+            other => {
+                return Err(loc(
+                    40257,
+                    format!("Rounding granularity not recognized: {other}"),
+                ))
+            }
+        })
+    }
+
+    fn number(v: &Bson) -> Result<f64> {
+        let Some(n) = Number::of(v) else {
+            return Err(loc(
+                40258,
+                format!(
+                    "$bucketAuto can specify a 'granularity' with numeric boundaries only, but \
+                     found a value with type: {}",
+                    type_name(v)
+                ),
+            ));
+        };
+        let f = n.to_f64();
+        if f.is_nan() {
+            return Err(loc(
+                40259,
+                "$bucketAuto can specify a 'granularity' with numeric boundaries only, but found \
+                 a NaN",
+            ));
+        }
+        if f < 0.0 {
+            return Err(loc(
+                40260,
+                "$bucketAuto can specify a 'granularity' with non-negative numbers only, but \
+                 found a negative number",
+            ));
+        }
+        Ok(f)
+    }
+
+    /// The smallest granularity value strictly above `v` (0 stays 0).
+    fn round_up(self, v: &Bson) -> Result<Bson> {
+        let f = Self::number(v)?;
+        if f == 0.0 {
+            return Ok(Bson::Double(0.0));
+        }
+        Ok(Bson::Double(match self {
+            Granularity::PowersOf2 => {
+                let mut p = 2f64.powi(f.log2().floor() as i32);
+                while p <= f {
+                    p *= 2.0;
+                }
+                p
+            }
+            Granularity::Series(series) => {
+                let mut scale = 10f64.powi(f.log10().floor() as i32 - 1);
+                loop {
+                    if let Some(x) = series.iter().map(|s| s * scale).find(|x| *x > f) {
+                        break x;
+                    }
+                    scale *= 10.0;
+                }
+            }
+        }))
+    }
+
+    /// The largest granularity value strictly below `v` (0 stays 0).
+    fn round_down(self, v: &Bson) -> Result<Bson> {
+        let f = Self::number(v)?;
+        if f == 0.0 {
+            return Ok(Bson::Double(0.0));
+        }
+        Ok(Bson::Double(match self {
+            Granularity::PowersOf2 => {
+                let mut p = 2f64.powi(f.log2().ceil() as i32);
+                while p >= f {
+                    p /= 2.0;
+                }
+                p
+            }
+            Granularity::Series(series) => {
+                let mut scale = 10f64.powi(f.log10().floor() as i32 + 1);
+                loop {
+                    if let Some(x) = series.iter().rev().map(|s| s * scale).find(|x| *x < f) {
+                        break x;
+                    }
+                    scale /= 10.0;
+                }
+            }
+        }))
+    }
+}
+
+fn parse_bucket_auto(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
+    let Bson::Document(spec) = arg else {
+        return Err(loc(
+            40240,
+            format!(
+                "The argument to $bucketAuto must be an object, but found type: {}.",
+                type_name(arg)
+            ),
+        ));
+    };
+    let (mut group_by, mut buckets, mut output, mut granularity) = (None, None, None, None);
+    for (k, v) in spec {
+        match k.as_str() {
+            "groupBy" => group_by = Some(v),
+            "buckets" => buckets = Some(v),
+            "output" => output = Some(v),
+            "granularity" => granularity = Some(v),
+            other => {
+                return Err(loc(
+                    40245,
+                    format!("Unrecognized option to $bucketAuto: {other}."),
+                ))
+            }
+        }
+    }
+    let (Some(group_by), Some(buckets)) = (group_by, buckets) else {
+        return Err(loc(
+            40246,
+            "$bucketAuto requires 'groupBy' and 'buckets' to be specified",
+        ));
+    };
+    check_group_by(group_by, 40239, "$bucketAuto")?;
+    let Some(n) = Number::of(buckets) else {
+        return Err(loc(
+            40241,
+            format!(
+                "The $bucketAuto 'buckets' field must be a numeric value, but found type: {}.",
+                type_name(buckets)
+            ),
+        ));
+    };
+    let f = n.to_f64();
+    if f.fract() != 0.0 || f < f64::from(i32::MIN) || f > f64::from(i32::MAX) {
+        return Err(loc(
+            40242,
+            format!(
+                "The $bucketAuto 'buckets' field must be representable as a 32-bit integer, \
+                 but found {buckets}."
+            ),
+        ));
+    }
+    if f <= 0.0 {
+        return Err(loc(
+            40243,
+            format!("The $bucketAuto 'buckets' field must be greater than 0, but found: {f}."),
+        ));
+    }
+    let granularity = match granularity {
+        None => None,
+        Some(Bson::String(s)) => Some(Granularity::parse(s)?),
+        Some(other) => {
+            return Err(loc(
+                40261,
+                format!(
+                    "The $bucketAuto 'granularity' field must be a string, but found type: {}.",
+                    type_name(other)
+                ),
+            ))
+        }
+    };
+    Ok(Box::new(BucketAuto {
+        group_by: Expr::parse(group_by)?,
+        buckets: f as usize,
+        accs: bucket_output(output, 40244, "$bucketAuto")?,
+        granularity,
+        vars: ctx.vars.clone(),
+        explain: doc! {"$bucketAuto": spec.clone()},
+    }))
+}
+
+impl BucketAuto {
+    fn run(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<Vec<Document>> {
+        let limits = ctx.limits();
+        let mut items: Vec<(Bson, Document)> = Vec::new();
+        let mut bytes = 0usize;
+        for d in input {
+            let d = d?;
+            let v = eval(&self.group_by, &d, &self.vars)?.unwrap_or(Bson::Null);
+            if self.granularity.is_some() {
+                Granularity::number(&v)?;
+            }
+            bytes += approx_size(&v) + super::spill::doc_size(&d);
+            if bytes > limits.max_blocking_bytes {
+                // TODO(issue 5): spill $bucketAuto's sorted input.
+                return Err(Error::new(
+                    ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed,
+                    "Exceeded memory limit for $bucketAuto, but didn't allow external sort. \
+                     Pass allowDiskUse:true to opt in.",
+                ));
+            }
+            items.push((v, d));
+        }
+        items.sort_by(|a, b| compare(&a.0, &b.0));
+        let total = items.len();
+        if total == 0 {
+            return Ok(Vec::new());
+        }
+        let approx = ((total as f64 / self.buckets as f64).round() as usize).max(1);
+        let mut out = Vec::new();
+        let mut i = 0usize;
+        let mut previous_max: Option<Bson> = None;
+        while i < total {
+            let start = i;
+            let last_bucket = out.len() + 1 >= self.buckets;
+            let mut end = if last_bucket {
+                total
+            } else {
+                (i + approx).min(total)
+            };
+            // Equal values stay in one bucket.
+            while end < total && compare(&items[end - 1].0, &items[end].0).is_eq() {
+                end += 1;
+            }
+            let mut min = items[start].0.clone();
+            let mut max = items[end - 1].0.clone();
+            if let Some(g) = self.granularity {
+                if let Some(p) = &previous_max {
+                    min = p.clone();
+                } else {
+                    min = g.round_down(&min)?;
+                }
+                let bound = g.round_up(&max)?;
+                while end < total && compare(&bound, &items[end].0).is_gt() {
+                    end += 1;
+                }
+                max = if Number::of(&bound).is_some_and(|n| n.to_f64() == 0.0) && end < total {
+                    g.round_down(&items[end].0)?
+                } else {
+                    bound
+                };
+                previous_max = Some(max.clone());
+            } else if end < total {
+                max = items[end].0.clone();
+            }
+            let mut states: Vec<State> = self.accs.iter().map(|a| new_state(&a.op)).collect();
+            for (_, d) in &items[start..end] {
+                for (acc, state) in self.accs.iter().zip(states.iter_mut()) {
+                    let v = eval(&acc.arg, d, &self.vars)?;
+                    state.add(&acc.op, v, d)?;
+                }
+            }
+            let mut doc = doc! {"_id": {"min": min, "max": max}};
+            for (acc, state) in self.accs.iter().zip(states) {
+                doc.insert(acc.field.clone(), state.finish(&acc.op));
+            }
+            out.push(doc);
+            i = end;
+        }
+        Ok(out)
+    }
+}
+
+impl Stage for BucketAuto {
+    fn name(&self) -> &'static str {
+        "$bucketAuto"
+    }
+    fn apply(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        Ok(Box::new(self.run(input, ctx)?.into_iter().map(Ok)))
+    }
+    fn split(&self) -> Split {
+        Split::RouterOnly
+    }
+    fn explain(&self) -> Document {
+        self.explain.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::basic::tests::{ctx, ctx_with, err_code, run, run_in};
+
+    fn sales() -> Vec<Document> {
+        vec![
+            doc! {"_id": 1, "item": "a", "price": 10, "qty": 2, "tags": ["x", "y"], "o": {"p": 1}},
+            doc! {"_id": 2, "item": "b", "price": 20.5, "qty": 1, "tags": ["y"], "o": {"q": 2}},
+            doc! {"_id": 3, "item": "a", "price": 5, "qty": 10_i64, "tags": [], "o": {"p": 3}},
+            doc! {"_id": 4, "item": "c", "price": 7, "qty": 3, "o": null},
+            doc! {"_id": 5, "item": "a", "price": 1, "qty": 4, "tags": ["z"]},
+            doc! {"_id": 6, "item": "b", "qty": 5, "tags": ["x"]},
+        ]
+    }
+
+    fn by_id(mut docs: Vec<Document>) -> Vec<Document> {
+        docs.sort_by(|a, b| compare(a.get("_id").unwrap(), b.get("_id").unwrap()));
+        docs
+    }
+
+    fn group_a(spec: Document) -> Document {
+        let mut g = doc! {"_id": "$item"};
+        g.extend(spec);
+        let out = by_id(run(vec![doc! {"$group": g}], sales()).unwrap());
+        out.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn table_is_sorted() {
+        assert!(STAGES.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn simple_accumulators() {
+        let a = group_a(doc! {
+            "sum": {"$sum": "$price"}, "n": {"$sum": 1}, "q": {"$sum": "$qty"},
+            "avg": {"$avg": "$price"}, "min": {"$min": "$price"}, "max": {"$max": "$price"},
+            "first": {"$first": "$_id"}, "last": {"$last": "$_id"}, "c": {"$count": {}},
+            "push": {"$push": "$_id"}, "set": {"$addToSet": "$qty"},
+            "m": {"$mergeObjects": "$o"},
+        });
+        assert_eq!(
+            a,
+            doc! {"_id": "a", "sum": 16, "n": 3, "q": 16_i64,
+            "avg": 16.0 / 3.0, "min": 1, "max": 10, "first": 1, "last": 5, "c": 3,
+            "push": [1, 3, 5], "set": [2, 10_i64, 4], "m": {"p": 3}}
+        );
+    }
+
+    #[test]
+    fn sum_widening_and_missing() {
+        let out = run(
+            vec![doc! {"$group": {"_id": null, "s": {"$sum": "$v"}, "a": {"$avg": "$none"}, "mn": {"$min": "$none"}}}],
+            vec![doc! {"v": i32::MAX}, doc! {"v": 1}],
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![doc! {"_id": null, "s": i64::from(i32::MAX) + 1, "a": null, "mn": null}]
+        );
+        let out = run(
+            vec![doc! {"$group": {"_id": null, "s": {"$sum": "$v"}}}],
+            vec![doc! {"v": 1}, doc! {"v": 0.5}, doc! {"v": "x"}],
+        )
+        .unwrap();
+        assert_eq!(out, vec![doc! {"_id": null, "s": 1.5}]);
+    }
+
+    #[test]
+    fn std_dev() {
+        let input: Vec<Document> = [2, 4, 4, 4, 5, 5, 7, 9]
+            .iter()
+            .map(|v| doc! {"v": *v})
+            .collect();
+        let out = run(
+            vec![doc! {"$group": {"_id": null, "p": {"$stdDevPop": "$v"}, "s": {"$stdDevSamp": "$v"}}}],
+            input,
+        )
+        .unwrap();
+        assert_eq!(out[0].get_f64("p").unwrap(), 2.0);
+        assert!((out[0].get_f64("s").unwrap() - 2.138_089_935_299_395).abs() < 1e-12);
+        let out = run(
+            vec![doc! {"$group": {"_id": null, "s": {"$stdDevSamp": "$v"}}}],
+            vec![doc! {"v": 1}],
+        )
+        .unwrap();
+        assert_eq!(out, vec![doc! {"_id": null, "s": null}]);
+    }
+
+    #[test]
+    fn n_accumulators() {
+        let a = group_a(doc! {
+            "top": {"$top": {"sortBy": {"price": -1}, "output": "$_id"}},
+            "bottom": {"$bottom": {"sortBy": {"price": -1}, "output": "$_id"}},
+            "topN": {"$topN": {"n": 2, "sortBy": {"price": 1}, "output": ["$_id", "$price"]}},
+            "bottomN": {"$bottomN": {"n": 2, "sortBy": {"price": 1}, "output": "$_id"}},
+            "firstN": {"$firstN": {"n": 2, "input": "$_id"}},
+            "lastN": {"$lastN": {"n": 2, "input": "$_id"}},
+            "maxN": {"$maxN": {"n": 2, "input": "$price"}},
+            "minN": {"$minN": {"n": 5, "input": "$price"}},
+        });
+        assert_eq!(
+            a,
+            doc! {"_id": "a", "top": 1, "bottom": 5, "topN": [[5, 1], [3, 5]],
+            "bottomN": [3, 1], "firstN": [1, 3], "lastN": [3, 5], "maxN": [10, 5],
+            "minN": [1, 5, 10]}
+        );
+    }
+
+    #[test]
+    fn keys_use_mongodb_equality() {
+        let out = run(
+            vec![doc! {"$group": {"_id": "$k", "n": {"$sum": 1}}}],
+            vec![
+                doc! {"k": 1},
+                doc! {"k": 1.0},
+                doc! {"k": 1_i64},
+                doc! {"k": {"a": 1}},
+                doc! {"k": {"a": 1.0}},
+                doc! {},
+                doc! {"k": null},
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                doc! {"_id": 1, "n": 3},
+                doc! {"_id": {"a": 1}, "n": 2},
+                doc! {"_id": null, "n": 2}
+            ]
+        );
+        let out = run(
+            vec![doc! {"$group": {"_id": {"i": "$item", "big": {"$gt": ["$price", 6]}}, "n": {"$sum": 1}}}],
+            sales(),
+        )
+        .unwrap();
+        assert_eq!(out.len(), 5);
+    }
+
+    #[test]
+    fn group_errors() {
+        let e = |g: Document| err_code(vec![doc! {"$group": g}], vec![]);
+        assert_eq!(err_code(vec![doc! {"$group": 1}], vec![]), 15947);
+        assert_eq!(e(doc! {"n": {"$sum": 1}}), 15955);
+        assert_eq!(e(doc! {"_id": null, "n": {"$foo": 1}}), 15952);
+        assert_eq!(e(doc! {"_id": null, "n": 1}), 40234);
+        assert_eq!(e(doc! {"_id": null, "n": {"$sum": 1, "$avg": 1}}), 40238);
+        assert_eq!(e(doc! {"_id": null, "a.b": {"$sum": 1}}), 40235);
+        assert_eq!(e(doc! {"_id": null, "$a": {"$sum": 1}}), 40236);
+        assert_eq!(e(doc! {"_id": null, "a": {"$sum": [1, 2]}}), 40237);
+        assert_eq!(e(doc! {"_id": null, "a": {"$count": 1}}), 2);
+        assert_eq!(
+            e(doc! {"_id": null, "a": {"$topN": {"n": 0, "sortBy": {"a": 1}, "output": 1}}}),
+            5787908
+        );
+        assert_eq!(e(doc! {"_id": null, "a": {"$firstN": {"n": 1}}}), 5787907);
+        assert_eq!(
+            err_code(
+                vec![doc! {"$group": {"_id": null, "m": {"$mergeObjects": "$a"}}}],
+                vec![doc! {"a": 1}]
+            ),
+            40400
+        );
+    }
+
+    /// Runs `stage` split: partition part over each of three parts, then
+    /// the router part over all partials.
+    fn split_run(spec: Document, input: &[Document]) -> Vec<Document> {
+        let stages = vec![Bson::Document(spec)];
+        let p = crate::aggregate::Pipeline::parse(&stages, &ParseContext::default()).unwrap();
+        let stage = &p.stages[0];
+        let c = ctx();
+        match stage.split() {
+            Split::Blocking {
+                partition, router, ..
+            } => {
+                let mut partials = Vec::new();
+                for part in input.chunks(input.len().div_ceil(3)) {
+                    let s = partition
+                        .apply(
+                            Box::new(part.iter().cloned().map(Ok).collect::<Vec<_>>().into_iter()),
+                            &c,
+                        )
+                        .unwrap();
+                    partials.extend(s.map(|d| d.unwrap()));
+                }
+                let router = router.unwrap();
+                router
+                    .apply(Box::new(partials.into_iter().map(Ok)), &c)
+                    .unwrap()
+                    .map(|d| d.unwrap())
+                    .collect()
+            }
+            _ => panic!("not blocking"),
+        }
+    }
+
+    #[test]
+    fn partial_and_final_equal_single_group() {
+        let input: Vec<Document> = (0..30)
+            .map(|i| doc! {"g": i % 4, "v": i, "w": (i * 7) % 11, "d": f64::from(i) / 3.0})
+            .collect();
+        let spec = doc! {"$group": {
+            "_id": "$g",
+            "sum": {"$sum": "$v"}, "avg": {"$avg": "$w"}, "min": {"$min": "$w"},
+            "max": {"$max": "$w"}, "n": {"$count": {}}, "set": {"$addToSet": "$w"},
+            "pop": {"$stdDevPop": "$d"}, "samp": {"$stdDevSamp": "$d"},
+            "top": {"$top": {"sortBy": {"w": -1, "v": 1}, "output": "$v"}},
+            "bottom": {"$bottom": {"sortBy": {"w": -1, "v": 1}, "output": "$v"}},
+            "topN": {"$topN": {"n": 3, "sortBy": {"w": 1, "v": 1}, "output": "$v"}},
+            "bottomN": {"$bottomN": {"n": 3, "sortBy": {"w": 1, "v": 1}, "output": "$v"}},
+            "maxN": {"$maxN": {"n": 2, "input": "$w"}},
+            "minN": {"$minN": {"n": 2, "input": "$w"}},
+        }};
+        let single = by_id(run(vec![spec.clone()], input.clone()).unwrap());
+        let split = by_id(split_run(spec, &input));
+        assert_eq!(single.len(), 4);
+        for (a, b) in single.iter().zip(&split) {
+            for (k, v) in a {
+                match (k.as_str(), v) {
+                    ("set", Bson::Array(x)) => {
+                        let mut x: Vec<i32> = x.iter().map(|v| v.as_i32().unwrap()).collect();
+                        let mut y: Vec<i32> = b
+                            .get_array("set")
+                            .unwrap()
+                            .iter()
+                            .map(|v| v.as_i32().unwrap())
+                            .collect();
+                        x.sort();
+                        y.sort();
+                        assert_eq!(x, y);
+                    }
+                    (_, Bson::Double(x)) => {
+                        assert!((x - b.get_f64(k).unwrap()).abs() < 1e-9, "{k}")
+                    }
+                    _ => assert_eq!(Some(v), b.get(k), "{k}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn partial_sums_keep_int_type() {
+        let input = vec![
+            doc! {"v": i32::MAX},
+            doc! {"v": i32::MAX},
+            doc! {"v": i32::MIN},
+            doc! {"v": i32::MIN},
+            doc! {"v": 2},
+            doc! {"v": 0},
+        ];
+        let spec = doc! {"$group": {"_id": null, "s": {"$sum": "$v"}, "a": {"$avg": "$v"}}};
+        let single = run(vec![spec.clone()], input.clone()).unwrap();
+        assert_eq!(single, vec![doc! {"_id": null, "s": 0, "a": 0.0}]);
+        assert_eq!(split_run(spec, &input), single);
+    }
+
+    #[test]
+    fn order_sensitive_groups_run_at_router() {
+        let stages = vec![Bson::Document(
+            doc! {"$group": {"_id": null, "p": {"$push": 1}}},
+        )];
+        let p = crate::aggregate::Pipeline::parse(&stages, &ParseContext::default()).unwrap();
+        assert!(matches!(p.stages[0].split(), Split::RouterOnly));
+        assert_eq!(
+            p.stages[0].explain(),
+            doc! {"$group": {"_id": null, "p": {"$push": 1}}}
+        );
+    }
+
+    #[test]
+    fn group_spills_or_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let input: Vec<Document> = (0..400).map(|i| doc! {"g": i % 100, "v": i}).collect();
+        let spec = doc! {"$group": {"_id": "$g", "s": {"$sum": "$v"}, "p": {"$push": "$v"}, "f": {"$first": "$v"}}};
+        let no_disk = ctx_with(2_000, false, dir.path());
+        let e = run_in(&no_disk, vec![spec.clone()], input.clone()).unwrap_err();
+        assert_eq!(e.code.number(), 292);
+        assert_eq!(
+            e.message,
+            "Exceeded memory limit for $group, but didn't allow external sort. Pass allowDiskUse:true to opt in."
+        );
+        let disk = ctx_with(2_000, true, dir.path());
+        let spilled = run_in(&disk, vec![spec.clone()], input.clone()).unwrap();
+        let expected = by_id(run(vec![spec], input).unwrap());
+        assert_eq!(spilled, expected);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn bucket() {
+        let input: Vec<Document> = [1, 5, 12, 25, 30, 100]
+            .iter()
+            .map(|v| doc! {"v": *v})
+            .collect();
+        let out = run(
+            vec![doc! {"$bucket": {"groupBy": "$v", "boundaries": [0, 10, 20, 30], "default": "other"}}],
+            input.clone(),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                doc! {"_id": 0, "count": 2},
+                doc! {"_id": 10, "count": 1},
+                doc! {"_id": 20, "count": 1},
+                doc! {"_id": "other", "count": 2},
+            ]
+        );
+        let out = run(
+            vec![doc! {"$bucket": {"groupBy": "$v", "boundaries": [0, 50, 200], "output": {"s": {"$sum": "$v"}}}}],
+            input.clone(),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![doc! {"_id": 0, "s": 73}, doc! {"_id": 50, "s": 100}]
+        );
+        assert_eq!(
+            err_code(
+                vec![doc! {"$bucket": {"groupBy": "$v", "boundaries": [0, 10]}}],
+                input
+            ),
+            40066
+        );
+        let e = |b: Document| err_code(vec![doc! {"$bucket": b}], vec![]);
+        assert_eq!(e(doc! {"groupBy": "$v"}), 40198);
+        assert_eq!(e(doc! {"groupBy": "$v", "boundaries": [0]}), 40192);
+        assert_eq!(e(doc! {"groupBy": "$v", "boundaries": [0, "a"]}), 40193);
+        assert_eq!(e(doc! {"groupBy": "$v", "boundaries": [5, 1]}), 40194);
+        assert_eq!(
+            e(doc! {"groupBy": "$v", "boundaries": [0, 10], "default": 5}),
+            40199
+        );
+        assert_eq!(e(doc! {"groupBy": "v", "boundaries": [0, 10]}), 40202);
+        assert_eq!(e(doc! {"groupBy": "$v", "boundaries": 1}), 40200);
+        assert_eq!(
+            e(doc! {"groupBy": "$v", "boundaries": [0, 1], "x": 1}),
+            40197
+        );
+        assert_eq!(
+            e(doc! {"groupBy": "$v", "boundaries": [0, 1], "output": 1}),
+            40196
+        );
+    }
+
+    #[test]
+    fn bucket_auto() {
+        let input: Vec<Document> = (1..=10).map(|v| doc! {"v": v}).collect();
+        let out = run(
+            vec![doc! {"$bucketAuto": {"groupBy": "$v", "buckets": 3}}],
+            input.clone(),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                doc! {"_id": {"min": 1, "max": 4}, "count": 3},
+                doc! {"_id": {"min": 4, "max": 7}, "count": 3},
+                doc! {"_id": {"min": 7, "max": 10}, "count": 4},
+            ]
+        );
+        let out = run(
+            vec![doc! {"$bucketAuto": {"groupBy": "$v", "buckets": 2, "granularity": "POWERSOF2", "output": {"s": {"$sum": "$v"}}}}],
+            input,
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                doc! {"_id": {"min": 0.5, "max": 8.0}, "s": 28},
+                doc! {"_id": {"min": 8.0, "max": 16.0}, "s": 27},
+            ]
+        );
+        let e = |b: Document| err_code(vec![doc! {"$bucketAuto": b}], vec![]);
+        assert_eq!(e(doc! {"groupBy": "$v"}), 40246);
+        assert_eq!(e(doc! {"groupBy": "$v", "buckets": 0}), 40243);
+        assert_eq!(e(doc! {"groupBy": "$v", "buckets": "x"}), 40241);
+        assert_eq!(e(doc! {"groupBy": "$v", "buckets": 1.5}), 40242);
+        assert_eq!(e(doc! {"groupBy": "$v", "buckets": 2, "x": 1}), 40245);
+        assert_eq!(
+            e(doc! {"groupBy": "$v", "buckets": 2, "granularity": "X"}),
+            40257
+        );
+        assert_eq!(
+            err_code(
+                vec![doc! {"$bucketAuto": {"groupBy": "$v", "buckets": 2, "granularity": "R5"}}],
+                vec![doc! {"v": "a"}]
+            ),
+            40258
+        );
+    }
+}

@@ -26,6 +26,8 @@ mod multi;
 mod output;
 pub mod spill;
 
+pub use basic::sort_with_limit;
+
 /// A lazily produced stream of documents.
 pub type DocStream = Box<dyn Iterator<Item = Result<Document>> + Send>;
 
@@ -76,6 +78,54 @@ pub enum WhenMatched {
     Merge,
     Fail,
     Pipeline(Vec<Document>),
+}
+
+/// A context for pipelines that read and write nothing but their input
+/// (update pipelines): other collections are refused.
+struct LocalContext {
+    limits: Limits,
+}
+
+impl Context for LocalContext {
+    fn db(&self) -> &str {
+        ""
+    }
+
+    fn aggregate(&self, _: &str, coll: &str, _: &[Document], _: &Document) -> Result<DocStream> {
+        Err(Error::new(
+            ErrorCode::InvalidOptions,
+            format!("this pipeline cannot read collection '{coll}'"),
+        ))
+    }
+
+    fn replace_collection(&self, _: &str, coll: &str, _: Vec<Document>) -> Result<()> {
+        Err(Error::new(
+            ErrorCode::InvalidOptions,
+            format!("this pipeline cannot write collection '{coll}'"),
+        ))
+    }
+
+    fn merge_into(&self, _: &str, coll: &str, _: &MergeSpec, _: Vec<Document>) -> Result<()> {
+        Err(Error::new(
+            ErrorCode::InvalidOptions,
+            format!("this pipeline cannot write collection '{coll}'"),
+        ))
+    }
+
+    fn limits(&self) -> &Limits {
+        &self.limits
+    }
+}
+
+/// The context of a pipeline over documents alone.
+pub fn local_context() -> Arc<dyn Context> {
+    Arc::new(LocalContext {
+        limits: Limits {
+            max_blocking_bytes: DEFAULT_MAX_BLOCKING_BYTES,
+            allow_disk_use: false,
+            spill_dir: std::env::temp_dir(),
+        },
+    })
 }
 
 /// Memory limits of blocking stages and the spill directory.
@@ -165,7 +215,17 @@ pub struct Pipeline {
 impl Pipeline {
     /// Parses `[{$stage: arg}, ...]`.
     pub fn parse(stages: &[Bson], ctx: &ParseContext) -> Result<Pipeline> {
-        let mut out = Vec::with_capacity(stages.len());
+        let bound;
+        let stages = if ctx.vars.is_empty() {
+            stages
+        } else {
+            bound = stages
+                .iter()
+                .map(|s| bind_variables(s, &ctx.vars))
+                .collect::<Vec<_>>();
+            &bound[..]
+        };
+        let mut out: Vec<Box<dyn Stage>> = Vec::with_capacity(stages.len());
         for (i, stage) in stages.iter().enumerate() {
             let Bson::Document(stage) = stage else {
                 return Err(Error::new(
@@ -184,7 +244,23 @@ impl Pipeline {
                 last: i + 1 == stages.len(),
                 ..ctx.clone()
             };
-            out.push(parser(arg, &ctx)?);
+            let parsed = parser(arg, &ctx)?;
+            // `$sort` then `$limit n`: the sort keeps only its best n.
+            let next_limit = stages
+                .get(i + 1)
+                .and_then(Bson::as_document)
+                .and_then(|d| d.get("$limit"))
+                .and_then(|n| match n {
+                    Bson::Int32(n) => usize::try_from(*n).ok(),
+                    Bson::Int64(n) => usize::try_from(*n).ok(),
+                    Bson::Double(n) if n.fract() == 0.0 && *n >= 1.0 => Some(*n as usize),
+                    _ => None,
+                })
+                .filter(|&n| n > 0);
+            match (parsed.sort_order(), next_limit) {
+                (Some(order), Some(limit)) => out.push(sort_with_limit(order.clone(), limit)),
+                _ => out.push(parsed),
+            }
         }
         Ok(Pipeline { stages: out })
     }
@@ -196,6 +272,41 @@ impl Pipeline {
             stream = stage.apply(stream, ctx)?;
         }
         Ok(stream)
+    }
+}
+
+/// Replaces each use of a bound variable (`"$$name"`, `"$$name.path"`)
+/// with its value as a `$literal`: `let` variables are constants for the
+/// whole pipeline, so every stage, `$expr` filters included, sees them.
+pub fn bind_variables(value: &Bson, vars: &Document) -> Bson {
+    match value {
+        Bson::String(s) => {
+            let Some(rest) = s.strip_prefix("$$") else {
+                return value.clone();
+            };
+            let mut parts = rest.split('.');
+            let name = parts.next().unwrap_or_default();
+            let Some(mut found) = vars.get(name) else {
+                return value.clone();
+            };
+            for part in parts {
+                match found {
+                    Bson::Document(d) => match d.get(part) {
+                        Some(v) => found = v,
+                        None => return Bson::Document(bson::doc! {"$literal": Bson::Null}),
+                    },
+                    _ => return Bson::Document(bson::doc! {"$literal": Bson::Null}),
+                }
+            }
+            Bson::Document(bson::doc! {"$literal": found.clone()})
+        }
+        Bson::Array(items) => Bson::Array(items.iter().map(|v| bind_variables(v, vars)).collect()),
+        Bson::Document(d) => Bson::Document(
+            d.iter()
+                .map(|(k, v)| (k.clone(), bind_variables(v, vars)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 

@@ -1,6 +1,366 @@
 //! `$facet`: several sub-pipelines over one input.
+//!
+//! The input is buffered once (bounded like any blocking stage), every
+//! sub-pipeline runs over a copy, and one document comes out with one
+//! array field per sub-pipeline. It runs only at the router: MongoDB does
+//! not split `$facet` either (SERVER-24154).
 
-use super::StageParser;
+use std::sync::Arc;
+
+use bson::{doc, Bson, Document};
+
+use super::{
+    Context, DocStream, ParseContext, Pipeline, Split, Stage, StageParser,
+    DEFAULT_MAX_BLOCKING_BYTES,
+};
+use crate::error::{Error, ErrorCode, Result};
+use crate::query::compare::type_name;
 
 /// This family's stages, sorted by name.
-pub(super) static STAGES: &[(&str, StageParser)] = &[];
+pub(super) static STAGES: &[(&str, StageParser)] = &[("$facet", parse_facet)];
+
+/// Stages a `$facet` sub-pipeline may not hold (their `FacetRequirement`
+/// is `kNotAllowed` in MongoDB).
+const NOT_IN_FACET: &[&str] = &[
+    "$changeStream",
+    "$collStats",
+    "$currentOp",
+    "$facet",
+    "$geoNear",
+    "$indexStats",
+    "$listSessions",
+    "$merge",
+    "$out",
+    "$search",
+];
+
+/// Largest document `$facet` may build (MongoDB's
+/// `internalQueryFacetMaxOutputDocSizeBytes`, 100 MB).
+const MAX_OUTPUT_BYTES: usize = DEFAULT_MAX_BLOCKING_BYTES;
+
+struct Facet {
+    /// Shared with the output stream, which outlives `&self`.
+    facets: Arc<Vec<(String, Pipeline)>>,
+}
+
+fn parse_facet(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
+    let spec = match arg {
+        Bson::Document(d) if !d.is_empty() => d,
+        other => {
+            return Err(Error::new(
+                ErrorCode::Location(40169),
+                format!("the $facet specification must be a non-empty object, but found: {other}"),
+            ))
+        }
+    };
+    let sub_ctx = ParseContext {
+        in_facet: true,
+        ..pctx.clone()
+    };
+    let mut facets = Vec::with_capacity(spec.len());
+    for (name, value) in spec {
+        validate_facet_name(name)?;
+        let Bson::Array(stages) = value else {
+            return Err(Error::new(
+                ErrorCode::Location(40170),
+                format!(
+                    "arguments to $facet must be arrays, {name} is type {}",
+                    type_name(value)
+                ),
+            ));
+        };
+        for stage in stages {
+            let Bson::Document(stage) = stage else {
+                return Err(Error::new(
+                    ErrorCode::Location(40171),
+                    format!(
+                        "elements of arrays in $facet spec must be non-empty objects, {name} \
+                         argument contained an element of type {}: {stage}",
+                        type_name(stage)
+                    ),
+                ));
+            };
+            if let Some(stage_name) = stage.keys().next() {
+                if NOT_IN_FACET.contains(&stage_name.as_str()) {
+                    return Err(Error::new(
+                        ErrorCode::Location(40600),
+                        format!("{stage_name} is not allowed to be used within a $facet stage"),
+                    ));
+                }
+            }
+        }
+        facets.push((name.clone(), Pipeline::parse(stages, &sub_ctx)?));
+    }
+    Ok(Box::new(Facet {
+        facets: Arc::new(facets),
+    }))
+}
+
+/// Facet names follow the rules of field names in a path.
+fn validate_facet_name(name: &str) -> Result<()> {
+    let problem = if name.is_empty() {
+        Some((15998, "FieldPath field names may not be empty strings."))
+    } else if name.starts_with('$') {
+        Some((
+            16410,
+            "FieldPath field names may not start with '$'. Consider using $getField or \
+             $setField.",
+        ))
+    } else if name.contains('.') {
+        Some((
+            16412,
+            "FieldPath field names may not contain '.'. Consider using $getField or $setField.",
+        ))
+    } else if name.contains('\0') {
+        Some((16411, "FieldPath field names may not contain '\0'."))
+    } else {
+        None
+    };
+    match problem {
+        None => Ok(()),
+        Some((code, reason)) => Err(Error::new(
+            ErrorCode::Location(code),
+            format!(
+                "$facet pipeline names must follow the naming rules of field path \
+                 expressions. :: caused by :: {reason}"
+            ),
+        )),
+    }
+}
+
+/// Buffers the input, runs every sub-pipeline over it, and builds the one
+/// output document.
+fn run_facets(
+    facets: &[(String, Pipeline)],
+    input: DocStream,
+    ctx: &Arc<dyn Context>,
+) -> Result<Document> {
+    let limits = ctx.limits();
+    let mut buffered = Vec::new();
+    let mut bytes = 0usize;
+    for doc in input {
+        let doc = doc?;
+        bytes = bytes.saturating_add(doc_size(&doc));
+        // TODO(issue 5): spill the buffer with allowDiskUse instead of
+        // holding it.
+        if bytes > limits.max_blocking_bytes && !limits.allow_disk_use {
+            return Err(Error::new(
+                ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed,
+                format!(
+                    "$facet exceeded memory limit of {} bytes, but did not opt in to \
+                         external sorting.",
+                    limits.max_blocking_bytes
+                ),
+            ));
+        }
+        buffered.push(doc);
+    }
+    let mut out = Document::new();
+    let mut out_bytes = 0usize;
+    for (name, pipeline) in facets {
+        let copy: DocStream = Box::new(buffered.clone().into_iter().map(Ok));
+        let mut results = Vec::new();
+        for doc in pipeline.run(copy, ctx)? {
+            let doc = doc?;
+            out_bytes = out_bytes.saturating_add(doc_size(&doc));
+            if out_bytes > MAX_OUTPUT_BYTES {
+                return Err(Error::new(
+                    ErrorCode::Location(4031700),
+                    format!(
+                        "document constructed by $facet is {out_bytes} bytes, which exceeds \
+                             the limit of {MAX_OUTPUT_BYTES} bytes"
+                    ),
+                ));
+            }
+            results.push(Bson::Document(doc));
+        }
+        out.insert(name.clone(), Bson::Array(results));
+    }
+    Ok(out)
+}
+
+/// A document's BSON size (0 if it cannot be encoded, which the write
+/// path reports later).
+fn doc_size(doc: &Document) -> usize {
+    doc.to_vec().map(|v| v.len()).unwrap_or(0)
+}
+
+impl Stage for Facet {
+    fn name(&self) -> &'static str {
+        "$facet"
+    }
+
+    fn apply(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        // The input is read only when the output is first asked for.
+        let facets = Arc::clone(&self.facets);
+        let ctx = Arc::clone(ctx);
+        let mut input = Some(input);
+        Ok(Box::new(std::iter::from_fn(move || {
+            let input = input.take()?;
+            Some(run_facets(&facets, input, &ctx))
+        })))
+    }
+
+    fn split(&self) -> Split {
+        Split::RouterOnly
+    }
+
+    fn explain(&self) -> Document {
+        let mut spec = Document::new();
+        for (name, pipeline) in self.facets.iter() {
+            let stages: Vec<Bson> = pipeline
+                .stages
+                .iter()
+                .map(|s| Bson::Document(s.explain()))
+                .collect();
+            spec.insert(name.clone(), Bson::Array(stages));
+        }
+        doc! { "$facet": spec }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bson::doc;
+
+    use super::super::lookup::test_support::{parse_error, run, FakeContext};
+    use super::*;
+
+    fn input() -> Vec<Document> {
+        (1..=5)
+            .map(|i| doc! { "_id": i, "even": i % 2 == 0 })
+            .collect()
+    }
+
+    #[test]
+    fn every_facet_sees_the_whole_input() {
+        let ctx = FakeContext::new(&[]);
+        let out = run(
+            &ctx,
+            vec![doc! { "$facet": {
+                "all": [],
+                "joined": [{ "$unionWith": "none" }],
+                "again": [],
+            }}],
+            input(),
+        )
+        .unwrap();
+        assert_eq!(out.len(), 1);
+        let keys: Vec<&String> = out[0].keys().collect();
+        assert_eq!(keys, ["all", "joined", "again"]);
+        assert_eq!(out[0].get_array("all").unwrap().len(), 5);
+        assert_eq!(out[0].get_array("again").unwrap().len(), 5);
+        assert_eq!(out[0].get_array("joined").unwrap().len(), 5);
+    }
+
+    #[test]
+    fn facet_with_match_sub_pipelines() {
+        let ctx = FakeContext::new(&[]);
+        let out = run(
+            &ctx,
+            vec![doc! { "$facet": {
+                "evens": [{ "$match": { "even": true } }],
+                "odds": [{ "$match": { "even": false } }],
+            }}],
+            input(),
+        )
+        .unwrap();
+        assert_eq!(out[0].get_array("evens").unwrap().len(), 2);
+        assert_eq!(out[0].get_array("odds").unwrap().len(), 3);
+    }
+
+    #[test]
+    fn empty_input_gives_empty_arrays() {
+        let ctx = FakeContext::new(&[]);
+        let out = run(&ctx, vec![doc! { "$facet": { "a": [] } }], vec![]).unwrap();
+        assert_eq!(out, vec![doc! { "a": [] }]);
+    }
+
+    #[test]
+    fn memory_limit_without_disk_use() {
+        let mut ctx = FakeContext::new(&[]);
+        Arc::get_mut(&mut ctx).unwrap().limits.max_blocking_bytes = 50;
+        let e = run(&ctx, vec![doc! { "$facet": { "a": [] } }], input()).unwrap_err();
+        assert_eq!(e.code.number(), 292);
+    }
+
+    #[test]
+    fn explain_lists_sub_pipelines() {
+        let stages = vec![Bson::Document(
+            doc! { "$facet": { "a": [{ "$unionWith": "x" }], "b": [] } },
+        )];
+        let p = Pipeline::parse(&stages, &ParseContext::default()).unwrap();
+        assert_eq!(
+            p.stages[0].explain(),
+            doc! { "$facet": {
+                "a": [{ "$unionWith": { "coll": "x", "pipeline": [] } }],
+                "b": [],
+            }}
+        );
+        assert!(matches!(p.stages[0].split(), Split::RouterOnly));
+    }
+
+    #[test]
+    fn parse_errors() {
+        let cases: Vec<(Document, i32, &str)> = vec![
+            (
+                doc! { "$facet": {} },
+                40169,
+                "the $facet specification must be a non-empty object, but found: {}",
+            ),
+            (
+                doc! { "$facet": { "a": 1 } },
+                40170,
+                "arguments to $facet must be arrays, a is type int",
+            ),
+            (
+                doc! { "$facet": { "a": [1] } },
+                40171,
+                "elements of arrays in $facet spec must be non-empty objects, a argument \
+                 contained an element of type int: 1",
+            ),
+            (
+                doc! { "$facet": { "a": [{ "$out": "x" }] } },
+                40600,
+                "$out is not allowed to be used within a $facet stage",
+            ),
+            (
+                doc! { "$facet": { "a": [{ "$merge": "x" }] } },
+                40600,
+                "$merge is not allowed to be used within a $facet stage",
+            ),
+            (
+                doc! { "$facet": { "a": [{ "$facet": { "b": [] } }] } },
+                40600,
+                "$facet is not allowed to be used within a $facet stage",
+            ),
+            (
+                doc! { "$facet": { "$a": [] } },
+                16410,
+                "$facet pipeline names must follow the naming rules of field path \
+                 expressions. :: caused by :: FieldPath field names may not start with '$'. \
+                 Consider using $getField or $setField.",
+            ),
+            (
+                doc! { "$facet": { "a.b": [] } },
+                16412,
+                "$facet pipeline names must follow the naming rules of field path \
+                 expressions. :: caused by :: FieldPath field names may not contain '.'. \
+                 Consider using $getField or $setField.",
+            ),
+        ];
+        for (stage, code, message) in cases {
+            let e = parse_error(vec![stage.clone()]);
+            assert_eq!(
+                (e.code.number(), e.message.as_str()),
+                (code, message),
+                "{stage}"
+            );
+        }
+        // Stages not allowed in $facet are refused inside a sub-pipeline too.
+        let e = parse_error(vec![doc! { "$facet": { "a": [
+            { "$lookup": { "from": "x", "pipeline": [{ "$out": "y" }], "as": "z" } }
+        ] } }]);
+        assert_eq!(e.code.number(), 51047);
+    }
+}
