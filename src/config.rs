@@ -53,6 +53,12 @@ pub struct Config {
     /// whose TTL index date has expired.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub ttl_monitor_interval_secs: u64,
+
+    /// Bytes a blocking aggregation stage (`$group`, `$sort`,
+    /// `$bucketAuto`, `$facet`) may hold in memory; past it, the stage
+    /// spills to disk with `allowDiskUse: true` and fails without.
+    #[arg(long, default_value_t = crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES)]
+    pub max_blocking_stage_bytes: usize,
 }
 
 impl Config {

@@ -1,304 +1,42 @@
-//! `aggregate`, in the subset drivers and mongosh's helpers need before
-//! the aggregation pipeline is built: `$match`, `$sort`, `$skip`,
-//! `$limit`, `$project`, `$count`, `$group` with `$sum` (the shape of
-//! `countDocuments` and of `sh.status()`'s chunk counts) and a leading
-//! `$collStats` (one document per partition, as `getShardDistribution()`
-//! reads). Any other stage is refused by name.
+//! `aggregate`: parses the command, answers the stages that describe the
+//! server itself (`$collStats`, `$shardedDataDistribution`) here, and hands
+//! every other pipeline to the router, which splits it across partitions
+//! ([`crate::router::aggregate`]). The stages themselves live in
+//! [`crate::aggregate`].
+
+use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 
-use super::args::{self, collection_namespace, number_as_i64, opt_document};
+use super::args::{self, bool_or, collection_namespace, number_as_i64, opt_document};
 use super::Request;
-use crate::cursor::{first_batch_reply, next_batch, DEFAULT_FIRST_BATCH};
+use crate::aggregate::{stage_arg, Context, Limits, ParseContext, Pipeline};
+use crate::cursor::{first_batch_reply, next_batch, with_time_limit, DEFAULT_FIRST_BATCH};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::expr::Expr;
-use crate::query::filter::{Filter, MatchDetails};
-use crate::query::projection::Projection;
-use crate::query::sort::SortSpec;
-use crate::router::{DocStream, FindSpec};
+use crate::router::aggregate::{leading_match, RouterContext, SplitPipeline};
+use crate::router::{DocStream, Namespace};
 
-enum Stage {
-    Match(Filter),
-    Sort(SortSpec),
-    Skip(usize),
-    Limit(usize),
-    Project(Projection),
-    Count(String),
-    /// `$group` by an `_id` expression; fields are `(name, $sum argument)`.
-    Group(Expr, Vec<(String, Expr)>),
-    /// `$collStats`: storage figures per partition.
-    CollStats(Document),
-    /// `$documents`: the documents of a collection-less aggregate.
-    Documents(Vec<Document>),
-    /// `$shardedDataDistribution`: documents and bytes per partition of
-    /// every sharded collection.
-    ShardedDataDistribution,
+/// What an `aggregate` command asks for, parsed.
+pub(crate) struct Aggregate {
+    pub ns: Namespace,
+    pub collectionless: bool,
+    pub pipeline: Vec<Bson>,
+    pub vars: Document,
+    pub allow_disk_use: bool,
+    pub explain: bool,
+    pub batch_size: Option<usize>,
+    pub max_time_ms: Option<u64>,
 }
 
-fn stage_arg(stage: &Document) -> Result<(&str, &Bson)> {
-    if stage.len() != 1 {
-        return Err(Error::new(
-            ErrorCode::Location40324,
-            "A pipeline stage specification object must contain exactly one field.",
-        ));
-    }
-    stage
-        .iter()
-        .next()
-        .map(|(k, v)| (k.as_str(), v))
-        .ok_or_else(|| Error::bad_value("empty pipeline stage"))
-}
-
-fn parse_stage(stage: &Document) -> Result<Stage> {
-    let (name, arg) = stage_arg(stage)?;
-    let doc_arg = || -> Result<&Document> {
-        arg.as_document().ok_or_else(|| {
-            Error::new(
-                ErrorCode::Location15958,
-                format!("the {name} stage specification must be an object"),
-            )
-        })
-    };
-    let count_arg = || -> Result<usize> {
-        match number_as_i64(arg) {
-            Some(n) if n >= 0 => Ok(n as usize),
-            _ => Err(Error::new(
-                ErrorCode::Location15958,
-                format!("invalid argument to {name} stage: must be a non-negative number"),
-            )),
-        }
-    };
-    Ok(match name {
-        "$match" => Stage::Match(Filter::parse(doc_arg()?)?),
-        "$sort" => Stage::Sort(SortSpec::parse(doc_arg()?)?),
-        "$skip" => Stage::Skip(count_arg()?),
-        "$limit" => match count_arg()? {
-            0 => {
-                return Err(Error::new(
-                    ErrorCode::Location15958,
-                    "the limit must be positive",
-                ))
-            }
-            n => Stage::Limit(n),
-        },
-        "$project" => Stage::Project(Projection::parse(doc_arg()?)?),
-        "$count" => match arg {
-            Bson::String(s) if !s.is_empty() && !s.starts_with('$') && !s.contains('.') => {
-                Stage::Count(s.clone())
-            }
-            _ => {
-                return Err(Error::new(
-                    ErrorCode::Location40324,
-                    "the count field must be a non-empty string without '$' or '.'",
-                ))
-            }
-        },
-        "$group" => {
-            let spec = doc_arg()?;
-            let Some(id) = spec.get("_id") else {
-                return Err(Error::new(
-                    ErrorCode::Location15955,
-                    "a group specification must include an _id",
-                ));
-            };
-            let id = Expr::parse(id)?;
-            let mut fields = Vec::new();
-            for (k, v) in spec.iter().filter(|(k, _)| k.as_str() != "_id") {
-                match v.as_document().and_then(|d| d.get("$sum")) {
-                    Some(sum) if v.as_document().is_some_and(|d| d.len() == 1) => {
-                        fields.push((k.clone(), Expr::parse(sum)?))
-                    }
-                    _ => return Err(not_yet("$group accumulators other than $sum")),
-                }
-            }
-            Stage::Group(id, fields)
-        }
-        "$collStats" => Stage::CollStats(doc_arg()?.clone()),
-        "$shardedDataDistribution" => {
-            doc_arg()?;
-            Stage::ShardedDataDistribution
-        }
-        "$documents" => {
-            let value = Expr::parse(arg)?.evaluate(&Document::new())?;
-            let Bson::Array(items) = value else {
-                return Err(Error::new(
-                    ErrorCode::Location5858203,
-                    "an array is expected",
-                ));
-            };
-            let mut docs = Vec::with_capacity(items.len());
-            for item in items {
-                match item {
-                    Bson::Document(d) => docs.push(d),
-                    _ => {
-                        return Err(Error::new(
-                            ErrorCode::Location40228,
-                            "'$documents' must evaluate to an array of objects",
-                        ))
-                    }
-                }
-            }
-            Stage::Documents(docs)
-        }
-        other if other.starts_with('$') => {
-            return Err(Error::new(
-                ErrorCode::Location40324,
-                format!("Unrecognized pipeline stage name: '{other}'"),
-            ))
-        }
-        other => {
-            return Err(Error::new(
-                ErrorCode::Location40324,
-                format!("Unrecognized pipeline stage name: '{other}'"),
-            ))
-        }
-    })
-}
-
-fn not_yet(what: &str) -> Error {
-    Error::new(
-        ErrorCode::CommandNotSupported,
-        format!("{what} is not supported by this server's aggregate yet"),
-    )
-}
-
-/// The number `$sum` adds for one document: non-numbers add nothing.
-fn sum_value(arg: &Expr, doc: &Document) -> Result<f64> {
-    Ok(match arg.evaluate_value(doc)? {
-        Some(Bson::Int32(n)) => n as f64,
-        Some(Bson::Int64(n)) => n as f64,
-        Some(Bson::Double(n)) => n,
-        _ => 0.0,
-    })
-}
-
-/// A sum as MongoDB reports it: an int when it fits, else a long or double.
-fn number(total: f64, all_integral: bool) -> Bson {
-    if all_integral && total.fract() == 0.0 && total.abs() < i32::MAX as f64 {
-        Bson::Int32(total as i32)
-    } else if all_integral && total.fract() == 0.0 && total.abs() < 9.0e18 {
-        Bson::Int64(total as i64)
-    } else {
-        Bson::Double(total)
-    }
-}
-
-fn apply(stage: Stage, input: DocStream) -> Result<DocStream> {
-    Ok(match stage {
-        Stage::Match(f) => Box::new(input.filter(move |d| match d {
-            Ok(d) => f.matches(d),
-            Err(_) => true,
-        })),
-        Stage::Sort(s) => {
-            let mut docs = input.collect::<Result<Vec<_>>>()?;
-            docs.sort_by(|a, b| s.compare(a, b));
-            Box::new(docs.into_iter().map(Ok))
-        }
-        Stage::Skip(n) => Box::new(input.skip(n)),
-        Stage::Limit(n) => Box::new(input.take(n)),
-        Stage::Project(p) => {
-            Box::new(input.map(move |d| d.and_then(|d| p.apply(&d, &MatchDetails::default()))))
-        }
-        Stage::Count(field) => {
-            let mut n = 0i64;
-            for d in input {
-                d?;
-                n += 1;
-            }
-            if n == 0 {
-                Box::new(std::iter::empty())
-            } else {
-                let count = if n <= i32::MAX as i64 {
-                    Bson::Int32(n as i32)
-                } else {
-                    Bson::Int64(n)
-                };
-                Box::new(std::iter::once(Ok(doc! {field: count})))
-            }
-        }
-        Stage::Group(id, fields) => {
-            // Groups in the order their first document came.
-            let mut groups: Vec<(Bson, Vec<(f64, bool)>)> = Vec::new();
-            let mut index: std::collections::HashMap<Vec<u8>, usize> =
-                std::collections::HashMap::new();
-            for d in input {
-                let d = d?;
-                let key = id.evaluate_value(&d)?.unwrap_or(Bson::Null);
-                let slot = crate::storage::keystring::encode_id(&key);
-                let at = *index.entry(slot).or_insert_with(|| {
-                    groups.push((key, vec![(0.0, true); fields.len()]));
-                    groups.len() - 1
-                });
-                for (i, (_, arg)) in fields.iter().enumerate() {
-                    let v = sum_value(arg, &d)?;
-                    if let Some(t) = groups.get_mut(at).and_then(|g| g.1.get_mut(i)) {
-                        t.0 += v;
-                        t.1 &= v.fract() == 0.0;
-                    }
-                }
-            }
-            let out: Vec<Result<Document>> = groups
-                .into_iter()
-                .map(|(key, totals)| {
-                    let mut out = doc! {"_id": key};
-                    for ((name, _), (total, integral)) in fields.iter().zip(totals) {
-                        out.insert(name.clone(), number(total, integral));
-                    }
-                    Ok(out)
-                })
-                .collect();
-            Box::new(out.into_iter())
-        }
-        Stage::CollStats(_) => {
-            return Err(Error::new(
-                ErrorCode::Location40602,
-                "$collStats is only valid as the first stage in a pipeline",
-            ))
-        }
-        Stage::Documents(_) => {
-            return Err(Error::new(
-                ErrorCode::Location40602,
-                "$documents is only valid as the first stage in a pipeline",
-            ))
-        }
-        Stage::ShardedDataDistribution => {
-            return Err(Error::new(
-                ErrorCode::Location40602,
-                "$shardedDataDistribution is only valid as the first stage in a pipeline",
-            ))
-        }
-    })
-}
-
-pub async fn run(req: &Request<'_>) -> Result<Document> {
-    super::args::check_fields(
-        req,
-        &[
-            "pipeline",
-            "explain",
-            "allowDiskUse",
-            "cursor",
-            "bypassDocumentValidation",
-            "collation",
-            "hint",
-            "let",
-            "fromMongos",
-            "needsMerge",
-            "isMapReduceCommand",
-            "collectionUUID",
-            "exchange",
-            "runtimeConstants",
-            "searchQueryPlanningInfo",
-        ],
-    )?;
-    let b = &req.body;
-    // `aggregate: 1` runs on no collection; its first stage must make
-    // the documents (`$documents`).
+pub(crate) fn parse(db: &str, b: &Document) -> Result<Aggregate> {
+    // `aggregate: 1` runs on no collection; its first stage makes the
+    // documents (`$documents`, `$shardedDataDistribution`).
     let collectionless = matches!(b.get("aggregate"), Some(v) if number_as_i64(v) == Some(1));
     let ns = match b.get("aggregate") {
-        Some(Bson::String(_)) => collection_namespace("aggregate", &req.db, b)?,
-        Some(_) if collectionless => crate::router::Namespace {
-            db: req.db.clone(),
+        Some(Bson::String(_)) => collection_namespace("aggregate", db, b)?,
+        Some(_) if collectionless => Namespace {
+            db: db.to_string(),
             coll: "$cmd.aggregate".to_string(),
         },
         Some(_) => {
@@ -315,10 +53,14 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             "BSON field 'aggregate.pipeline' is missing but a required field",
         ));
     };
-    if b.contains_key("explain") {
-        return Err(not_yet("aggregate explain"));
-    }
+    let explain = bool_or("aggregate", b, "explain", false)?;
     let cursor_opts = opt_document("aggregate", b, "cursor")?;
+    if cursor_opts.is_none() && !explain {
+        return Err(Error::new(
+            ErrorCode::FailedToParse,
+            "The 'cursor' option is required, except for aggregate with the explain argument",
+        ));
+    }
     let batch_size = match cursor_opts.and_then(|c| c.get("batchSize")) {
         Some(v) => Some(
             number_as_i64(v)
@@ -328,43 +70,77 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         ),
         None => None,
     };
-    let mut stages = Vec::with_capacity(pipeline.len());
-    for s in pipeline {
-        match s {
-            Bson::Document(d) => stages.push(parse_stage(d)?),
-            _ => {
-                return Err(Error::type_mismatch(
-                    "Each element of the 'pipeline' array must be an object",
-                ))
-            }
+    // `let` values are expressions over no document, evaluated once.
+    let mut vars = Document::new();
+    if let Some(lets) = opt_document("aggregate", b, "let")? {
+        for (name, value) in lets {
+            let v = Expr::parse(value)?.evaluate(&Document::new())?;
+            vars.insert(name.clone(), v);
         }
     }
-    // A leading $match runs where the documents are read.
-    let mut stages = stages.into_iter().peekable();
-    let filter = match stages.peek() {
-        Some(Stage::Match(_)) => match stages.next() {
-            Some(Stage::Match(f)) => Some(f),
-            _ => None,
-        },
+    Ok(Aggregate {
+        ns,
+        collectionless,
+        pipeline: pipeline.clone(),
+        vars,
+        allow_disk_use: bool_or("aggregate", b, "allowDiskUse", false)?,
+        explain,
+        batch_size,
+        max_time_ms: args::opt_non_negative("aggregate", b, "maxTimeMS")?,
+    })
+}
+
+/// The name of a pipeline's first stage.
+fn first_stage(pipeline: &[Bson]) -> Option<&str> {
+    match pipeline.first() {
+        Some(Bson::Document(d)) => d.keys().next().map(String::as_str),
         _ => None,
-    };
-    let router = req.state.router.clone();
-    let full = ns.full();
-    let coll_stats = match stages.peek() {
-        Some(Stage::CollStats(spec)) => Some(spec.clone()),
-        _ => None,
-    };
-    if coll_stats.is_some() {
-        stages.next();
     }
-    let documents = match stages.peek() {
-        Some(Stage::Documents(_)) => match stages.next() {
-            Some(Stage::Documents(docs)) => Some(docs),
-            _ => None,
-        },
-        Some(Stage::ShardedDataDistribution) => {
-            stages.next();
-            if !collectionless || req.db != "admin" {
+}
+
+/// The limits blocking stages run under.
+fn limits(req: &Request<'_>, allow_disk_use: bool) -> Limits {
+    Limits {
+        max_blocking_bytes: req.state.config.max_blocking_stage_bytes,
+        allow_disk_use,
+        spill_dir: req.state.config.data_dir.join("spill"),
+    }
+}
+
+/// Runs the pipeline and returns its output stream.
+fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
+    let router = req.state.router.clone();
+    let deadline = agg
+        .max_time_ms
+        .filter(|&ms| ms > 0)
+        .map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
+    let ctx: Arc<dyn Context> = RouterContext::shared(
+        router.clone(),
+        &agg.ns.db,
+        limits(req, agg.allow_disk_use),
+        deadline,
+    );
+    let parse_ctx = ParseContext {
+        vars: agg.vars.clone(),
+        ..ParseContext::default()
+    };
+    // Stages that describe the server make the input of the rest.
+    let source: Option<Vec<Document>> = match first_stage(&agg.pipeline) {
+        Some("$collStats") => {
+            let Some(Bson::Document(stage)) = agg.pipeline.first() else {
+                return Err(Error::internal("pipeline changed while running"));
+            };
+            let (_, arg) = stage_arg(stage)?;
+            let Bson::Document(spec) = arg else {
+                return Err(Error::new(
+                    ErrorCode::Location15958,
+                    "the $collStats stage specification must be an object",
+                ));
+            };
+            Some(coll_stats_documents(&router, &agg.ns, spec)?)
+        }
+        Some("$shardedDataDistribution") => {
+            if !agg.collectionless || agg.ns.db != "admin" {
                 return Err(Error::new(
                     ErrorCode::InvalidNamespace,
                     "$shardedDataDistribution must be run against the 'admin' database with {aggregate: 1}",
@@ -374,32 +150,86 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         }
         _ => None,
     };
-    if collectionless && documents.is_none() {
-        return Err(Error::new(
-            ErrorCode::InvalidNamespace,
-            "{aggregate: 1} is not valid for '$match'; a collection is required.",
-        ));
-    }
-    let (batch, stream) = tokio::task::block_in_place(|| -> Result<_> {
-        let mut stream: DocStream = match (&coll_stats, documents) {
-            (_, Some(docs)) => Box::new(docs.into_iter().map(Ok)),
-            (Some(spec), None) => {
-                let docs = coll_stats_documents(&router, &ns, spec)?;
-                Box::new(docs.into_iter().map(Ok))
+    for (i, stage) in agg.pipeline.iter().enumerate().skip(1) {
+        if let Bson::Document(d) = stage {
+            if let Some(name @ ("$collStats" | "$shardedDataDistribution" | "$documents")) =
+                d.keys().next().map(String::as_str)
+            {
+                return Err(Error::new(
+                    ErrorCode::Location40602,
+                    format!("{name} is only valid as the first stage in a pipeline (found at {i})"),
+                ));
             }
-            (None, None) => router.find(
-                &ns,
-                FindSpec {
-                    filter,
-                    ..FindSpec::default()
-                },
-            )?,
-        };
-        for stage in stages {
-            stream = apply(stage, stream)?;
         }
+    }
+    if let Some(docs) = source {
+        let rest = Pipeline::parse(&agg.pipeline[1..], &parse_ctx)?;
+        return rest.run(Box::new(docs.into_iter().map(Ok)), &ctx);
+    }
+    if agg.collectionless {
+        if first_stage(&agg.pipeline) != Some("$documents") {
+            return Err(Error::new(
+                ErrorCode::InvalidNamespace,
+                "{aggregate: 1} is not valid for this pipeline; a collection is required (or start with $documents).",
+            ));
+        }
+        let pipeline = Pipeline::parse(&agg.pipeline, &parse_ctx)?;
+        return pipeline.run(Box::new(std::iter::empty()), &ctx);
+    }
+    router.run_pipeline(&agg.ns, &agg.pipeline, &parse_ctx, ctx, deadline)
+}
+
+/// How the pipeline splits, for explain: `(shardsPart, mergerPart)`, with
+/// the leading `$match` first in the shards' part.
+pub(crate) fn explain_split(pipeline: &[Bson], vars: &Document) -> Result<(Vec<Bson>, Vec<Bson>)> {
+    let (filter, rest) = leading_match(pipeline)?;
+    let parse_ctx = ParseContext {
+        vars: vars.clone(),
+        ..ParseContext::default()
+    };
+    let split = SplitPipeline::split(Pipeline::parse(rest, &parse_ctx)?);
+    let (mut shards, merger) = split.explain();
+    if filter.is_some() {
+        let leading: Vec<Bson> = pipeline[..pipeline.len() - rest.len()].to_vec();
+        shards.splice(0..0, leading);
+    }
+    Ok((shards, merger))
+}
+
+pub async fn run(req: &Request<'_>) -> Result<Document> {
+    super::args::check_fields(
+        req,
+        &[
+            "pipeline",
+            "explain",
+            "allowDiskUse",
+            "cursor",
+            "maxTimeMS",
+            "bypassDocumentValidation",
+            "collation",
+            "hint",
+            "let",
+            "fromMongos",
+            "needsMerge",
+            "isMapReduceCommand",
+            "collectionUUID",
+            "exchange",
+            "runtimeConstants",
+            "searchQueryPlanningInfo",
+        ],
+    )?;
+    let agg = parse(&req.db, &req.body)?;
+    if agg.explain {
+        return super::explain::explain_aggregate(req).await;
+    }
+    let full = agg.ns.full();
+    let (batch, stream) = tokio::task::block_in_place(|| -> Result<_> {
+        let stream = with_time_limit(execute(req, &agg)?, agg.max_time_ms);
         let mut stream = stream.peekable();
-        let batch = next_batch(&mut stream, Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
+        let batch = next_batch(
+            &mut stream,
+            Some(agg.batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
+        )?;
         Ok((batch, stream))
     })?;
     let id = if batch.exhausted {

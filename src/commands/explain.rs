@@ -58,6 +58,22 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             "BSON field 'explain.verbosity' is the wrong type, expected type 'string'"
         ),
     };
+    explain_command(req, inner, verbosity).await
+}
+
+/// `aggregate` with `explain: true`: the pipeline's plan, as the
+/// `explain` command shows it at `queryPlanner` verbosity.
+pub(crate) async fn explain_aggregate(req: &Request<'_>) -> Result<Document> {
+    let mut inner = req.body.clone();
+    inner.remove("explain");
+    explain_command(req, inner, Verbosity::QueryPlanner).await
+}
+
+async fn explain_command(
+    req: &Request<'_>,
+    inner: Document,
+    verbosity: Verbosity,
+) -> Result<Document> {
     let name = inner
         .keys()
         .next()
@@ -96,13 +112,23 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             ))
         }
     };
+    let split = match kind {
+        Kind::Aggregate => {
+            let pipeline = inner.get_array("pipeline").cloned().unwrap_or_default();
+            Some(super::aggregate::explain_split(
+                &pipeline,
+                &Document::new(),
+            )?)
+        }
+        _ => None,
+    };
     let router = req.state.router.clone();
     let started = std::time::Instant::now();
     let runs = tokio::task::block_in_place(|| router.explain(&ns, &spec))?;
     let total_ms = started.elapsed().as_millis() as i64;
     let host = router.options.host.clone();
     Ok(render(
-        kind, verbosity, &ns, &spec, &runs, total_ms, &host, &router, inner,
+        kind, verbosity, &ns, &spec, &runs, total_ms, &host, &router, inner, split,
     ))
 }
 
@@ -284,6 +310,7 @@ fn render(
     host: &str,
     router: &Router,
     command: Document,
+    split: Option<(Vec<Bson>, Vec<Bson>)>,
 ) -> Document {
     let stage = match runs.len() {
         1 => "SINGLE_SHARD",
@@ -381,7 +408,7 @@ fn render(
         let split = if runs.len() == 1 {
             Bson::Null
         } else {
-            let pipeline = command.get_array("pipeline").cloned().unwrap_or_default();
+            let (shards_part, merger_stages) = split.unwrap_or_default();
             let mut merge = doc! {
                 "nss": ns.full(),
                 "allowPartialResults": false,
@@ -394,9 +421,11 @@ fn render(
                 }
                 merge.insert("sort", pattern);
             }
+            let mut merger_part = vec![Bson::Document(doc! {"$mergeCursors": merge})];
+            merger_part.extend(merger_stages);
             Bson::Document(doc! {
-                "shardsPart": pipeline,
-                "mergerPart": [{"$mergeCursors": merge}],
+                "shardsPart": shards_part,
+                "mergerPart": merger_part,
             })
         };
         let merge_type = if runs.len() == 1 {

@@ -732,8 +732,11 @@ fn add_computed(node: &PathNode, root: &Document, out: &mut Document, depth: usi
     for (name, child) in &node.children {
         match child {
             ProjNode::Expr(expr) => {
-                let value = expr.evaluate(root)?;
-                out.insert(name.clone(), value);
+                // A missing result (`$$REMOVE`, a missing path) leaves the
+                // field out.
+                if let Some(value) = expr.evaluate_value(root)? {
+                    out.insert(name.clone(), value);
+                }
             }
             ProjNode::ElemMatch(filter) => {
                 if let Some(value) = elem_match(root, name, filter) {
@@ -1135,11 +1138,9 @@ mod tests {
 
     #[test]
     fn slice_errors() {
-        let e = parse_error(doc! {"a": {"$slice": [1, 0]}});
-        assert!(
-            e.message.contains("$slice limit must be positive, got 0"),
-            "{e}"
-        );
+        // Neither find's `[skip, limit]` nor the expression's arguments.
+        let e = parse_error(doc! {"a": {"$slice": "x"}});
+        assert!(e.message.contains("Invalid $slice syntax"), "{e}");
         let e = parse_error(doc! {"a": {"$slice": [1]}});
         assert!(e.message.contains("should be of form [skip, limit]"), "{e}");
     }

@@ -71,6 +71,82 @@ pub struct Update {
 enum UpdateKind {
     Replacement(Document),
     Operators(OperatorUpdate),
+    Pipeline(PipelineUpdate),
+}
+
+/// An update given as an aggregation pipeline of `$set`/`$addFields`,
+/// `$unset`, `$project` and `$replaceRoot`/`$replaceWith` stages.
+#[derive(Clone)]
+struct PipelineUpdate {
+    stages: Vec<Bson>,
+    pipeline: std::sync::Arc<crate::aggregate::Pipeline>,
+}
+
+impl std::fmt::Debug for PipelineUpdate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PipelineUpdate({:?})", self.stages)
+    }
+}
+
+/// The stages an update pipeline may hold.
+const UPDATE_STAGES: &[&str] = &[
+    "$addFields",
+    "$project",
+    "$replaceRoot",
+    "$replaceWith",
+    "$set",
+    "$unset",
+];
+
+impl PipelineUpdate {
+    fn parse(stages: &[Bson]) -> Result<PipelineUpdate> {
+        for stage in stages {
+            let Bson::Document(d) = stage else {
+                bail!(
+                    FailedToParse,
+                    "Each element of the update pipeline must be an object"
+                );
+            };
+            let name = d.keys().next().map(String::as_str).unwrap_or_default();
+            if !UPDATE_STAGES.contains(&name) {
+                bail!(
+                    InvalidOptions,
+                    "{name} is not allowed to be used within an update"
+                );
+            }
+        }
+        let pipeline =
+            crate::aggregate::Pipeline::parse(stages, &crate::aggregate::ParseContext::default())?;
+        Ok(PipelineUpdate {
+            stages: stages.to_vec(),
+            pipeline: std::sync::Arc::new(pipeline),
+        })
+    }
+
+    /// Runs the stages over `doc`; `_id` may not change.
+    fn apply(&self, doc: Document) -> Result<Document> {
+        let id = doc.get("_id").cloned();
+        let ctx = crate::aggregate::local_context();
+        let mut out = self
+            .pipeline
+            .run(Box::new(std::iter::once(Ok(doc))), &ctx)?;
+        let Some(result) = out.next().transpose()? else {
+            bail!(BadValue, "the update pipeline produced no document");
+        };
+        match (&id, result.get("_id")) {
+            (Some(before), Some(after)) if before != after => bail!(
+                ImmutableField,
+                "Performing an update on the path '_id' would modify the immutable field '_id'"
+            ),
+            (Some(before), None) => {
+                let mut with_id = Document::new();
+                with_id.insert("_id", before.clone());
+                with_id.extend(result);
+                Ok(with_id)
+            }
+            _ => Ok(result),
+        }
+    }
 }
 
 /// Per-application context.
@@ -89,12 +165,16 @@ impl Update {
     pub fn parse(u: &Bson, array_filters: Option<&[Document]>) -> Result<Update> {
         let u = match u {
             Bson::Document(u) => u,
-            Bson::Array(_) => {
-                // TODO(pipeline updates): run the stages once aggregation lands.
-                bail!(
-                    CommandNotSupported,
-                    "update pipelines are not supported yet"
-                )
+            Bson::Array(stages) => {
+                if array_filters.is_some_and(|filters| !filters.is_empty()) {
+                    bail!(
+                        FailedToParse,
+                        "arrayFilters may not be specified for pipeline-style updates"
+                    );
+                }
+                return Ok(Update {
+                    kind: UpdateKind::Pipeline(PipelineUpdate::parse(stages)?),
+                });
             }
             _ => bail!(
                 FailedToParse,
@@ -127,7 +207,7 @@ impl Update {
     /// every field. Used to tell whether an update can touch a shard key.
     pub fn modified_paths(&self) -> Option<Vec<String>> {
         match &self.kind {
-            UpdateKind::Replacement(_) => None,
+            UpdateKind::Replacement(_) | UpdateKind::Pipeline(_) => None,
             UpdateKind::Operators(ops) => Some(ops.paths.clone()),
         }
     }
@@ -138,6 +218,7 @@ impl Update {
         match &self.kind {
             UpdateKind::Replacement(replacement) => apply_replacement(doc, replacement),
             UpdateKind::Operators(ops) => ops.apply(doc.clone(), ctx),
+            UpdateKind::Pipeline(p) => p.apply(doc.clone()),
         }
     }
 
@@ -162,6 +243,7 @@ impl Update {
                 };
                 ops.apply(seed, &ctx)?
             }
+            UpdateKind::Pipeline(p) => p.apply(seed)?,
         };
         let doc = id_first(doc);
         if let Some(id) = doc.get("_id") {
@@ -2413,10 +2495,22 @@ mod tests {
     }
 
     #[test]
-    fn pipelines_and_bad_types_are_refused() {
-        let (code, msg) = code_of(Update::parse(&bson!([{"$set": {"a": 1}}]), None));
-        assert_eq!(code, ErrorCode::CommandNotSupported.number());
-        assert_eq!(msg, "update pipelines are not supported yet");
+    fn pipelines_run_their_stages_and_bad_types_are_refused() {
+        let update = Update::parse(
+            &bson!([{"$set": {"b": {"$add": ["$a", 1]}}}, {"$unset": "a"}]),
+            None,
+        )
+        .unwrap();
+        let out = update
+            .apply(&doc! {"_id": 1, "a": 4}, &ApplyContext::default())
+            .unwrap();
+        assert_eq!(out, doc! {"_id": 1, "b": 5});
+        let (code, msg) = code_of(Update::parse(&bson!([{"$match": {"a": 1}}]), None));
+        assert_eq!(code, ErrorCode::InvalidOptions.number());
+        assert_eq!(msg, "$match is not allowed to be used within an update");
+        let update = Update::parse(&bson!([{"$set": {"_id": 2}}]), None).unwrap();
+        let (code, _) = code_of(update.apply(&doc! {"_id": 1}, &ApplyContext::default()));
+        assert_eq!(code, ErrorCode::ImmutableField.number());
         let (code, _) = code_of(Update::parse(&Bson::Int32(1), None));
         assert_eq!(code, 9);
     }

@@ -14,6 +14,7 @@
 //! it must read ([`Router::targets`]) and, when there are several, reads
 //! them in parallel through one snapshot and merges ([`merge`]).
 
+pub mod aggregate;
 pub mod catalog;
 pub mod config_db;
 pub mod indexes;
