@@ -1537,7 +1537,7 @@ fn parse_bits(path: &Arc<FieldPath>, op: &str, test: BitTest, arg: &Bson) -> Res
 /// Compiles a MongoDB (PCRE) regex for the `regex` crate, translating what
 /// differs and rejecting what the crate cannot do (lookaround,
 /// backreferences, atomic groups, possessive quantifiers, recursion).
-fn compile_regex(pattern: &str, options: &str) -> Result<regex::Regex> {
+pub(crate) fn compile_regex(pattern: &str, options: &str) -> Result<regex::Regex> {
     let mut builder_flags = String::new();
     let mut extended = false;
     let mut multiline = false;

@@ -766,15 +766,9 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
     let Some(input) = string_of(input) else {
         return Ok(None);
     };
-    let full = if flags.is_empty() {
-        pattern
-    } else {
-        format!("(?{flags}){pattern}")
-    };
-    let compiled = regex::RegexBuilder::new(&full)
-        .size_limit(1 << 22)
-        .build()
-        .map_err(|e| err(51111, format!("Invalid Regex in {op}: {e}")))?;
+    // PCRE syntax, translated as `$regex` in a filter does.
+    let compiled = crate::query::filter::compile_regex(&pattern, &flags)
+        .map_err(|e| err(51111, format!("Invalid Regex in {op}: {}", e.message)))?;
     Ok(Some((compiled, input)))
 }
 
