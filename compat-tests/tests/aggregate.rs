@@ -1720,6 +1720,117 @@ async fn blocking_stages_spill_with_allow_disk_use() {
     );
 }
 
+/// The spill files under the server's data directory.
+fn spill_files(srv: &TestServer) -> usize {
+    std::fs::read_dir(srv.data_dir().join("spill"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn bucket_auto_spills_with_allow_disk_use() {
+    let srv = TestServer::start_with_args(&["--max-blocking-stage-bytes", "100000"]).await;
+    let db = srv.db(DB);
+    // About 2 MB: 2000 documents with a 1 KB payload, 200 distinct values.
+    let pad = "p".repeat(1000);
+    let docs: Vec<Document> = (0..2000)
+        .map(|i| doc! {"_id": i, "v": (i * 7919) % 200, "pad": &pad})
+        .collect();
+    insert(&db, "big", docs).await;
+    let pipeline = vec![
+        doc! {"$bucketAuto": {"groupBy": "$v", "buckets": 8, "output": {
+            "n": {"$sum": 1}, "s": {"$sum": "$_id"}, "pads": {"$sum": {"$strLenCP": "$pad"}},
+        }}},
+    ];
+    expect_command_error(
+        &db,
+        doc! {"aggregate": "big", "pipeline": pipeline.clone(), "allowDiskUse": false, "cursor": {}},
+        292,
+        "QueryExceededMemoryLimitNoDiskUseAllowed",
+    )
+    .await;
+
+    let got = agg_cmd(
+        &db,
+        doc! {"aggregate": "big", "pipeline": pipeline, "allowDiskUse": true},
+    )
+    .await;
+    // 200 values, 10 documents each, 25 values per bucket.
+    assert_eq!(got.len(), 8, "{got:?}");
+    for (b, d) in got.iter().enumerate() {
+        let b = b as i64;
+        let id = d.get_document("_id").unwrap();
+        assert_eq!(num(id, "min"), 25 * b, "{d}");
+        assert_eq!(
+            num(id, "max"),
+            if b == 7 { 199 } else { 25 * (b + 1) },
+            "{d}"
+        );
+        assert_eq!(num(d, "n"), 250, "{d}");
+        assert_eq!(num(d, "pads"), 250 * 1000, "{d}");
+    }
+    assert_eq!(
+        got.iter().map(|d| num(d, "s")).sum::<i64>(),
+        1999 * 2000 / 2
+    );
+    assert_eq!(spill_files(&srv), 0);
+}
+
+#[tokio::test]
+async fn facet_spills_with_allow_disk_use() {
+    let srv = TestServer::start_with_args(&["--max-blocking-stage-bytes", "100000"]).await;
+    let db = srv.db(DB);
+    let pad = "p".repeat(1000);
+    let docs: Vec<Document> = (0..2000)
+        .map(|i| doc! {"_id": i, "g": i % 4, "pad": &pad})
+        .collect();
+    insert(&db, "big", docs).await;
+    // Every sub-pipeline's own state is small: only the shared input is big.
+    let pipeline = vec![doc! {"$facet": {
+        "count": [{"$count": "n"}],
+        "byG": [
+            {"$group": {"_id": "$g", "n": {"$sum": 1}, "len": {"$sum": {"$strLenCP": "$pad"}}}},
+            {"$sort": {"_id": 1}},
+        ],
+        "last": [{"$match": {"_id": {"$gte": 1998}}}, {"$project": {"pad": 0}}],
+    }}];
+    expect_command_error(
+        &db,
+        doc! {"aggregate": "big", "pipeline": pipeline.clone(), "allowDiskUse": false, "cursor": {}},
+        292,
+        "QueryExceededMemoryLimitNoDiskUseAllowed",
+    )
+    .await;
+
+    let got = agg_cmd(
+        &db,
+        doc! {"aggregate": "big", "pipeline": pipeline, "allowDiskUse": true},
+    )
+    .await;
+    assert_eq!(got.len(), 1);
+    let facets = &got[0];
+    assert_eq!(
+        facets.get_array("count").unwrap(),
+        &vec![Bson::Document(doc! {"n": 2000})]
+    );
+    let by_g = facets.get_array("byG").unwrap();
+    assert_eq!(by_g.len(), 4);
+    for (g, d) in by_g.iter().enumerate() {
+        let d = d.as_document().unwrap();
+        assert_eq!(num(d, "_id"), g as i64, "{d}");
+        assert_eq!(num(d, "n"), 500, "{d}");
+        assert_eq!(num(d, "len"), 500 * 1000, "{d}");
+    }
+    let last: Vec<i64> = facets
+        .get_array("last")
+        .unwrap()
+        .iter()
+        .map(|d| num(d.as_document().unwrap(), "_id"))
+        .collect();
+    assert_eq!(last, vec![1998, 1999]);
+    assert_eq!(spill_files(&srv), 0);
+}
+
 #[tokio::test]
 async fn unknown_stage_is_named() {
     let srv = TestServer::start().await;

@@ -27,7 +27,10 @@ use std::sync::Arc;
 use bson::{doc, Binary, Bson, Document};
 
 use super::basic::{eval, Chain};
-use super::spill::{approx_size, group_memory_error, MergedRuns, SpillRun};
+use super::spill::{
+    approx_size, bucket_auto_memory_error, group_memory_error, KeyedSort, KeyedStream, MergedRuns,
+    SpillRun,
+};
 use super::{Context, DocStream, ParseContext, Split, Stage, StageParser};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, type_name, DecimalValue, Number};
@@ -1446,12 +1449,15 @@ fn bucket_output(output: Option<&Bson>, code: i32, stage: &str) -> Result<Vec<Ac
 // ---------------------------------------------------------------------------
 // $bucketAuto
 
+/// `$bucketAuto`: sorts its input by `groupBy` through
+/// [`KeyedSort`](super::spill::KeyedSort), which spills past the memory
+/// limit with `allowDiskUse` (and fails with 292 without), counting it on
+/// the way; then [`BucketFiller`] streams the buckets out of the sorted
+/// input, so memory stays bounded either way.
 struct BucketAuto {
     group_by: Expr,
-    buckets: usize,
-    accs: Vec<Accumulator>,
-    granularity: Option<Granularity>,
-    vars: Document,
+    /// Shared with the output stream, which outlives `&self`.
+    spec: Arc<BucketAutoSpec>,
     explain: Document,
 }
 
@@ -1650,93 +1656,147 @@ fn parse_bucket_auto(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     };
     Ok(Box::new(BucketAuto {
         group_by: Expr::parse(group_by)?,
-        buckets: f as usize,
-        accs: bucket_output(output, 40244, "$bucketAuto")?,
-        granularity,
-        vars: ctx.vars.clone(),
+        spec: Arc::new(BucketAutoSpec {
+            buckets: f as usize,
+            accs: bucket_output(output, 40244, "$bucketAuto")?,
+            granularity,
+            vars: ctx.vars.clone(),
+        }),
         explain: doc! {"$bucketAuto": spec.clone()},
     }))
 }
 
 impl BucketAuto {
-    fn run(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<Vec<Document>> {
-        let limits = ctx.limits();
-        let mut items: Vec<(Bson, Document)> = Vec::new();
-        let mut bytes = 0usize;
+    /// Sorts the input by its `groupBy` value (spilling past the memory
+    /// limit) and counts it: filling buckets needs the total.
+    fn sorted_input(
+        &self,
+        input: DocStream,
+        ctx: &Arc<dyn Context>,
+    ) -> Result<(usize, KeyedStream)> {
+        let mut sorted = KeyedSort::new(ctx.limits(), compare, bucket_auto_memory_error);
         for d in input {
             let d = d?;
-            let v = eval(&self.group_by, &d, &self.vars)?.unwrap_or(Bson::Null);
-            if self.granularity.is_some() {
+            let v = eval(&self.group_by, &d, &self.spec.vars)?.unwrap_or(Bson::Null);
+            if self.spec.granularity.is_some() {
                 Granularity::number(&v)?;
             }
-            bytes += approx_size(&v) + super::spill::doc_size(&d);
-            if bytes > limits.max_blocking_bytes {
-                // TODO(issue 5): spill $bucketAuto's sorted input.
-                return Err(Error::new(
-                    ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed,
-                    "Exceeded memory limit for $bucketAuto, but didn't allow external sort. \
-                     Pass allowDiskUse:true to opt in.",
-                ));
+            sorted.push(v, d)?;
+        }
+        let total = sorted.len();
+        Ok((total, sorted.finish()?))
+    }
+}
+
+/// Builds `$bucketAuto`'s buckets, one per `next`, from its input sorted
+/// by `groupBy` value in one pass: it holds one bucket's accumulators and
+/// looks one document ahead.
+struct BucketFiller {
+    spec: Arc<BucketAutoSpec>,
+    items: Peekable<KeyedStream>,
+    total: usize,
+    /// About how many documents go in each bucket.
+    per_bucket: usize,
+    taken: usize,
+    emitted: usize,
+    previous_max: Option<Bson>,
+}
+
+/// What filling buckets needs of the stage, shared with the output stream.
+struct BucketAutoSpec {
+    buckets: usize,
+    accs: Vec<Accumulator>,
+    granularity: Option<Granularity>,
+    vars: Document,
+}
+
+impl BucketFiller {
+    /// The next document's `groupBy` value, if any.
+    fn peek_key(&mut self) -> Result<Option<&Bson>> {
+        if let Some(Err(_)) = self.items.peek() {
+            if let Some(Err(e)) = self.items.next() {
+                return Err(e);
             }
-            items.push((v, d));
         }
-        items.sort_by(|a, b| compare(&a.0, &b.0));
-        let total = items.len();
-        if total == 0 {
-            return Ok(Vec::new());
+        Ok(match self.items.peek() {
+            Some(Ok((v, _))) => Some(v),
+            _ => None,
+        })
+    }
+
+    /// Takes the next document into `states`, returning its value.
+    fn take(&mut self, states: &mut [State]) -> Result<Option<Bson>> {
+        let Some((v, d)) = self.items.next().transpose()? else {
+            return Ok(None);
+        };
+        self.taken += 1;
+        for (acc, state) in self.spec.accs.iter().zip(states.iter_mut()) {
+            let value = eval(&acc.arg, &d, &self.spec.vars)?;
+            state.add(&acc.op, value, &d)?;
         }
-        let approx = ((total as f64 / self.buckets as f64).round() as usize).max(1);
-        let mut out = Vec::new();
-        let mut i = 0usize;
-        let mut previous_max: Option<Bson> = None;
-        while i < total {
-            let start = i;
-            let last_bucket = out.len() + 1 >= self.buckets;
-            let mut end = if last_bucket {
-                total
-            } else {
-                (i + approx).min(total)
+        Ok(Some(v))
+    }
+
+    fn next_bucket(&mut self) -> Result<Option<Document>> {
+        let spec = Arc::clone(&self.spec);
+        let mut states: Vec<State> = spec.accs.iter().map(|a| new_state(&a.op)).collect();
+        let Some(first) = self.take(&mut states)? else {
+            return Ok(None);
+        };
+        let last_bucket = self.emitted + 1 >= spec.buckets;
+        let end = if last_bucket {
+            self.total
+        } else {
+            (self.taken - 1 + self.per_bucket).min(self.total)
+        };
+        let mut last = first.clone();
+        while self.taken < end {
+            match self.take(&mut states)? {
+                Some(v) => last = v,
+                None => break,
+            }
+        }
+        // Equal values stay in one bucket.
+        while self.peek_key()?.is_some_and(|v| compare(&last, v).is_eq()) {
+            if let Some(v) = self.take(&mut states)? {
+                last = v;
+            }
+        }
+        let (min, max) = if let Some(g) = spec.granularity {
+            let min = match &self.previous_max {
+                Some(p) => p.clone(),
+                None => g.round_down(&first)?,
             };
-            // Equal values stay in one bucket.
-            while end < total && compare(&items[end - 1].0, &items[end].0).is_eq() {
-                end += 1;
+            let bound = g.round_up(&last)?;
+            while self.peek_key()?.is_some_and(|v| compare(&bound, v).is_gt()) {
+                self.take(&mut states)?;
             }
-            let mut min = items[start].0.clone();
-            let mut max = items[end - 1].0.clone();
-            if let Some(g) = self.granularity {
-                if let Some(p) = &previous_max {
-                    min = p.clone();
-                } else {
-                    min = g.round_down(&min)?;
+            let max = match self.peek_key()? {
+                Some(next) if Number::of(&bound).is_some_and(|n| n.to_f64() == 0.0) => {
+                    let next = next.clone();
+                    g.round_down(&next)?
                 }
-                let bound = g.round_up(&max)?;
-                while end < total && compare(&bound, &items[end].0).is_gt() {
-                    end += 1;
-                }
-                max = if Number::of(&bound).is_some_and(|n| n.to_f64() == 0.0) && end < total {
-                    g.round_down(&items[end].0)?
-                } else {
-                    bound
-                };
-                previous_max = Some(max.clone());
-            } else if end < total {
-                max = items[end].0.clone();
-            }
-            let mut states: Vec<State> = self.accs.iter().map(|a| new_state(&a.op)).collect();
-            for (_, d) in &items[start..end] {
-                for (acc, state) in self.accs.iter().zip(states.iter_mut()) {
-                    let v = eval(&acc.arg, d, &self.vars)?;
-                    state.add(&acc.op, v, d)?;
-                }
-            }
-            let mut doc = doc! {"_id": {"min": min, "max": max}};
-            for (acc, state) in self.accs.iter().zip(states) {
-                doc.insert(acc.field.clone(), state.finish(&acc.op));
-            }
-            out.push(doc);
-            i = end;
+                _ => bound,
+            };
+            self.previous_max = Some(max.clone());
+            (min, max)
+        } else {
+            let max = self.peek_key()?.cloned().unwrap_or(last);
+            (first, max)
+        };
+        let mut doc = doc! {"_id": {"min": min, "max": max}};
+        for (acc, state) in spec.accs.iter().zip(states) {
+            doc.insert(acc.field.clone(), state.finish(&acc.op));
         }
-        Ok(out)
+        self.emitted += 1;
+        Ok(Some(doc))
+    }
+}
+
+impl Iterator for BucketFiller {
+    type Item = Result<Document>;
+    fn next(&mut self) -> Option<Result<Document>> {
+        self.next_bucket().transpose()
     }
 }
 
@@ -1745,7 +1805,21 @@ impl Stage for BucketAuto {
         "$bucketAuto"
     }
     fn apply(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
-        Ok(Box::new(self.run(input, ctx)?.into_iter().map(Ok)))
+        let (total, items) = self.sorted_input(input, ctx)?;
+        let per_bucket = if total == 0 {
+            1
+        } else {
+            ((total as f64 / self.spec.buckets as f64).round() as usize).max(1)
+        };
+        Ok(Box::new(BucketFiller {
+            spec: Arc::clone(&self.spec),
+            items: items.peekable(),
+            total,
+            per_bucket,
+            taken: 0,
+            emitted: 0,
+            previous_max: None,
+        }))
     }
     fn split(&self) -> Split {
         Split::RouterOnly
@@ -2148,5 +2222,66 @@ mod tests {
             ),
             40258
         );
+    }
+
+    #[test]
+    fn bucket_auto_spills_or_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        // Many ties (30 distinct values), so equal values meet across runs.
+        let input: Vec<Document> = (0..600)
+            .map(|i| doc! {"_id": i, "v": (i * 7) % 30, "pad": "x".repeat(20)})
+            .collect();
+        let specs = [
+            doc! {"$bucketAuto": {"groupBy": "$v", "buckets": 7, "output": {
+                "n": {"$sum": 1}, "ids": {"$push": "$_id"}, "f": {"$first": "$_id"},
+            }}},
+            doc! {"$bucketAuto": {"groupBy": {"$add": ["$v", 1]}, "buckets": 4,
+            "granularity": "R10", "output": {"l": {"$last": "$_id"}}}},
+            doc! {"$bucketAuto": {"groupBy": "$v", "buckets": 100}},
+        ];
+        for spec in specs {
+            let expected = run(vec![spec.clone()], input.clone()).unwrap();
+            let no_disk = ctx_with(2_000, false, dir.path());
+            let e = run_in(&no_disk, vec![spec.clone()], input.clone()).unwrap_err();
+            assert_eq!(e.code.number(), 292);
+            assert_eq!(
+                e.message,
+                "Sort exceeded memory limit of 2000 bytes, but did not opt in to external sorting."
+            );
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+            let disk = ctx_with(2_000, true, dir.path());
+            let p = crate::aggregate::Pipeline::parse(
+                &[Bson::Document(spec.clone())],
+                &ParseContext::default(),
+            )
+            .unwrap();
+            let out = p
+                .run(Box::new(input.clone().into_iter().map(Ok)), &disk)
+                .unwrap();
+            // The sorted input waits on disk until the buckets are read.
+            assert!(std::fs::read_dir(dir.path()).unwrap().count() > 1, "{spec}");
+            let spilled: Vec<Document> = out.map(|d| d.unwrap()).collect();
+            assert_eq!(spilled, expected, "{spec}");
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        }
+    }
+
+    #[test]
+    fn bucket_auto_spilled_and_abandoned_leaves_no_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let input: Vec<Document> = (0..300).map(|i| doc! {"v": i % 17}).collect();
+        let disk = ctx_with(1_000, true, dir.path());
+        let p = crate::aggregate::Pipeline::parse(
+            &[Bson::Document(
+                doc! {"$bucketAuto": {"groupBy": "$v", "buckets": 5}},
+            )],
+            &ParseContext::default(),
+        )
+        .unwrap();
+        let mut out = p.run(Box::new(input.into_iter().map(Ok)), &disk).unwrap();
+        assert!(out.next().unwrap().is_ok());
+        drop(out);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

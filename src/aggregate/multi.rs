@@ -1,16 +1,18 @@
 //! `$facet`: several sub-pipelines over one input.
 //!
-//! The input is buffered once (bounded like any blocking stage), every
-//! sub-pipeline runs over a copy, and one document comes out with one
-//! array field per sub-pipeline. It runs only at the router: MongoDB does
+//! The input is buffered once, bounded like any blocking stage: past the
+//! memory limit it moves to a spill file with `allowDiskUse` (or fails
+//! with 292 without). Every sub-pipeline reads the buffer from the start,
+//! and one document comes out with one array field per sub-pipeline. It runs only at the router: MongoDB does
 //! not split `$facet` either (SERVER-24154).
 
 use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 
+use super::spill::{facet_memory_error, SpillRun, SpillWriter};
 use super::{
-    Context, DocStream, ParseContext, Pipeline, Split, Stage, StageParser,
+    Context, DocStream, Limits, ParseContext, Pipeline, Split, Stage, StageParser,
     DEFAULT_MAX_BLOCKING_BYTES,
 };
 use crate::error::{Error, ErrorCode, Result};
@@ -128,6 +130,52 @@ fn validate_facet_name(name: &str) -> Result<()> {
     }
 }
 
+/// The input of a `$facet`, read once and replayed to every
+/// sub-pipeline: in memory up to the blocking-stage limit, past it (with
+/// `allowDiskUse`) in one spill file that each sub-pipeline reads from
+/// the start. The file goes with the last reader.
+enum FacetInput {
+    Memory(Arc<Vec<Document>>),
+    Spilled(Arc<SpillRun>),
+}
+
+impl FacetInput {
+    fn buffer(mut input: DocStream, limits: &Limits) -> Result<FacetInput> {
+        let mut buffered = Vec::new();
+        let mut bytes = 0usize;
+        for doc in input.by_ref() {
+            let doc = doc?;
+            bytes = bytes.saturating_add(doc_size(&doc));
+            buffered.push(doc);
+            if bytes > limits.max_blocking_bytes {
+                if !limits.allow_disk_use {
+                    return Err(facet_memory_error());
+                }
+                let mut out = SpillWriter::create(&limits.spill_dir)?;
+                for doc in std::mem::take(&mut buffered) {
+                    out.append(&doc)?;
+                }
+                for doc in input {
+                    out.append(&doc?)?;
+                }
+                return Ok(FacetInput::Spilled(Arc::new(out.finish()?)));
+            }
+        }
+        Ok(FacetInput::Memory(Arc::new(buffered)))
+    }
+
+    /// The whole input again, from its first document.
+    fn replay(&self) -> Result<DocStream> {
+        Ok(match self {
+            FacetInput::Memory(docs) => {
+                let docs = Arc::clone(docs);
+                Box::new((0..docs.len()).filter_map(move |i| docs.get(i).cloned().map(Ok)))
+            }
+            FacetInput::Spilled(run) => Box::new(run.reader()?),
+        })
+    }
+}
+
 /// Buffers the input, runs every sub-pipeline over it, and builds the one
 /// output document.
 fn run_facets(
@@ -135,32 +183,12 @@ fn run_facets(
     input: DocStream,
     ctx: &Arc<dyn Context>,
 ) -> Result<Document> {
-    let limits = ctx.limits();
-    let mut buffered = Vec::new();
-    let mut bytes = 0usize;
-    for doc in input {
-        let doc = doc?;
-        bytes = bytes.saturating_add(doc_size(&doc));
-        // TODO(issue 5): spill the buffer with allowDiskUse instead of
-        // holding it.
-        if bytes > limits.max_blocking_bytes && !limits.allow_disk_use {
-            return Err(Error::new(
-                ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed,
-                format!(
-                    "$facet exceeded memory limit of {} bytes, but did not opt in to \
-                         external sorting.",
-                    limits.max_blocking_bytes
-                ),
-            ));
-        }
-        buffered.push(doc);
-    }
+    let input = FacetInput::buffer(input, ctx.limits())?;
     let mut out = Document::new();
     let mut out_bytes = 0usize;
     for (name, pipeline) in facets {
-        let copy: DocStream = Box::new(buffered.clone().into_iter().map(Ok));
         let mut results = Vec::new();
-        for doc in pipeline.run(copy, ctx)? {
+        for doc in pipeline.run(input.replay()?, ctx)? {
             let doc = doc?;
             out_bytes = out_bytes.saturating_add(doc_size(&doc));
             if out_bytes > MAX_OUTPUT_BYTES {
@@ -362,5 +390,91 @@ mod tests {
             { "$lookup": { "from": "x", "pipeline": [{ "$out": "y" }], "as": "z" } }
         ] } }]);
         assert_eq!(e.code.number(), 51047);
+    }
+
+    fn padded(n: i32) -> Vec<Document> {
+        (0..n)
+            .map(|i| doc! { "_id": i, "k": i % 7, "pad": "p".repeat(50) })
+            .collect()
+    }
+
+    fn spill_count(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir).unwrap().count()
+    }
+
+    #[test]
+    fn facet_spills_or_fails() {
+        use super::super::basic::tests::{ctx_with, run_in};
+        let dir = tempfile::tempdir().unwrap();
+        let stage = doc! { "$facet": {
+            "all": [],
+            "sorted": [{ "$sort": { "k": 1, "_id": -1 } }, { "$project": { "pad": 0 } }],
+            "counts": [{ "$group": { "_id": "$k", "n": { "$sum": 1 } } }, { "$sort": { "_id": 1 } }],
+            "none": [{ "$match": { "k": 99 } }],
+        }};
+        let big = ctx_with(DEFAULT_MAX_BLOCKING_BYTES, false, dir.path());
+        let expected = run_in(&big, vec![stage.clone()], padded(300)).unwrap();
+        assert_eq!(expected[0].get_array("all").unwrap().len(), 300);
+
+        let no_disk = ctx_with(2_000, false, dir.path());
+        let e = run_in(&no_disk, vec![stage.clone()], padded(300)).unwrap_err();
+        assert_eq!(e.code.number(), 292);
+        assert_eq!(
+            e.message,
+            "Exceeded memory limit for $facet, but didn't allow external sort. Pass \
+             allowDiskUse:true to opt in."
+        );
+        // Sub-pipeline stages that block spill too (the `$sort` here).
+        let disk = ctx_with(2_000, true, dir.path());
+        let spilled = run_in(&disk, vec![stage], padded(300)).unwrap();
+        assert_eq!(spilled, expected);
+        assert_eq!(spill_count(dir.path()), 0);
+    }
+
+    #[test]
+    fn facet_input_replays_from_a_spill_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            max_blocking_bytes: 1_000,
+            allow_disk_use: true,
+            spill_dir: dir.path().to_path_buf(),
+        };
+        let input = FacetInput::buffer(Box::new(padded(100).into_iter().map(Ok)), &limits).unwrap();
+        assert!(matches!(input, FacetInput::Spilled(_)));
+        assert_eq!(spill_count(dir.path()), 1);
+        let first = input.replay().unwrap();
+        for _ in 0..2 {
+            let again: Vec<Document> = input.replay().unwrap().map(|d| d.unwrap()).collect();
+            assert_eq!(again, padded(100));
+        }
+        drop(input);
+        // An open reader keeps the file; the last one removes it.
+        assert_eq!(spill_count(dir.path()), 1);
+        assert_eq!(first.count(), 100);
+        assert_eq!(spill_count(dir.path()), 0);
+
+        // Within the limit nothing touches the disk.
+        let small = FacetInput::buffer(Box::new(padded(3).into_iter().map(Ok)), &limits).unwrap();
+        assert!(matches!(small, FacetInput::Memory(_)));
+        assert_eq!(spill_count(dir.path()), 0);
+    }
+
+    #[test]
+    fn facet_input_error_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            max_blocking_bytes: 1_000,
+            allow_disk_use: true,
+            spill_dir: dir.path().to_path_buf(),
+        };
+        let failing = padded(100)
+            .into_iter()
+            .map(Ok)
+            .chain(std::iter::once(Err(Error::bad_value("boom"))));
+        let Err(e) = FacetInput::buffer(Box::new(failing), &limits) else {
+            panic!("expected the input's error");
+        };
+        assert_eq!(e.message, "boom");
+        assert_eq!(spill_count(dir.path()), 0);
     }
 }

@@ -1,22 +1,31 @@
 //! Spilling blocking stages to temporary files when they pass their
 //! memory limit (with `allowDiskUse`).
 //!
-//! A blocking stage (`$sort`, `$group`) counts the approximate bytes it
-//! holds. Past [`Limits::max_blocking_bytes`](super::Limits) it either
-//! fails with MongoDB's error 292 (no `allowDiskUse`) or sorts what it
-//! holds and appends it as one *run* of BSON documents to a file in the
-//! spill directory. Reading merges the runs (k-way, ties to the earlier
+//! A blocking stage (`$sort`, `$group`, `$bucketAuto`, `$facet`) counts
+//! the approximate bytes it holds. Past
+//! [`Limits::max_blocking_bytes`](super::Limits) it either fails with
+//! MongoDB's error 292 (no `allowDiskUse`) or sorts what it holds and
+//! appends it as one *run* of BSON documents to a file in the spill
+//! directory. Reading merges the runs (k-way, ties to the earlier
 //! run, so a stable sort stays stable). Each run's file is removed when
 //! the run is dropped, whether it was read to the end or not.
+//!
+//! Two other shapes of spilling build on the same runs: [`KeyedSort`]
+//! sorts `(key, document)` pairs externally for stages that need their
+//! input in key order (`$bucketAuto`), and a run shared through an `Arc`
+//! can be read several times ([`SpillRun::reader`]), as `$facet` reads
+//! its input once per sub-pipeline.
 
 use std::cmp::Ordering;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::Arc;
 
 use bson::{Bson, Document};
 
+use super::Limits;
 use crate::error::{Error, ErrorCode, Result};
 
 /// Distinguishes the spill files of one process.
@@ -39,6 +48,25 @@ pub fn sort_memory_error(limit: usize) -> Error {
             "Sort exceeded memory limit of {limit} bytes, but did not opt in to external \
              sorting."
         ),
+    )
+}
+
+/// The error of a `$bucketAuto` past its memory limit without
+/// `allowDiskUse`: MongoDB's `$bucketAuto` sorts through its external
+/// sorter, so it reports the sorter's error.
+pub fn bucket_auto_memory_error(limit: usize) -> Error {
+    sort_memory_error(limit)
+}
+
+/// The error of a `$facet` whose buffered input passes the memory limit
+/// without `allowDiskUse`. Today's MongoDB streams `$facet`'s input in
+/// batches and has no such error (an early version failed with 40174,
+/// "Exceeded memory limit for $facet"); the wording follows `$group`'s.
+pub fn facet_memory_error() -> Error {
+    Error::new(
+        ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed,
+        "Exceeded memory limit for $facet, but didn't allow external sort. Pass \
+         allowDiskUse:true to opt in.",
     )
 }
 
@@ -81,24 +109,11 @@ pub struct SpillRun {
 impl SpillRun {
     /// Writes `docs`, in order, to a new file in `dir`.
     pub fn write(dir: &Path, docs: impl IntoIterator<Item = Document>) -> Result<SpillRun> {
-        std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
-        let n = NEXT_RUN.fetch_add(1, AtomicOrdering::Relaxed);
-        let path = dir.join(format!("shardgate-spill-{}-{n}.bson", std::process::id()));
-        let file = File::create(&path).map_err(|e| io_error(&path, e))?;
-        // From here on the file is removed if anything fails.
-        let run = SpillRun { path };
-        let mut out = BufWriter::new(file);
+        let mut out = SpillWriter::create(dir)?;
         for doc in docs {
-            let bytes = doc.to_vec().map_err(|e| {
-                Error::new(
-                    ErrorCode::InternalError,
-                    format!("spilling a document: {e}"),
-                )
-            })?;
-            out.write_all(&bytes).map_err(|e| io_error(&run.path, e))?;
+            out.append(&doc)?;
         }
-        out.flush().map_err(|e| io_error(&run.path, e))?;
-        Ok(run)
+        out.finish()
     }
 
     pub fn path(&self) -> &Path {
@@ -107,11 +122,57 @@ impl SpillRun {
 
     /// Reads the run back, in the order written.
     pub fn into_reader(self) -> Result<RunReader> {
+        Arc::new(self).reader()
+    }
+
+    /// Reads a shared run from its start; the file is removed once the
+    /// last reader and the last `Arc` are gone.
+    pub fn reader(self: &Arc<Self>) -> Result<RunReader> {
         let file = File::open(&self.path).map_err(|e| io_error(&self.path, e))?;
         Ok(RunReader {
             input: BufReader::new(file),
-            run: self,
+            run: Arc::clone(self),
         })
+    }
+}
+
+/// Appends documents one at a time to a new run; a writer dropped before
+/// [`SpillWriter::finish`] removes its file.
+pub struct SpillWriter {
+    out: BufWriter<File>,
+    run: SpillRun,
+}
+
+impl SpillWriter {
+    /// Creates an empty run file in `dir`.
+    pub fn create(dir: &Path) -> Result<SpillWriter> {
+        std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        let n = NEXT_RUN.fetch_add(1, AtomicOrdering::Relaxed);
+        let path = dir.join(format!("shardgate-spill-{}-{n}.bson", std::process::id()));
+        let file = File::create(&path).map_err(|e| io_error(&path, e))?;
+        // From here on the file is removed if anything fails.
+        Ok(SpillWriter {
+            out: BufWriter::new(file),
+            run: SpillRun { path },
+        })
+    }
+
+    pub fn append(&mut self, doc: &Document) -> Result<()> {
+        let bytes = doc.to_vec().map_err(|e| {
+            Error::new(
+                ErrorCode::InternalError,
+                format!("spilling a document: {e}"),
+            )
+        })?;
+        self.out
+            .write_all(&bytes)
+            .map_err(|e| io_error(&self.run.path, e))
+    }
+
+    /// Flushes the file and hands over the finished run.
+    pub fn finish(mut self) -> Result<SpillRun> {
+        self.out.flush().map_err(|e| io_error(&self.run.path, e))?;
+        Ok(self.run)
     }
 }
 
@@ -122,11 +183,12 @@ impl Drop for SpillRun {
     }
 }
 
-/// The documents of one run; the file goes when the reader is dropped.
+/// The documents of one run; the file goes when the reader (and every
+/// other holder of the run) is dropped.
 #[derive(Debug)]
 pub struct RunReader {
     input: BufReader<File>,
-    run: SpillRun,
+    run: Arc<SpillRun>,
 }
 
 impl RunReader {
@@ -237,6 +299,118 @@ impl<K: Send> Iterator for MergedRuns<K> {
     }
 }
 
+/// `(key, document)` pairs in key order, as [`KeyedSort`] gives them back.
+pub type KeyedStream = Box<dyn Iterator<Item = Result<(Bson, Document)>> + Send>;
+
+/// A stable external sort of documents by a BSON key: equal keys come
+/// out in the order they were pushed. It holds at most about
+/// `max_blocking_bytes`; past that its sorted buffer becomes a run of
+/// `{k: key, d: document}` (with `allowDiskUse`) or the push fails.
+pub struct KeyedSort {
+    limits: Limits,
+    order: fn(&Bson, &Bson) -> Ordering,
+    memory_error: fn(usize) -> Error,
+    buffer: Vec<(Bson, Document)>,
+    bytes: usize,
+    runs: Vec<SpillRun>,
+    len: usize,
+}
+
+impl KeyedSort {
+    /// `memory_error` makes the error (given the limit) for passing the
+    /// limit without `allowDiskUse`.
+    pub fn new(
+        limits: &Limits,
+        order: fn(&Bson, &Bson) -> Ordering,
+        memory_error: fn(usize) -> Error,
+    ) -> KeyedSort {
+        KeyedSort {
+            limits: limits.clone(),
+            order,
+            memory_error,
+            buffer: Vec::new(),
+            bytes: 0,
+            runs: Vec::new(),
+            len: 0,
+        }
+    }
+
+    pub fn push(&mut self, key: Bson, doc: Document) -> Result<()> {
+        self.bytes = self
+            .bytes
+            .saturating_add(approx_size(&key))
+            .saturating_add(doc_size(&doc));
+        self.buffer.push((key, doc));
+        self.len += 1;
+        if self.bytes > self.limits.max_blocking_bytes {
+            if !self.limits.allow_disk_use {
+                return Err((self.memory_error)(self.limits.max_blocking_bytes));
+            }
+            self.sort_buffer();
+            let docs = std::mem::take(&mut self.buffer)
+                .into_iter()
+                .map(|(k, d)| bson::doc! {"k": k, "d": d});
+            self.runs
+                .push(SpillRun::write(&self.limits.spill_dir, docs)?);
+            self.bytes = 0;
+        }
+        Ok(())
+    }
+
+    /// How many documents were pushed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn sort_buffer(&mut self) {
+        let order = self.order;
+        self.buffer.sort_by(|a, b| order(&a.0, &b.0));
+    }
+
+    /// Everything pushed, in key order: the buffer alone, or the runs
+    /// merged with it (the buffer last, so ties keep push order).
+    pub fn finish(mut self) -> Result<KeyedStream> {
+        self.sort_buffer();
+        if self.runs.is_empty() {
+            return Ok(Box::new(self.buffer.into_iter().map(Ok)));
+        }
+        let mut sources: Vec<Box<dyn Iterator<Item = Result<Document>> + Send>> =
+            Vec::with_capacity(self.runs.len() + 1);
+        for run in self.runs {
+            sources.push(Box::new(run.into_reader()?));
+        }
+        let last: Vec<Result<Document>> = self
+            .buffer
+            .into_iter()
+            .map(|(k, d)| Ok(bson::doc! {"k": k, "d": d}))
+            .collect();
+        sources.push(Box::new(last.into_iter()));
+        let order = self.order;
+        let merged = MergedRuns::new(
+            sources,
+            Box::new(|d: &Document| d.get("k").cloned().unwrap_or(Bson::Null)),
+            Box::new(move |a: &Bson, b: &Bson| order(a, b)),
+        );
+        Ok(Box::new(merged.map(|d| d.and_then(unwrap_keyed))))
+    }
+}
+
+/// Splits a spilled `{k, d}` back into its key and document.
+fn unwrap_keyed(mut spilled: Document) -> Result<(Bson, Document)> {
+    let key = spilled.remove("k").unwrap_or(Bson::Null);
+    match spilled.remove("d") {
+        Some(Bson::Document(doc)) => Ok((key, doc)),
+        _ => Err(Error::new(
+            ErrorCode::InternalError,
+            "corrupt spill file: malformed keyed document",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,5 +484,58 @@ mod tests {
             sort_memory_error(100).message,
             "Sort exceeded memory limit of 100 bytes, but did not opt in to external sorting."
         );
+    }
+
+    #[test]
+    fn keyed_sort_is_stable_across_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            max_blocking_bytes: 300,
+            allow_disk_use: true,
+            spill_dir: dir.path().to_path_buf(),
+        };
+        let order: fn(&Bson, &Bson) -> Ordering = crate::query::compare::compare;
+        let mut sorted = KeyedSort::new(&limits, order, sort_memory_error);
+        for i in 0..100 {
+            sorted
+                .push(Bson::Int32((i * 3) % 10), doc! {"i": i})
+                .unwrap();
+        }
+        assert_eq!(sorted.len(), 100);
+        assert!(std::fs::read_dir(dir.path()).unwrap().count() > 1);
+        let out: Vec<(Bson, Document)> = sorted.finish().unwrap().map(|r| r.unwrap()).collect();
+        let mut expected: Vec<(Bson, Document)> = (0..100)
+            .map(|i| (Bson::Int32((i * 3) % 10), doc! {"i": i}))
+            .collect();
+        expected.sort_by(|a, b| order(&a.0, &b.0));
+        assert_eq!(out, expected);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+        let no_disk = Limits {
+            allow_disk_use: false,
+            ..limits
+        };
+        let mut sorted = KeyedSort::new(&no_disk, order, bucket_auto_memory_error);
+        let e = (0..100)
+            .try_for_each(|i| sorted.push(Bson::Int32(i), doc! {"i": i}))
+            .unwrap_err();
+        assert_eq!(e.code.number(), 292);
+    }
+
+    #[test]
+    fn shared_run_goes_with_its_last_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = Arc::new(SpillRun::write(dir.path(), vec![doc! {"a": 1}]).unwrap());
+        let path = run.path().to_path_buf();
+        let a = run.reader().unwrap();
+        let b = run.reader().unwrap();
+        drop(run);
+        assert_eq!(
+            a.map(|d| d.unwrap()).collect::<Vec<_>>(),
+            vec![doc! {"a": 1}]
+        );
+        assert!(path.exists());
+        drop(b);
+        assert!(!path.exists());
     }
 }
