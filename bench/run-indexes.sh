@@ -57,58 +57,17 @@ duration="${DURATION:-20}"
 log="${LOG:-/tmp/shardgate-indexes-$(date +%Y%m%d-%H%M%S).log}"
 read -r -a server_args <<<"${SERVER_ARGS:-}"
 
-workloads="index-eq,index-range,index-insert"
-rest=()
-while [[ $# -gt 0 ]]; do
-    case "$1" in
-    --workloads)
-        [[ $# -ge 2 ]] || { echo "--workloads needs a list" >&2; exit 2; }
-        workloads="$2"
-        shift 2
-        ;;
-    --workloads=*)
-        workloads="${1#--workloads=}"
-        shift
-        ;;
-    *)
-        rest+=("$1")
-        shift
-        ;;
-    esac
-done
-set -- ${rest[@]+"${rest[@]}"}
-run=()
-IFS=, read -r -a wanted <<<"$workloads"
+# shellcheck source=bench/servers.sh
+source "$repo/bench/servers.sh"
 # In the order they build on each other, whatever order they were given in.
-for w in index-eq index-range index-insert; do
-    for want in ${wanted[@]+"${wanted[@]}"}; do
-        if [[ "$want" == "$w" ]]; then
-            run+=("$w")
-            break
-        fi
-    done
-done
-for want in ${wanted[@]+"${wanted[@]}"}; do
-    case "$want" in
-    index-eq | index-range | index-insert) ;;
-    *)
-        echo "unknown workload '$want': pick from index-eq, index-range, index-insert" >&2
-        exit 2
-        ;;
-    esac
-done
-if [[ ${#run[@]} == 0 ]]; then
-    echo "--workloads names no workload" >&2
-    exit 2
-fi
+pick_workloads "index-eq index-range index-insert" "index-eq,index-range,index-insert" "$@"
+set -- ${rest[@]+"${rest[@]}"}
 
 if [[ "${SKIP_BUILD:-}" != 1 ]]; then
     echo "== building (release)"
     (cd "$repo" && cargo build --release -p shardgate --bin shardgate -p shardgate-bench --bin shardgate-bench)
 fi
 
-# shellcheck source=bench/servers.sh
-source "$repo/bench/servers.sh"
 
 shardgate_port="${SHARDGATE_PORT:-$(free_port)}"
 require_free "$shardgate_port"

@@ -66,3 +66,55 @@ stop_servers() {
         rm -rf "$data_dir"
     fi
 }
+
+# Takes `--workloads LIST` (or `--workloads=LIST`) out of the arguments.
+# Usage: pick_workloads "<known workloads, in run order>" "<default list>" "$@"
+# Sets `run` (the chosen workloads, in the known order) and `rest` (the
+# other arguments); exits 2 on an unknown or empty choice.
+pick_workloads() {
+    local known="$1" chosen="$2" want w found
+    shift 2
+    rest=()
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+        --workloads)
+            [[ $# -ge 2 ]] || { echo "--workloads needs a list" >&2; exit 2; }
+            chosen="$2"
+            shift 2
+            ;;
+        --workloads=*)
+            chosen="${1#--workloads=}"
+            shift
+            ;;
+        *)
+            rest+=("$1")
+            shift
+            ;;
+        esac
+    done
+    local wanted=()
+    IFS=, read -r -a wanted <<<"$chosen"
+    for want in ${wanted[@]+"${wanted[@]}"}; do
+        found=0
+        for w in $known; do
+            [[ "$want" == "$w" ]] && found=1
+        done
+        if [[ $found == 0 ]]; then
+            echo "unknown workload '$want': pick from ${known// /, }" >&2
+            exit 2
+        fi
+    done
+    run=()
+    for w in $known; do
+        for want in ${wanted[@]+"${wanted[@]}"}; do
+            if [[ "$want" == "$w" ]]; then
+                run+=("$w")
+                break
+            fi
+        done
+    done
+    if [[ ${#run[@]} == 0 ]]; then
+        echo "--workloads names no workload" >&2
+        exit 2
+    fi
+}

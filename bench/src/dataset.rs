@@ -107,6 +107,30 @@ pub trait Batches: Send + Sync + 'static {
     fn batch(&self, index: usize) -> Cow<'_, [Document]>;
 }
 
+/// Documents computed from their number, in batches of a fixed size: a
+/// data set with nothing stored up front.
+pub trait Generated: Send + Sync + 'static {
+    fn docs(&self) -> u64;
+    fn batch_size(&self) -> usize;
+    fn document(&self, i: u64) -> Document;
+}
+
+impl<T: Generated> Batches for T {
+    fn doc_count(&self) -> u64 {
+        self.docs()
+    }
+
+    fn batch_count(&self) -> usize {
+        usize::try_from(self.docs().div_ceil(self.batch_size() as u64)).unwrap_or(usize::MAX)
+    }
+
+    fn batch(&self, index: usize) -> Cow<'_, [Document]> {
+        let first = index as u64 * self.batch_size() as u64;
+        let last = (first + self.batch_size() as u64).min(self.docs());
+        Cow::Owned((first..last).map(|i| self.document(i)).collect())
+    }
+}
+
 impl Batches for Dataset {
     fn doc_count(&self) -> u64 {
         self.docs
@@ -254,7 +278,7 @@ impl Batches for KeyRange {
 }
 
 /// SplitMix64's finaliser: consecutive inputs give unrelated outputs.
-fn mix(x: u64) -> u64 {
+pub(crate) fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

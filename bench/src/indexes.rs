@@ -30,7 +30,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 
-use crate::dataset::Batches;
+use crate::dataset::{mix, Batches, Generated};
 use crate::report::{self, Measurement, Outcome};
 use crate::workload::{self, Deadlines, Target, TaskStats, Workload};
 use crate::Args;
@@ -163,19 +163,17 @@ impl IndexData {
     }
 }
 
-impl Batches for IndexData {
-    fn doc_count(&self) -> u64 {
+impl Generated for IndexData {
+    fn docs(&self) -> u64 {
         self.docs
     }
 
-    fn batch_count(&self) -> usize {
-        usize::try_from(self.docs.div_ceil(self.batch as u64)).unwrap_or(usize::MAX)
+    fn batch_size(&self) -> usize {
+        self.batch
     }
 
-    fn batch(&self, index: usize) -> Cow<'_, [Document]> {
-        let first = index as u64 * self.batch as u64;
-        let last = (first + self.batch as u64).min(self.docs);
-        Cow::Owned((first..last).map(|i| self.document(i)).collect())
+    fn document(&self, i: u64) -> Document {
+        IndexData::document(self, i)
     }
 }
 
@@ -198,14 +196,6 @@ impl Batches for Prebuilt {
     fn batch(&self, index: usize) -> Cow<'_, [Document]> {
         Cow::Borrowed(&self.batches[index])
     }
-}
-
-/// SplitMix64's finaliser, as in `dataset`.
-fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The name MongoDB gives an ascending single-field index.

@@ -15,6 +15,7 @@
 //! `sharded`); they also sum themselves up after the ratios.
 //! bench/run-partitions.sh runs them.
 
+mod aggregate;
 mod dataset;
 mod fanout;
 mod indexes;
@@ -130,6 +131,14 @@ struct Args {
     /// fresh `idx_insert` with single-field indexes on cat, score, a, b, c.
     #[arg(long, value_delimiter = ',', default_value = "0,1,5")]
     index_counts: Vec<usize>,
+    /// agg-group, agg-topk: documents in `agg_sharded` and `agg_plain`,
+    /// about 150 bytes each.
+    #[arg(long, default_value_t = 1_000_000)]
+    agg_docs: u64,
+    /// agg-group, agg-topk: partitions of `agg_sharded`, sharded on
+    /// `{k: "hashed"}`.
+    #[arg(long, default_value_t = 16)]
+    agg_partitions: u32,
     /// Documents per insertMany during load.
     #[arg(long, default_value_t = 1000)]
     batch: usize,
@@ -143,7 +152,8 @@ struct Args {
     /// Process whose VmRSS/VmHWM is printed after each load and at the end.
     #[arg(long)]
     rss_pid: Option<u32>,
-    /// Server process whose CPU use fanout-query reports [default: --rss-pid].
+    /// Server process whose CPU use fanout-query, agg-group and agg-topk
+    /// report [default: --rss-pid].
     #[arg(long)]
     server_pid: Option<u32>,
     /// Tokio worker threads for the client (default: one per CPU).
@@ -166,6 +176,7 @@ impl Args {
             || self.partitions.contains(&0)
             || self.fanout_partitions == 0
             || self.distribution_partitions == 0
+            || self.agg_partitions == 0
         {
             return Err("partition counts must be at least 1".into());
         }
@@ -176,7 +187,12 @@ impl Args {
             return Err("--fanout-docs and --distribution-docs must be at least 1".into());
         }
         if let Some(pid) = self.server_pid() {
-            if self.workloads.contains(&Workload::FanoutQuery) {
+            if self.workloads.iter().any(|w| {
+                matches!(
+                    w,
+                    Workload::FanoutQuery | Workload::AggGroup | Workload::AggTopk
+                )
+            }) {
                 report::read_cpu_secs(pid)
                     .map_err(|e| format!("cannot read the server's CPU use: {e}"))?;
             }
@@ -290,6 +306,8 @@ async fn run(args: Args) -> Result<(), String> {
             Workload::IndexEq => indexes::index_eq(&args, &targets[0]).await?,
             Workload::IndexRange => indexes::index_range(&args, &targets[0]).await?,
             Workload::IndexInsert => indexes::index_insert(&args, &targets[0]).await?,
+            Workload::AggGroup => aggregate::agg_group(&args, &targets[0]).await?,
+            Workload::AggTopk => aggregate::agg_topk(&args, &targets[0]).await?,
             _ => {
                 let data = dataset(&args, &mut usertable);
                 unsharded(&args, &targets, &data, w).await?

@@ -51,6 +51,11 @@ pub enum Workload {
     IndexRange,
     /// Insert throughput with 0, 1 and 5 secondary indexes.
     IndexInsert,
+    /// `aggregate([{$match}, {$group: {_id: "$cat"}}])` on a sharded and an
+    /// unsharded collection (`aggregate`).
+    AggGroup,
+    /// `aggregate([{$sort: {v: -1}}, {$limit: 10}])` on the same two.
+    AggTopk,
 }
 
 impl Workload {
@@ -67,6 +72,8 @@ impl Workload {
             Workload::IndexEq => "index-eq",
             Workload::IndexRange => "index-range",
             Workload::IndexInsert => "index-insert",
+            Workload::AggGroup => "agg-group",
+            Workload::AggTopk => "agg-topk",
         }
     }
 
@@ -79,6 +86,8 @@ impl Workload {
                 | Workload::IndexEq
                 | Workload::IndexRange
                 | Workload::IndexInsert
+                | Workload::AggGroup
+                | Workload::AggTopk
         )
     }
 }
