@@ -156,16 +156,22 @@ fn aggregate_spec(body: &Document) -> Result<FindSpec> {
     let pipeline = super::args::opt_array("aggregate", body, "pipeline")?
         .cloned()
         .unwrap_or_default();
-    let mut spec = FindSpec::default();
-    let mut stages = pipeline.iter().filter_map(Bson::as_document).peekable();
-    if let Some(m) = stages.peek().and_then(|s| s.get_document("$match").ok()) {
-        spec.filter = Some(Filter::parse(m)?);
-        stages.next();
-    }
-    if let Some(s) = stages.peek().and_then(|s| s.get_document("$sort").ok()) {
-        spec.sort = Some(SortSpec::parse(s)?);
-    }
-    Ok(spec)
+    // The leading `$match` stages target partitions exactly as running
+    // the pipeline does.
+    let (filter, rest) = crate::router::aggregate::leading_match(&pipeline)?;
+    let sort = match rest.first() {
+        Some(Bson::Document(d)) => d
+            .get_document("$sort")
+            .ok()
+            .map(SortSpec::parse)
+            .transpose()?,
+        _ => None,
+    };
+    Ok(FindSpec {
+        filter,
+        sort,
+        ..FindSpec::default()
+    })
 }
 
 /// The filter as sent, for `parsedQuery`.

@@ -579,7 +579,8 @@ pub fn entry_value(hash: i64, key_len: usize, values: &[Bson]) -> Vec<u8> {
     out
 }
 
-/// The hash an index entry's value names.
+/// The hash an index entry's value names (the `_id` index of a sharded
+/// collection stores it alone).
 pub fn entry_hash(value: &[u8]) -> Option<i64> {
     let bytes: [u8; 8] = value.get(..8)?.try_into().ok()?;
     Some(i64::from_be_bytes(bytes))

@@ -6,7 +6,7 @@
 //! the moment of a crash. Unique checks run under the collection's write
 //! lock, against the engine and the batch being built.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -100,7 +100,7 @@ impl IndexWrites {
     }
 
     /// The entries (key → value) `doc` gives every index.
-    fn entries(&self, doc: &Document, id_key: &[u8], hash: i64) -> Result<Vec<(usize, EntryKeys)>> {
+    fn entries(&self, doc: &Document, id_key: &[u8]) -> Result<Vec<(usize, EntryKeys)>> {
         let mut out = Vec::with_capacity(self.indexes.len());
         for (i, index) in self.indexes.iter().enumerate() {
             let keys = index.keys_of(doc)?;
@@ -109,8 +109,7 @@ impl IndexWrites {
                 .into_iter()
                 .map(|(key, values)| {
                     let entry = entry_key(self.collection, index.number, &key, id_key);
-                    let value = entry_value(hash, key.len(), &values);
-                    (entry, key, value, values)
+                    (entry, key, values)
                 })
                 .collect();
             out.push((
@@ -168,39 +167,44 @@ impl IndexWrites {
             return Ok(ops);
         }
         let old_entries = match old {
-            Some((doc, hash)) => self.entries(doc, id_key, hash)?,
+            Some((doc, _)) => self.entries(doc, id_key)?,
             None => Vec::new(),
         };
-        let new_entries = match new {
-            Some((doc, hash)) => self.entries(doc, id_key, hash)?,
-            None => Vec::new(),
+        let (new_entries, new_hash) = match new {
+            Some((doc, hash)) => (self.entries(doc, id_key)?, hash),
+            None => (Vec::new(), 0),
         };
+        // Entries both documents give (under the same hash) stay as they are.
         let same_hash = matches!((old, new), (Some((_, a)), Some((_, b))) if a == b);
+        let keys_of = |entries: &[(usize, EntryKeys)]| -> HashSet<Vec<u8>> {
+            entries
+                .iter()
+                .flat_map(|(_, k)| k.entries.iter().map(|e| e.0.clone()))
+                .collect()
+        };
+        let (in_new, in_old) = if same_hash {
+            (keys_of(&new_entries), keys_of(&old_entries))
+        } else {
+            (HashSet::new(), HashSet::new())
+        };
         for (_, keys) in &old_entries {
             for (entry, ..) in &keys.entries {
-                let kept = same_hash
-                    && new_entries
-                        .iter()
-                        .any(|(_, n)| n.entries.iter().any(|e| e.0 == *entry));
-                if !kept {
+                if !in_new.contains(entry) {
                     ops.push((entry.clone(), None));
                 }
             }
         }
         for (i, keys) in &new_entries {
             let index = &self.indexes[*i];
-            for (entry, key, value, values) in &keys.entries {
-                let unchanged = same_hash
-                    && old_entries
-                        .iter()
-                        .any(|(_, o)| o.entries.iter().any(|e| e.0 == *entry));
-                if unchanged {
+            for (entry, key, values) in &keys.entries {
+                if in_old.contains(entry) {
                     continue;
                 }
                 if index.unique {
                     self.check_unique(reader, ns, index, key, id_key, values)?;
                 }
-                ops.push((entry.clone(), Some(value.clone())));
+                let value = entry_value(new_hash, key.len(), values);
+                ops.push((entry.clone(), Some(value)));
             }
             if keys.multikey && index.set_multikey() {
                 self.meta_changed = true;
@@ -228,8 +232,8 @@ impl IndexWrites {
     }
 }
 
-/// One entry: `(entry key, keystring of the key, entry value, key values)`.
-type Entry = (Vec<u8>, Vec<u8>, Vec<u8>, Vec<Bson>);
+/// One entry: `(entry key, keystring of the key, key values)`.
+type Entry = (Vec<u8>, Vec<u8>, Vec<Bson>);
 
 /// The entries one document gives one index.
 struct EntryKeys {
@@ -569,10 +573,7 @@ impl Router {
                 let (entry, value) = item?;
                 id_entries += 1;
                 let id_key = entry.get(12..).unwrap_or_default();
-                let hash = value
-                    .get(..8)
-                    .and_then(|b| b.try_into().ok())
-                    .map(i64::from_be_bytes);
+                let hash = crate::index::entry_hash(&value);
                 let present = match hash {
                     Some(h) => reader
                         .get(Space::Records, &keys::record_key(coll.id, h, id_key))?

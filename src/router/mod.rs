@@ -250,7 +250,7 @@ impl Router {
                     Ok(found) => found,
                     Err(e) => return Box::new(std::iter::once(Err(e.into()))),
                 };
-                if let Some(h) = found.as_deref().and_then(stored_hash) {
+                if let Some(h) = found.as_deref().and_then(crate::index::entry_hash) {
                     if part.contains(h) {
                         keys.insert(keys::record_key(id, h, &id_key));
                     }
@@ -607,7 +607,9 @@ impl Router {
                 for id in &ids {
                     let entry = keys::index_key(coll.id, 0, &keystring::encode_id(id));
                     match reader.get(Space::Index, &entry) {
-                        Ok(found) => hashes.extend(found.as_deref().and_then(stored_hash)),
+                        Ok(found) => {
+                            hashes.extend(found.as_deref().and_then(crate::index::entry_hash))
+                        }
                         Err(e) => return Box::new(std::iter::once(Err(e.into()))),
                     }
                 }
@@ -879,8 +881,8 @@ fn by_id_index(
     let records: RecordIter = Box::new(entries.filter_map(move |item| {
         let fetch = || -> Result<Option<Record>> {
             let (entry, value) = item?;
-            let hash =
-                stored_hash(&value).ok_or_else(|| Error::internal("corrupt _id index entry"))?;
+            let hash = crate::index::entry_hash(&value)
+                .ok_or_else(|| Error::internal("corrupt _id index entry"))?;
             let key = keys::record_key(id, hash, entry.get(12..).unwrap_or_default());
             match reader.get(Space::Records, &key)? {
                 Some(v) => Ok(Some(decode_record(key, &v)?)),
@@ -1043,12 +1045,6 @@ fn decode_scan(
 fn record_id(rec: &Record) -> &Bson {
     static NULL: Bson = Bson::Null;
     rec.doc.get("_id").unwrap_or(&NULL)
-}
-
-/// The hash stored in an `_id` index entry.
-fn stored_hash(value: &[u8]) -> Option<i64> {
-    let bytes: [u8; 8] = value.try_into().ok()?;
-    Some(i64::from_be_bytes(bytes))
 }
 
 /// The records that match `filter`, with what the match found.
