@@ -20,6 +20,7 @@ mod dataset;
 mod fanout;
 mod indexes;
 mod report;
+mod robustness;
 mod sharded;
 mod workload;
 
@@ -139,6 +140,24 @@ struct Args {
     /// `{k: "hashed"}`.
     #[arg(long, default_value_t = 16)]
     agg_partitions: u32,
+    /// unwind: array lengths, one document each.
+    #[arg(long, value_delimiter = ',', default_value = "10000,40000,100000")]
+    unwind_sizes: Vec<u64>,
+    /// unwind: timed runs per size (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    unwind_repeats: u32,
+    /// unwind: seconds after which one run is abandoned (and larger sizes skipped).
+    #[arg(long, default_value_t = 120.0)]
+    unwind_timeout: f64,
+    /// cursor-memory: documents in `cursor_probe`, about 100 bytes each.
+    #[arg(long, default_value_t = 100_000)]
+    cursor_docs: u64,
+    /// cursor-memory: sorted cursors left open after their first batch.
+    #[arg(long, default_value_t = 200)]
+    cursors: usize,
+    /// cursor-memory: stop opening cursors once the server's RSS passes this (MiB).
+    #[arg(long, default_value_t = 6144)]
+    cursor_rss_cap_mb: u64,
     /// Documents per insertMany during load.
     #[arg(long, default_value_t = 1000)]
     batch: usize,
@@ -308,6 +327,8 @@ async fn run(args: Args) -> Result<(), String> {
             Workload::IndexInsert => indexes::index_insert(&args, &targets[0]).await?,
             Workload::AggGroup => aggregate::agg_group(&args, &targets[0]).await?,
             Workload::AggTopk => aggregate::agg_topk(&args, &targets[0]).await?,
+            Workload::Unwind => robustness::unwind(&args, &targets[0]).await?,
+            Workload::CursorMemory => robustness::cursor_memory(&args, &targets[0]).await?,
             _ => {
                 let data = dataset(&args, &mut usertable);
                 unsharded(&args, &targets, &data, w).await?

@@ -56,6 +56,13 @@ pub enum Workload {
     AggGroup,
     /// `aggregate([{$sort: {v: -1}}, {$limit: 10}])` on the same two.
     AggTopk,
+    /// `ping`: the per-request path alone, no storage.
+    Ping,
+    /// `$unwind` of one document's array of 10,000 to 100,000 elements
+    /// (`robustness`).
+    Unwind,
+    /// Server RSS with hundreds of idle sorted cursors open.
+    CursorMemory,
 }
 
 impl Workload {
@@ -74,6 +81,9 @@ impl Workload {
             Workload::IndexInsert => "index-insert",
             Workload::AggGroup => "agg-group",
             Workload::AggTopk => "agg-topk",
+            Workload::Ping => "ping",
+            Workload::Unwind => "unwind",
+            Workload::CursorMemory => "cursor-memory",
         }
     }
 
@@ -88,6 +98,9 @@ impl Workload {
                 | Workload::IndexInsert
                 | Workload::AggGroup
                 | Workload::AggTopk
+                | Workload::Ping
+                | Workload::Unwind
+                | Workload::CursorMemory
         )
     }
 }
@@ -397,6 +410,12 @@ async fn worker(
                     .await
                     .map(|r| r.matched_count > 0),
                 (Workload::Scan, _) => scan(&coll, key).await,
+                (Workload::Ping, _) => coll
+                    .client()
+                    .database("admin")
+                    .run_command(doc! { "ping": 1 })
+                    .await
+                    .map(|_| true),
                 _ => Ok(true),
             }
             .map_err(|e| e.to_string())
