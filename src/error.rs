@@ -119,6 +119,10 @@ error_codes! {
     Location40228 = 40228,
     CannotIndexParallelArrays = 171,
     AmbiguousIndexKeyPattern = 27000,
+    UnknownReplWriteConcern = 79,
+    UnsatisfiableWriteConcern = 100,
+    ClientDisconnect = 279,
+    Interrupted = 11601,
 }
 
 /// A failure to report to the client as `{ok: 0, errmsg, code, codeName}`.

@@ -24,6 +24,7 @@ pub mod registry;
 pub mod retry;
 pub mod sharding;
 pub mod update;
+pub mod write_concern;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -256,6 +257,7 @@ async fn run(
             format!("{name} may only be run against the admin database."),
         ));
     }
+    let write_concern_error = write_concern::check(&name, &body)?;
     state.counters.op_command.fetch_add(1, Ordering::Relaxed);
     let retry = retry::is_retryable_write(&name)
         .then(|| retry::retry_key(&body))
@@ -273,7 +275,10 @@ async fn run(
         body,
         sequences,
     };
-    let reply = (entry.handler)(&req).await?;
+    let mut reply = (entry.handler)(&req).await?;
+    if let Some(e) = write_concern_error {
+        reply.insert("writeConcernError", e);
+    }
     if let Some((session, txn)) = retry {
         state.retries.record(session, txn, &reply);
     }
