@@ -44,6 +44,7 @@ macro_rules! error_codes {
 error_codes! {
     InternalError = 1,
     BadValue = 2,
+    HostUnreachable = 6,
     NoSuchKey = 4,
     FailedToParse = 9,
     Unauthorized = 13,
