@@ -193,7 +193,10 @@ mod tests {
         assert_eq!(code(Bson::Document(doc! {"w": [1]})), Some(9));
         assert_eq!(code(Bson::Document(doc! {"j": "x"})), Some(14));
         assert_eq!(code(Bson::Document(doc! {"fsync": "x"})), Some(14));
-        assert_eq!(code(Bson::Document(doc! {"j": true, "fsync": true})), Some(9));
+        assert_eq!(
+            code(Bson::Document(doc! {"j": true, "fsync": true})),
+            Some(9)
+        );
         assert_eq!(code(Bson::Document(doc! {"x": 1})), Some(40415));
         assert_eq!(code(Bson::String("majority".into())), Some(14));
     }

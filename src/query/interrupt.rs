@@ -73,9 +73,9 @@ impl Operation {
 
     /// Stops the operation at its next check (`killOp`, shutdown).
     pub fn kill(&self) {
-        let _ = self
-            .state
-            .compare_exchange(RUNNING, INTERRUPTED, Ordering::Relaxed, Ordering::Relaxed);
+        let _ =
+            self.state
+                .compare_exchange(RUNNING, INTERRUPTED, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// Brings the deadline forward to `deadline` if that is sooner: a
@@ -318,7 +318,10 @@ mod tests {
         op.limit_to(Instant::now() + Duration::from_secs(7200));
         assert!(op.check_now().is_ok());
         op.limit_to(Instant::now());
-        assert_eq!(op.check_now().unwrap_err().code, ErrorCode::MaxTimeMSExpired);
+        assert_eq!(
+            op.check_now().unwrap_err().code,
+            ErrorCode::MaxTimeMSExpired
+        );
     }
 
     #[test]

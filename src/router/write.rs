@@ -895,7 +895,10 @@ mod tests {
     fn stored_documents_nest_at_most_a_hundred_levels() {
         assert!(prepared(nested(MAX_STORED_DEPTH)).is_ok());
         assert!(prepared(nested_array(MAX_STORED_DEPTH)).is_ok());
-        for deep in [nested(MAX_STORED_DEPTH + 1), nested_array(MAX_STORED_DEPTH + 1)] {
+        for deep in [
+            nested(MAX_STORED_DEPTH + 1),
+            nested_array(MAX_STORED_DEPTH + 1),
+        ] {
             let e = prepared(deep).unwrap_err();
             assert_eq!(e.code, ErrorCode::Overflow);
         }

@@ -239,7 +239,10 @@ mod tests {
         let let_through = (0..1000).filter(|_| limit.admit_at(t0).is_some()).count();
         assert_eq!(let_through, WarnLimit::PER_SECOND as usize);
         let later = t0 + Duration::from_millis(1500);
-        assert_eq!(limit.admit_at(later), Some(1000 - WarnLimit::PER_SECOND as u64));
+        assert_eq!(
+            limit.admit_at(later),
+            Some(1000 - WarnLimit::PER_SECOND as u64)
+        );
         assert_eq!(limit.admit_at(later), Some(0));
     }
 
