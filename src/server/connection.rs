@@ -10,14 +10,20 @@
 //! (and the buffer its message header asked for) by trickling bytes.
 //!
 //! While a command runs, its operation asks [`client_connected`] every so
-//! often whether the client is still there, and stops if it is not.
+//! often whether the client is still there, and stops if it is not; the
+//! socket is shared ([`SharedSocket`]) so it can be asked from any thread
+//! while this task is busy.
 
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bson::{doc, Bson, Document};
 use futures::{FutureExt, SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::codec::Framed;
@@ -39,7 +45,8 @@ pub async fn serve(
     state: ServerState,
     mut stop: watch::Receiver<bool>,
 ) {
-    let conn = ConnectionInfo::open(&state, peer, probe(&socket));
+    let socket = SharedSocket(Arc::new(socket));
+    let conn = ConnectionInfo::open(&state, peer, Some(socket.probe()));
     tracing::info!(conn = conn.id, %peer, "connection opened");
     let partial_limit = state.config.partial_message_timeout();
     let mut framed = Framed::new(socket, MessageCodec);
@@ -48,7 +55,7 @@ pub async fn serve(
             // Idle: wait as long as it takes for the next message to begin.
             tokio::select! {
                 _ = stop.changed() => break "server shutting down",
-                ready = framed.get_ref().readable() => if ready.is_err() {
+                ready = framed.get_ref().0.readable() => if ready.is_err() {
                     break "read failed";
                 },
             }
@@ -178,35 +185,73 @@ pub async fn refuse(socket: TcpStream, open: usize, wait: Duration) {
     let _ = tokio::time::timeout(wait, framed.send(reply)).await;
 }
 
-/// A probe that asks the socket, without reading from it, whether the
-/// client is still connected: through a duplicate of its descriptor, so
-/// it can be asked from any thread while the connection's task is busy.
-#[cfg(unix)]
-fn probe(socket: &TcpStream) -> Option<Probe> {
-    use std::os::fd::AsFd;
-    let fd = socket.as_fd().try_clone_to_owned().ok()?;
-    let stream = std::net::TcpStream::from(fd);
-    // Shared with the original (one open file), so already non-blocking.
-    stream.set_nonblocking(true).ok()?;
-    Some(Arc::new(move || client_connected(&stream)))
+/// The connection's socket, shared with the probe its operations ask
+/// (through a weak reference, so the socket closes with the connection).
+/// Reads and writes are tokio's own, through its readiness calls.
+struct SharedSocket(Arc<TcpStream>);
+
+impl SharedSocket {
+    fn probe(&self) -> Probe {
+        let socket = Arc::downgrade(&self.0);
+        Arc::new(move || socket.upgrade().is_some_and(|s| client_connected(&s)))
+    }
 }
 
-#[cfg(not(unix))]
-fn probe(_socket: &TcpStream) -> Option<Probe> {
-    None
+impl AsyncRead for SharedSocket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.0.poll_read_ready(cx))?;
+            match self.0.try_read_buf(buf) {
+                Ok(_) => return Poll::Ready(Ok(())),
+                // Readiness was stale; `try_read_buf` cleared it.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
 }
 
-/// False once the peer has closed its end (or the socket failed). Data
-/// waiting to be read means the client is still there.
-fn client_connected(stream: &std::net::TcpStream) -> bool {
+impl AsyncWrite for SharedSocket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write(buf) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(
+            rustix::net::shutdown(&*self.0, rustix::net::Shutdown::Write).map_err(io::Error::from),
+        )
+    }
+}
+
+/// False once the peer has closed its end (or the socket failed): a peek
+/// that does not wait and takes nothing from the socket. Data waiting to
+/// be read means the client is still there.
+fn client_connected(socket: &TcpStream) -> bool {
     let mut byte = [0u8; 1];
-    match stream.peek(&mut byte) {
-        Ok(0) => false,
+    let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+    match rustix::net::recv(socket, &mut byte[..], flags) {
+        Ok((0, _)) => false,
         Ok(_) => true,
-        Err(e) => matches!(
-            e.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-        ),
+        Err(e) => e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR,
     }
 }
 
@@ -248,4 +293,41 @@ fn legacy_command(full_name: &str, query: &[u8]) -> Result<Document, Error> {
     }
     cmd.insert("$db", db);
     Ok(cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    async fn pair() -> (TcpStream, SharedSocket) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, SharedSocket(Arc::new(server)))
+    }
+
+    #[tokio::test]
+    async fn the_probe_sees_a_closed_peer_and_leaves_pending_data_alone() {
+        let (mut client, mut socket) = pair().await;
+        let probe = socket.probe();
+        assert!(probe());
+        client.write_all(b"hi").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(probe());
+        let mut got = [0u8; 2];
+        socket.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"hi");
+        drop(client);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!probe());
+        // Once the connection is gone, so is the client.
+        let (_client, socket) = pair().await;
+        let probe = socket.probe();
+        drop(socket);
+        assert!(!probe());
+    }
 }
