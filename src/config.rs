@@ -22,7 +22,8 @@ pub struct Config {
     #[arg(long, default_value = "info")]
     pub log_level: String,
 
-    /// Most client connections served at once; more wait to be accepted.
+    /// Most client connections served at once; one more is answered with
+    /// an error and closed.
     #[arg(long, default_value_t = 10_000)]
     pub max_connections: usize,
 
@@ -59,6 +60,12 @@ pub struct Config {
     /// spills to disk with `allowDiskUse: true` and fails without.
     #[arg(long, default_value_t = crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES)]
     pub max_blocking_stage_bytes: usize,
+
+    /// Seconds a client has to finish sending a message once its first
+    /// bytes arrived; a connection still short of it is closed (0: wait
+    /// forever). Idle connections are never closed.
+    #[arg(long, default_value_t = 30)]
+    pub partial_message_timeout_secs: u64,
 }
 
 impl Config {
@@ -71,6 +78,12 @@ impl Config {
             logical_max_bytes: self.logical_partition_max_bytes,
             host: self.bind.to_string(),
         }
+    }
+
+    /// How long the rest of a begun message may take; `None` for ever.
+    pub fn partial_message_timeout(&self) -> Option<std::time::Duration> {
+        (self.partial_message_timeout_secs > 0)
+            .then(|| std::time::Duration::from_secs(self.partial_message_timeout_secs))
     }
 
     /// The arguments as `getCmdLineOpts` reports them.

@@ -171,18 +171,21 @@ pub async fn reap_idle(state: ServerState, mut stop: tokio::sync::watch::Receive
 
 /// Ends a stream with `MaxTimeMSExpired` once `max_time_ms` has passed.
 /// The clock is read every 64 documents, so the check costs nothing
-/// per document.
+/// per document. Work inside the stream (a sort, a group, a scan) stops at
+/// the deadline too, in this request and in every `getMore` after it.
 pub fn with_time_limit(stream: DocStream, max_time_ms: Option<u64>) -> DocStream {
     let Some(ms) = max_time_ms.filter(|&ms| ms > 0) else {
         return stream;
     };
     let deadline = Instant::now() + Duration::from_millis(ms);
+    let mut stream = stream;
     let mut n = 0u32;
     let mut expired = false;
-    Box::new(stream.map_while(move |item| {
+    Box::new(std::iter::from_fn(move || {
         if expired {
             return None;
         }
+        crate::query::interrupt::limit_to(deadline);
         n = n.wrapping_add(1);
         if n % 64 == 0 && Instant::now() >= deadline {
             expired = true;
@@ -191,7 +194,7 @@ pub fn with_time_limit(stream: DocStream, max_time_ms: Option<u64>) -> DocStream
                 "operation exceeded time limit",
             )));
         }
-        Some(item)
+        stream.next()
     }))
 }
 

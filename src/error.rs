@@ -44,6 +44,7 @@ macro_rules! error_codes {
 error_codes! {
     InternalError = 1,
     BadValue = 2,
+    HostUnreachable = 6,
     NoSuchKey = 4,
     FailedToParse = 9,
     Unauthorized = 13,
@@ -119,6 +120,10 @@ error_codes! {
     Location40228 = 40228,
     CannotIndexParallelArrays = 171,
     AmbiguousIndexKeyPattern = 27000,
+    UnknownReplWriteConcern = 79,
+    UnsatisfiableWriteConcern = 100,
+    ClientDisconnect = 279,
+    Interrupted = 11601,
 }
 
 /// A failure to report to the client as `{ok: 0, errmsg, code, codeName}`.

@@ -14,6 +14,11 @@ static GLOBAL: MiMalloc = MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let config = Config::parse();
+    // Before any thread or file exists: everything the server creates
+    // (data directory, journal, tables, spill files) is private to its
+    // user, whatever umask it was started with.
+    #[cfg(unix)]
+    rustix::process::umask(rustix::fs::Mode::from_bits_truncate(0o077));
     let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)

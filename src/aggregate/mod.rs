@@ -269,10 +269,20 @@ impl Pipeline {
     pub fn run(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
         let mut stream = input;
         for stage in &self.stages {
-            stream = stage.apply(stream, ctx)?;
+            stream = stage.apply(interruptible(stream), ctx)?;
         }
         Ok(stream)
     }
+}
+
+/// `stream`, ending with the operation's error once it must stop
+/// (`maxTimeMS`, client gone): every stage reads its input through this,
+/// so a stage looping over its input stops with the operation.
+pub fn interruptible(stream: DocStream) -> DocStream {
+    Box::new(stream.map(|item| {
+        crate::query::interrupt::check()?;
+        item
+    }))
 }
 
 /// Replaces each use of a bound variable (`"$$name"`, `"$$name.path"`)

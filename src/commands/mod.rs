@@ -24,6 +24,7 @@ pub mod registry;
 pub mod retry;
 pub mod sharding;
 pub mod update;
+pub mod write_concern;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +38,7 @@ use futures::future::BoxFuture;
 use crate::config::Config;
 use crate::cursor::CursorRegistry;
 use crate::error::{Error, ErrorCode, Result};
+use crate::query::interrupt::{self, Operation, Probe};
 use crate::router::SharedRouter;
 use crate::wire::Command;
 
@@ -122,11 +124,14 @@ impl ServerState {
 pub struct ConnectionInfo {
     pub id: u64,
     pub peer: SocketAddr,
+    /// Asks whether the client is still connected, so a command it
+    /// abandoned stops (see [`crate::query::interrupt`]).
+    pub probe: Option<Probe>,
     state: ServerState,
 }
 
 impl ConnectionInfo {
-    pub fn open(state: &ServerState, peer: SocketAddr) -> ConnectionInfo {
+    pub fn open(state: &ServerState, peer: SocketAddr, probe: Option<Probe>) -> ConnectionInfo {
         let c = &state.counters;
         c.connections_current.fetch_add(1, Ordering::Relaxed);
         c.connections_total.fetch_add(1, Ordering::Relaxed);
@@ -134,6 +139,7 @@ impl ConnectionInfo {
         ConnectionInfo {
             id,
             peer,
+            probe,
             state: state.clone(),
         }
     }
@@ -178,7 +184,8 @@ pub type Handler = for<'a> fn(&'a Request<'a>) -> BoxFuture<'a, Result<Document>
 /// Runs one command document and returns the reply document.
 pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) -> Document {
     let name = cmd.body.keys().next().cloned().unwrap_or_default();
-    let result = run(state, conn, name.clone(), cmd).await;
+    let op = Operation::new(max_time_deadline(&cmd.body), conn.probe.clone());
+    let result = interrupt::scoped(&op, run(state, conn, name.clone(), cmd)).await;
     let mut reply = match result {
         Ok(mut reply) => {
             if !reply.contains_key("ok") {
@@ -212,6 +219,15 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
     );
     reply.insert("operationTime", time);
     reply
+}
+
+/// When the command's `maxTimeMS` runs out. Each command checks the
+/// field's type itself; a value that is not a positive number sets no
+/// limit here.
+fn max_time_deadline(body: &Document) -> Option<Instant> {
+    let ms = body.get("maxTimeMS").and_then(args::number_as_i64)?;
+    let ms = u64::try_from(ms).ok().filter(|&ms| ms > 0)?;
+    Some(Instant::now() + std::time::Duration::from_millis(ms))
 }
 
 async fn run(
@@ -256,6 +272,7 @@ async fn run(
             format!("{name} may only be run against the admin database."),
         ));
     }
+    let write_concern_error = write_concern::check(&name, &body)?;
     state.counters.op_command.fetch_add(1, Ordering::Relaxed);
     let retry = retry::is_retryable_write(&name)
         .then(|| retry::retry_key(&body))
@@ -273,7 +290,10 @@ async fn run(
         body,
         sequences,
     };
-    let reply = (entry.handler)(&req).await?;
+    let mut reply = (entry.handler)(&req).await?;
+    if let Some(e) = write_concern_error {
+        reply.insert("writeConcernError", e);
+    }
     if let Some((session, txn)) = retry {
         state.retries.record(session, txn, &reply);
     }

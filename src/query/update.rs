@@ -1330,6 +1330,7 @@ impl Applier<'_> {
         // Match every element first, as MongoDB does, then apply.
         let mut matching: Vec<(usize, Vec<&Node>)> = Vec::new();
         for (index, element) in array.iter().enumerate() {
+            crate::query::interrupt::check()?;
             let mut updates = Vec::new();
             for node in nodes {
                 for (identifier, child) in &node.children {

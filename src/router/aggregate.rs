@@ -90,7 +90,7 @@ fn run_stages(
 ) -> Result<DocStream> {
     let mut stream = input;
     for stage in stages {
-        stream = stage.apply(stream, ctx)?;
+        stream = stage.apply(crate::aggregate::interruptible(stream), ctx)?;
     }
     Ok(stream)
 }

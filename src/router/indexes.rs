@@ -743,6 +743,7 @@ pub(crate) fn index_records(
         plan.dedupe.then(std::collections::HashSet::new);
     Box::new(entries.filter_map(move |item| {
         let step = || -> Result<Option<super::Record>> {
+            crate::query::interrupt::check()?;
             let (entry, value) = item?;
             if let Some(e) = &examined {
                 e.key();

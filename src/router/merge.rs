@@ -21,6 +21,7 @@ use bson::{Bson, Document};
 
 use crate::error::{Error, Result};
 use crate::query::compare::compare;
+use crate::query::interrupt;
 use crate::query::sort::SortSpec;
 
 /// One result row of one partition.
@@ -54,10 +55,14 @@ pub(crate) fn run_parallel<T: Send + 'static>(
     let n = tasks.len();
     let (tx, rx) = mpsc::channel::<(usize, T)>();
     let mut pending = tasks.into_iter().enumerate();
+    // The tasks work for the caller's operation: they stop with it.
+    let op = interrupt::current();
     let spawn = |pending: &mut dyn Iterator<Item = (usize, Box<dyn FnOnce() -> T + Send>)>| {
         if let Some((i, task)) = pending.next() {
             let tx = tx.clone();
+            let op = op.clone();
             handle.spawn_blocking(move || {
+                let _entered = interrupt::enter(op);
                 let _ = tx.send((i, task()));
             });
         }
@@ -108,7 +113,11 @@ fn read_chunk(mut stream: RowStream) -> Chunk {
     let mut rows = Vec::new();
     let mut bytes = 0usize;
     while rows.len() < CHUNK_ROWS && bytes < CHUNK_BYTES {
-        match stream.next() {
+        let next = match interrupt::check() {
+            Ok(()) => stream.next(),
+            Err(e) => Some(Err(e)),
+        };
+        match next {
             None => {
                 return Chunk {
                     stream,

@@ -1025,6 +1025,9 @@ fn decode_scan(
     scanned: Scanned,
 ) -> RecordIter {
     Box::new(scan.filter_map(move |item| {
+        if let Err(e) = crate::query::interrupt::check() {
+            return Some(Err(e));
+        }
         let (k, v) = match item {
             Ok(kv) => kv,
             Err(e) => return Some(Err(e.into())),
@@ -1188,6 +1191,7 @@ fn sorted_rows(
             .then_with(|| compare(record_id(&a.1 .0), record_id(&b.1 .0)))
     };
     for row in rows {
+        crate::query::interrupt::check()?;
         let row = row?;
         let key = sort.key_for(&row.0.doc);
         if keep.is_none() {

@@ -9,6 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use bson::raw::{RawBsonRef, RawIter};
 use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 
 use super::catalog::{partition_usage_key, usage_key, Usage};
@@ -71,13 +72,58 @@ pub fn maybe_blocking<T>(inline: bool, f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// Encodes a document, refusing one over the BSON size limit.
+/// Encodes a document, refusing one over the BSON size limit or nested
+/// deeper than a stored document may be.
 fn encode_document(doc: &Document) -> Result<Vec<u8>> {
     let bytes = doc
         .to_vec()
         .map_err(|e| err!(BadValue, "cannot encode document: {e}"))?;
     check_size(bytes.len())?;
+    if let Ok(raw) = RawDocument::from_bytes(&bytes) {
+        if !within_stored_depth(raw) {
+            bail!(
+                Overflow,
+                "Document exceeds maximum nesting depth of {MAX_STORED_DEPTH}"
+            );
+        }
+    }
     Ok(bytes)
+}
+
+/// The deepest nesting of a stored document, counting the document itself
+/// (MongoDB's `BSONDepth::getMaxDepthForUserStorage`). Messages may nest
+/// deeper (see [`crate::wire::validate`]): commands wrap documents.
+pub const MAX_STORED_DEPTH: usize = 100;
+
+/// Whether `doc` nests at most [`MAX_STORED_DEPTH`] levels. Empty
+/// sub-documents and arrays do not count, as in MongoDB.
+fn within_stored_depth(doc: &RawDocument) -> bool {
+    // Each level costs at least 7 bytes (type, empty name, length,
+    // terminator): a smaller document cannot be too deep.
+    if doc.as_bytes().len() <= 7 * MAX_STORED_DEPTH {
+        return true;
+    }
+    let mut stack: Vec<RawIter<'_>> = vec![doc.iter_elements()];
+    while let Some(top) = stack.last_mut() {
+        let Some(element) = top.next() else {
+            stack.pop();
+            continue;
+        };
+        // Malformed BSON is refused elsewhere, with its own error.
+        let Ok(value) = element.and_then(|e| e.value()) else {
+            return true;
+        };
+        let child = match value {
+            RawBsonRef::Document(d) if d.as_bytes().len() > 5 => d.iter_elements(),
+            RawBsonRef::Array(a) if a.as_bytes().len() > 5 => a.iter_elements(),
+            _ => continue,
+        };
+        if stack.len() >= MAX_STORED_DEPTH {
+            return false;
+        }
+        stack.push(child);
+    }
+    true
 }
 
 /// Checks an `_id` value is one MongoDB accepts.
@@ -137,6 +183,12 @@ fn raw_error(e: bson::error::Error) -> Error {
 /// being decoded.
 pub fn prepare_insert(bytes: Vec<u8>) -> Result<(Bson, Vec<u8>)> {
     let raw = RawDocument::from_bytes(&bytes).map_err(raw_error)?;
+    if !within_stored_depth(raw) {
+        bail!(
+            Overflow,
+            "cannot insert document because it exceeds {MAX_STORED_DEPTH} levels of nesting"
+        );
+    }
     let mut id = None;
     let mut id_first = false;
     for (i, element) in raw.iter_elements().enumerate() {
@@ -820,5 +872,45 @@ mod tests {
             prepared(doc! {"_id": [1, 2]}).unwrap_err().code,
             ErrorCode::InvalidIdField
         );
+    }
+
+    /// `{a: {a: … {a: 1}}}`, `depth` documents deep counting itself.
+    fn nested(depth: usize) -> Document {
+        let mut d = doc! {"_id": 1, "a": 1};
+        for _ in 1..depth {
+            d = doc! {"_id": 1, "a": d};
+        }
+        d
+    }
+
+    fn nested_array(depth: usize) -> Document {
+        let mut a = Bson::Array(vec![Bson::Int32(1)]);
+        for _ in 2..depth {
+            a = Bson::Array(vec![a]);
+        }
+        doc! {"_id": 1, "a": a}
+    }
+
+    #[test]
+    fn stored_documents_nest_at_most_a_hundred_levels() {
+        assert!(prepared(nested(MAX_STORED_DEPTH)).is_ok());
+        assert!(prepared(nested_array(MAX_STORED_DEPTH)).is_ok());
+        for deep in [
+            nested(MAX_STORED_DEPTH + 1),
+            nested_array(MAX_STORED_DEPTH + 1),
+        ] {
+            let e = prepared(deep).unwrap_err();
+            assert_eq!(e.code, ErrorCode::Overflow);
+        }
+        // An empty document at the bottom adds no level.
+        let mut d = doc! {"_id": 1, "a": {}};
+        for _ in 1..MAX_STORED_DEPTH {
+            d = doc! {"_id": 1, "a": d};
+        }
+        assert!(prepared(d).is_ok());
+        // Updates' results are checked on encoding.
+        assert!(encode_document(&nested(MAX_STORED_DEPTH)).is_ok());
+        let e = encode_document(&nested(MAX_STORED_DEPTH + 1)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Overflow);
     }
 }

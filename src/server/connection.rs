@@ -3,19 +3,41 @@
 //! A malformed frame ends only this connection; a command that fails is
 //! an error reply and the connection goes on. Shutdown is noticed only
 //! between requests, so a reply in flight is always finished.
+//!
+//! An idle client may stay as long as it likes (as with mongod), but once
+//! a message's first bytes arrive the rest must follow within
+//! `--partial-message-timeout-secs`, so a client cannot hold a connection
+//! (and the buffer its message header asked for) by trickling bytes.
+//!
+//! While a command runs, its operation asks [`client_connected`] every so
+//! often whether the client is still there, and stops if it is not; the
+//! socket is shared ([`SharedSocket`]) so it can be asked from any thread
+//! while this task is busy.
 
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bson::{doc, Bson, Document};
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::codec::Framed;
 
+use super::WarnLimit;
 use crate::commands::{self, ConnectionInfo, ServerState};
 use crate::error::{Error, ErrorCode};
+use crate::query::interrupt::Probe;
 use crate::wire::message::checked_document;
 use crate::wire::{BsonCheckError, Command, Message, MessageCodec, Reply};
+
+/// Bad frames from many connections (a fuzzer, a confused client) would
+/// otherwise log a warning each.
+static BAD_MESSAGE_WARNINGS: WarnLimit = WarnLimit::new();
 
 pub async fn serve(
     socket: TcpStream,
@@ -23,52 +45,65 @@ pub async fn serve(
     state: ServerState,
     mut stop: watch::Receiver<bool>,
 ) {
-    let conn = ConnectionInfo::open(&state, peer);
+    let socket = SharedSocket(Arc::new(socket));
+    let conn = ConnectionInfo::open(&state, peer, Some(socket.probe()));
     tracing::info!(conn = conn.id, %peer, "connection opened");
+    let partial_limit = state.config.partial_message_timeout();
     let mut framed = Framed::new(socket, MessageCodec);
     let reason = loop {
-        let next = tokio::select! {
-            _ = stop.changed() => break "server shutting down",
-            next = framed.next() => next,
+        if framed.read_buffer().is_empty() {
+            // Idle: wait as long as it takes for the next message to begin.
+            tokio::select! {
+                _ = stop.changed() => break "server shutting down",
+                ready = framed.get_ref().0.readable() => if ready.is_err() {
+                    break "read failed";
+                },
+            }
+        }
+        let next = match framed.next().now_or_never() {
+            Some(next) => next,
+            // Woken, but nothing arrived: idle again.
+            None if framed.read_buffer().is_empty() => continue,
+            // Part of a message is here; the rest must come in time.
+            None => {
+                let rest = async {
+                    match partial_limit {
+                        Some(limit) => tokio::time::timeout(limit, framed.next()).await.ok(),
+                        None => Some(framed.next().await),
+                    }
+                };
+                tokio::select! {
+                    _ = stop.changed() => break "server shutting down",
+                    rest = rest => match rest {
+                        Some(next) => next,
+                        None => {
+                            if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
+                                tracing::warn!(
+                                    conn = conn.id,
+                                    %peer,
+                                    suppressed,
+                                    "message incomplete after {:?}, closing",
+                                    partial_limit.unwrap_or_default()
+                                );
+                            }
+                            break "partial message timed out";
+                        }
+                    },
+                }
+            }
         };
         let message = match next {
             None => break "closed by client",
             Some(Err(e)) => {
-                tracing::warn!(conn = conn.id, "bad message, closing: {e}");
+                if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
+                    tracing::warn!(conn = conn.id, %peer, suppressed, "bad message, closing: {e}");
+                }
                 break "bad message";
             }
             Some(Ok(m)) => m,
         };
-        let reply = match message {
-            Message::Msg(msg) => {
-                let body = match msg.command() {
-                    Ok(cmd) => commands::handle(&state, &conn, cmd).await,
-                    Err(e) => error_reply(&bson_error(&e)),
-                };
-                if msg.more_to_come() {
-                    continue;
-                }
-                encode(&body).map(|body| Reply::Msg {
-                    response_to: msg.request_id,
-                    body,
-                })
-            }
-            Message::Query(q) => {
-                let body = match legacy_command(&q.full_collection_name, &q.query) {
-                    Ok(body) => {
-                        let cmd = Command {
-                            body,
-                            sequences: Vec::new(),
-                        };
-                        commands::handle(&state, &conn, cmd).await
-                    }
-                    Err(e) => error_reply(&e),
-                };
-                encode(&body).map(|body| Reply::Legacy {
-                    response_to: q.request_id,
-                    body,
-                })
-            }
+        let Some(reply) = respond(&state, &conn, message).await else {
+            continue;
         };
         let Some(reply) = reply else {
             break "reply could not be encoded";
@@ -79,6 +114,145 @@ pub async fn serve(
         }
     };
     tracing::info!(conn = conn.id, %peer, reason, "connection closed");
+}
+
+/// Runs one message; `None` when it wants no reply (`moreToCome`), `Some(None)`
+/// when the reply could not be encoded.
+async fn respond(
+    state: &ServerState,
+    conn: &ConnectionInfo,
+    message: Message,
+) -> Option<Option<Reply>> {
+    match message {
+        Message::Msg(msg) => {
+            let body = match msg.command() {
+                Ok(cmd) => commands::handle(state, conn, cmd).await,
+                Err(e) => error_reply(&bson_error(&e)),
+            };
+            if msg.more_to_come() {
+                return None;
+            }
+            Some(encode(&body).map(|body| Reply::Msg {
+                response_to: msg.request_id,
+                body,
+            }))
+        }
+        Message::Query(q) => {
+            let body = match legacy_command(&q.full_collection_name, &q.query) {
+                Ok(body) => {
+                    let cmd = Command {
+                        body,
+                        sequences: Vec::new(),
+                    };
+                    commands::handle(state, conn, cmd).await
+                }
+                Err(e) => error_reply(&e),
+            };
+            Some(encode(&body).map(|body| Reply::Legacy {
+                response_to: q.request_id,
+                body,
+            }))
+        }
+    }
+}
+
+/// Over `--max-connections`: answers the connection's first message with
+/// an error, then closes it. mongod only closes such a connection; an
+/// answer tells the client why instead of leaving it to guess. A client
+/// that sends nothing within `wait` is closed without one.
+pub async fn refuse(socket: TcpStream, open: usize, wait: Duration) {
+    let mut framed = Framed::new(socket, MessageCodec);
+    let Ok(Some(Ok(message))) = tokio::time::timeout(wait, framed.next()).await else {
+        return;
+    };
+    let error = Error::new(
+        ErrorCode::HostUnreachable,
+        format!("connection refused because too many open connections: {open}"),
+    );
+    let Some(body) = encode(&error_reply(&error)) else {
+        return;
+    };
+    let reply = match message {
+        Message::Msg(m) => Reply::Msg {
+            response_to: m.request_id,
+            body,
+        },
+        Message::Query(q) => Reply::Legacy {
+            response_to: q.request_id,
+            body,
+        },
+    };
+    let _ = tokio::time::timeout(wait, framed.send(reply)).await;
+}
+
+/// The connection's socket, shared with the probe its operations ask
+/// (through a weak reference, so the socket closes with the connection).
+/// Reads and writes are tokio's own, through its readiness calls.
+struct SharedSocket(Arc<TcpStream>);
+
+impl SharedSocket {
+    fn probe(&self) -> Probe {
+        let socket = Arc::downgrade(&self.0);
+        Arc::new(move || socket.upgrade().is_some_and(|s| client_connected(&s)))
+    }
+}
+
+impl AsyncRead for SharedSocket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.0.poll_read_ready(cx))?;
+            match self.0.try_read_buf(buf) {
+                Ok(_) => return Poll::Ready(Ok(())),
+                // Readiness was stale; `try_read_buf` cleared it.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for SharedSocket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write(buf) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(
+            rustix::net::shutdown(&*self.0, rustix::net::Shutdown::Write).map_err(io::Error::from),
+        )
+    }
+}
+
+/// False once the peer has closed its end (or the socket failed): a peek
+/// that does not wait and takes nothing from the socket. Data waiting to
+/// be read means the client is still there.
+fn client_connected(socket: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+    match rustix::net::recv(socket, &mut byte[..], flags) {
+        Ok((0, _)) => false,
+        Ok(_) => true,
+        Err(e) => e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR,
+    }
 }
 
 fn encode(doc: &Document) -> Option<Vec<u8>> {
@@ -119,4 +293,41 @@ fn legacy_command(full_name: &str, query: &[u8]) -> Result<Document, Error> {
     }
     cmd.insert("$db", db);
     Ok(cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    async fn pair() -> (TcpStream, SharedSocket) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, SharedSocket(Arc::new(server)))
+    }
+
+    #[tokio::test]
+    async fn the_probe_sees_a_closed_peer_and_leaves_pending_data_alone() {
+        let (mut client, mut socket) = pair().await;
+        let probe = socket.probe();
+        assert!(probe());
+        client.write_all(b"hi").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(probe());
+        let mut got = [0u8; 2];
+        socket.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"hi");
+        drop(client);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!probe());
+        // Once the connection is gone, so is the client.
+        let (_client, socket) = pair().await;
+        let probe = socket.probe();
+        drop(socket);
+        assert!(!probe());
+    }
 }

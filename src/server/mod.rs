@@ -1,15 +1,19 @@
 //! The server: accept loop, one task per connection, graceful shutdown.
 //!
 //! `run` opens storage, builds the shared state, accepts connections
-//! (at most `--max-connections` at once) and waits for Ctrl-C or SIGTERM.
+//! (serving at most `--max-connections` at once; the ones over it get an
+//! error and are closed) and waits for Ctrl-C or SIGTERM.
 //! On a signal it stops accepting, tells every connection to finish the
 //! request it is serving and close, waits for them to drain, and syncs
 //! storage before returning.
 
 mod connection;
 
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -21,6 +25,7 @@ use crate::storage::embedded::EmbeddedEngine;
 
 /// Runs the server until a shutdown signal.
 pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    secure_data_dir(&config.data_dir)?;
     let engine = EmbeddedEngine::open(&config.data_dir, config.cache_mb * 1024 * 1024)?;
     let router = Arc::new(Router::open_with(
         engine.clone(),
@@ -50,36 +55,51 @@ pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let limit = Arc::new(Semaphore::new(config.max_connections));
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let cursor_reaper = tokio::spawn(crate::cursor::reap_idle(state.clone(), stop_rx.clone()));
     let mut connections = tokio::task::JoinSet::new();
 
     let signal = shutdown_signal();
     tokio::pin!(signal);
     loop {
-        let permit = tokio::select! {
-            _ = &mut signal => break,
-            permit = limit.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
         let accepted = tokio::select! {
             _ = &mut signal => break,
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((socket, peer)) => {
-                let _ = socket.set_nodelay(true);
-                let state = state.clone();
-                let stop = stop_rx.clone();
-                connections.spawn(async move {
-                    connection::serve(socket, peer, state, stop).await;
-                    drop(permit);
-                });
-            }
+            Ok((socket, peer)) => match limit.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    let _ = socket.set_nodelay(true);
+                    let state = state.clone();
+                    let stop = stop_rx.clone();
+                    connections.spawn(async move {
+                        connection::serve(socket, peer, state, stop).await;
+                        drop(permit);
+                    });
+                }
+                Err(_) => {
+                    let open = config.max_connections;
+                    if let Some(suppressed) = REFUSED_WARNINGS.admit() {
+                        tracing::warn!(
+                            %peer,
+                            suppressed,
+                            "connection refused because too many open connections: {open}"
+                        );
+                    }
+                    // Refusals are bounded too: past them, just close.
+                    if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                        connections.spawn(async move {
+                            connection::refuse(socket, open, REFUSAL_WAIT).await;
+                            drop(permit);
+                        });
+                    }
+                }
+            },
             Err(e) => {
                 // Out of file descriptors and the like: back off, keep serving.
-                tracing::warn!("accept failed: {e}");
+                if let Some(suppressed) = ACCEPT_WARNINGS.admit() {
+                    tracing::warn!(suppressed, "accept failed: {e}");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -103,6 +123,89 @@ pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// Connections over `--max-connections` being answered at once; more
+/// are closed straight away.
+const MAX_REFUSALS: usize = 64;
+/// How long a refused connection has to send its first message.
+const REFUSAL_WAIT: Duration = Duration::from_secs(2);
+
+static REFUSED_WARNINGS: WarnLimit = WarnLimit::new();
+static ACCEPT_WARNINGS: WarnLimit = WarnLimit::new();
+
+/// Makes the data directory (and what is already in it) readable by this
+/// user only: the journal holds document values in plain text. Files
+/// created later are private through the process umask (see `main`).
+fn secure_data_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+        let mut pending = vec![dir.to_path_buf()];
+        while let Some(path) = pending.pop() {
+            let meta = std::fs::symlink_metadata(&path)?;
+            if meta.file_type().is_symlink() {
+                continue;
+            }
+            let mode = if meta.is_dir() { 0o700 } else { 0o600 };
+            if meta.permissions().mode() & 0o777 != mode {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+            }
+            if meta.is_dir() {
+                for entry in std::fs::read_dir(&path)? {
+                    pending.push(entry?.path());
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir)?;
+    Ok(())
+}
+
+/// Lets at most [`WarnLimit::PER_SECOND`] lines a second through from one
+/// place in the code; the lines held back are counted and the count rides
+/// on the next line let through (`suppressed = K`). A fuzzer sending
+/// thousands of bad frames then costs a few log lines, not thousands.
+pub(crate) struct WarnLimit {
+    window: Mutex<Option<(Instant, u32, u64)>>,
+}
+
+impl WarnLimit {
+    pub const PER_SECOND: u32 = 10;
+
+    pub const fn new() -> WarnLimit {
+        WarnLimit {
+            window: parking_lot::const_mutex(None),
+        }
+    }
+
+    /// `Some(lines held back since the last one let through)` when this
+    /// line may be logged.
+    pub fn admit(&self) -> Option<u64> {
+        self.admit_at(Instant::now())
+    }
+
+    fn admit_at(&self, now: Instant) -> Option<u64> {
+        let mut window = self.window.lock();
+        let (start, logged, held) = window.get_or_insert((now, 0, 0));
+        if now.duration_since(*start) >= Duration::from_secs(1) {
+            *start = now;
+            *logged = 0;
+        }
+        if *logged >= Self::PER_SECOND {
+            *held += 1;
+            return None;
+        }
+        *logged += 1;
+        Some(std::mem::take(held))
+    }
+}
+
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
@@ -122,5 +225,42 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_are_limited_per_second_and_the_rest_counted() {
+        let limit = WarnLimit::new();
+        let t0 = Instant::now();
+        let let_through = (0..1000).filter(|_| limit.admit_at(t0).is_some()).count();
+        assert_eq!(let_through, WarnLimit::PER_SECOND as usize);
+        let later = t0 + Duration::from_millis(1500);
+        assert_eq!(
+            limit.admit_at(later),
+            Some(1000 - WarnLimit::PER_SECOND as u64)
+        );
+        assert_eq!(limit.admit_at(later), Some(0));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_data_directory_and_its_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        secure_data_dir(&dir).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        let file = dir.join("journal");
+        std::fs::write(&file, b"x").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        secure_data_dir(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&file), 0o600);
     }
 }

@@ -603,6 +603,7 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let mut vars = enclosing_vars(scope);
     let mut out = Vec::new();
     for item in items {
+        crate::query::interrupt::check()?;
         if limit.is_some_and(|n| out.len() >= n) {
             break;
         }
@@ -649,6 +650,7 @@ fn op_map<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let mut vars = enclosing_vars(scope);
     let mut out = Vec::with_capacity(items.len());
     for item in items {
+        crate::query::interrupt::check()?;
         vars.insert(name, item.clone());
         let inner = Scope {
             root: scope.root,
@@ -700,6 +702,7 @@ fn op_reduce<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let mut value: Option<Bson> = eval(&args[1], scope)?.map(Cow::into_owned);
     let mut vars = enclosing_vars(scope);
     for item in items {
+        crate::query::interrupt::check()?;
         vars.insert("this", item.clone());
         match value.take() {
             Some(v) => vars.insert("value", v),
