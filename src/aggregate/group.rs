@@ -1534,8 +1534,10 @@ impl Granularity {
     /// The smallest granularity value strictly above `v` (0 stays 0).
     fn round_up(self, v: &Bson) -> Result<Bson> {
         let f = Self::number(v)?;
-        if f == 0.0 {
-            return Ok(Bson::Double(0.0));
+        // No series value lies beyond infinity: it stays itself (the
+        // search below would never end).
+        if f == 0.0 || f.is_infinite() {
+            return Ok(Bson::Double(f));
         }
         Ok(Bson::Double(match self {
             Granularity::PowersOf2 => {
@@ -1560,8 +1562,10 @@ impl Granularity {
     /// The largest granularity value strictly below `v` (0 stays 0).
     fn round_down(self, v: &Bson) -> Result<Bson> {
         let f = Self::number(v)?;
-        if f == 0.0 {
-            return Ok(Bson::Double(0.0));
+        // No series value lies beyond infinity: it stays itself (the
+        // search below would never end).
+        if f == 0.0 || f.is_infinite() {
+            return Ok(Bson::Double(f));
         }
         Ok(Bson::Double(match self {
             Granularity::PowersOf2 => {
@@ -1860,6 +1864,26 @@ mod tests {
     #[test]
     fn table_is_sorted() {
         assert!(STAGES.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn granularity_of_infinity_ends() {
+        for name in ["POWERSOF2", "R5", "E24", "1-2-5"] {
+            let g = Granularity::parse(name).unwrap();
+            let inf = Bson::Double(f64::INFINITY);
+            assert_eq!(g.round_up(&inf).unwrap(), inf, "{name}");
+            assert_eq!(g.round_down(&inf).unwrap(), inf, "{name}");
+            assert_eq!(
+                g.round_up(&Bson::Double(3.0)).unwrap(),
+                match name {
+                    "POWERSOF2" => Bson::Double(4.0),
+                    "R5" => Bson::Double(4.0),
+                    "E24" => Bson::Double(3.3),
+                    _ => Bson::Double(5.0),
+                },
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -11,6 +11,9 @@ use tokio_util::codec::{Decoder, Encoder};
 use super::message::{encode_reply, parse_op_msg, parse_op_query};
 use super::{Message, Reply, WireError, MAX_MESSAGE_SIZE_BYTES, OP_COMPRESSED, OP_MSG, OP_QUERY};
 
+/// Most bytes reserved ahead of a message that is still arriving.
+const READ_AHEAD_BYTES: usize = 64 * 1024;
+
 #[derive(Debug, Default)]
 pub struct MessageCodec;
 
@@ -28,7 +31,10 @@ impl Decoder for MessageCodec {
         }
         let len = len as usize;
         if src.len() < len {
-            src.reserve(len - src.len());
+            // Room for the next piece only: a header may claim 48 MB, and
+            // memory should grow with the bytes that actually arrive, not
+            // with what a client says it will send.
+            src.reserve((len - src.len()).min(READ_AHEAD_BYTES));
             return Ok(None);
         }
         let frame = src.split_to(len).freeze();
@@ -99,6 +105,15 @@ mod tests {
             codec.decode(&mut huge),
             Err(WireError::BadLength(_))
         ));
+        let mut claimed = BytesMut::new();
+        claimed.extend_from_slice(&(40_000_000i32).to_le_bytes());
+        claimed.extend_from_slice(&[0u8; 12]);
+        assert!(codec.decode(&mut claimed).unwrap().is_none());
+        assert!(
+            claimed.capacity() <= 16 + READ_AHEAD_BYTES * 2,
+            "reserved {} bytes for a message that has not arrived",
+            claimed.capacity()
+        );
         let mut tiny = BytesMut::new();
         tiny.extend_from_slice(&(3i32).to_le_bytes());
         tiny.extend_from_slice(&[0u8; 12]);
