@@ -59,6 +59,20 @@ pub struct Config {
     /// spills to disk with `allowDiskUse: true` and fails without.
     #[arg(long, default_value_t = crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES)]
     pub max_blocking_stage_bytes: usize,
+
+    /// Most cursors one connection may have open (opened by it and not
+    /// yet exhausted, killed or timed out).
+    #[arg(long, default_value_t = crate::cursor::DEFAULT_MAX_CURSORS_PER_CONNECTION)]
+    pub max_cursors_per_connection: usize,
+
+    /// Most cursors open in the whole server.
+    #[arg(long, default_value_t = crate::cursor::DEFAULT_MAX_OPEN_CURSORS)]
+    pub max_open_cursors: usize,
+
+    /// Most bytes of results open cursors may hold in memory; past it no
+    /// new cursor opens until some are read or closed.
+    #[arg(long, default_value_t = crate::cursor::DEFAULT_MAX_CURSOR_MEMORY_BYTES)]
+    pub max_cursor_memory_bytes: usize,
 }
 
 impl Config {
@@ -70,6 +84,15 @@ impl Config {
             split_bytes: self.partition_split_bytes,
             logical_max_bytes: self.logical_partition_max_bytes,
             host: self.bind.to_string(),
+        }
+    }
+
+    /// The caps on open cursors.
+    pub fn cursor_limits(&self) -> crate::cursor::CursorLimits {
+        crate::cursor::CursorLimits {
+            per_connection: self.max_cursors_per_connection,
+            total: self.max_open_cursors,
+            memory_bytes: self.max_cursor_memory_bytes,
         }
     }
 

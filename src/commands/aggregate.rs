@@ -223,6 +223,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         return super::explain::explain_aggregate(req).await;
     }
     let full = agg.ns.full();
+    req.state.cursors.admit(req.conn.id)?;
     let (batch, stream) = tokio::task::block_in_place(|| -> Result<_> {
         let stream = with_time_limit(execute(req, &agg)?, agg.max_time_ms);
         let mut stream = stream.peekable();
@@ -235,7 +236,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let id = if batch.exhausted {
         0
     } else {
-        req.state.cursors.open(full.clone(), stream)
+        req.state.cursors.open(full.clone(), stream, req.conn.id)?
     };
     Ok(first_batch_reply(id, &full, batch.docs))
 }

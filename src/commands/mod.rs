@@ -80,7 +80,7 @@ impl ServerState {
     pub fn new(router: SharedRouter, config: Config) -> ServerState {
         ServerState(Arc::new(StateInner {
             router,
-            cursors: CursorRegistry::default(),
+            cursors: CursorRegistry::new(config.cursor_limits()),
             config,
             started: Instant::now(),
             counters: Counters::default(),
@@ -179,6 +179,15 @@ pub type Handler = for<'a> fn(&'a Request<'a>) -> BoxFuture<'a, Result<Document>
 pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) -> Document {
     let name = cmd.body.keys().next().cloned().unwrap_or_default();
     let result = run(state, conn, name.clone(), cmd).await;
+    let result = result.and_then(|reply| {
+        // A reply is one document: past what a reply may carry, the
+        // client gets MongoDB's error instead of a message it drops.
+        let size = args::document_size(&reply);
+        if size > crate::wire::MAX_REPLY_DOCUMENT_SIZE {
+            return Err(Error::bson_object_too_large(size, &reply));
+        }
+        Ok(reply)
+    });
     let mut reply = match result {
         Ok(mut reply) => {
             if !reply.contains_key("ok") {
