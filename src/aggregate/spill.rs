@@ -277,11 +277,11 @@ impl Drop for SpillRun {
 }
 
 /// Bytes a [`RunReader`] reads from its file at a time.
-const READ_AHEAD: usize = 32 * 1024;
+const READ_AHEAD: usize = 16 * 1024;
 
 /// The documents of one run; the file goes when the reader (and every
 /// other holder of the run) is dropped. It opens the file only while it
-/// reads a chunk, so a reader left waiting (a cursor between `getMore`s)
+/// reads a 16 KiB chunk, so a reader left waiting (a cursor between `getMore`s)
 /// holds its position and one chunk, not a file descriptor.
 #[derive(Debug)]
 pub struct RunReader {
@@ -327,9 +327,11 @@ impl RunReader {
         }
         let head = &self.buf[self.pos..self.pos + 4];
         let total = i32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        // Any length BSON allows: a stage may hold (and park) a document
+        // larger than a reply can carry; the reply refuses it later.
         let total = usize::try_from(total)
             .ok()
-            .filter(|n| (5..=64 * 1024 * 1024).contains(n))
+            .filter(|&n| n >= 5)
             .ok_or_else(|| corrupt("bad length"))?;
         if self.fill(total)? < total {
             return Err(corrupt("truncated document"));

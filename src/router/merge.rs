@@ -40,6 +40,11 @@ pub(crate) type RowStream = Box<dyn Iterator<Item = Result<Row>> + Send>;
 
 /// Most rows taken from one partition in one refill.
 const CHUNK_ROWS: usize = 256;
+/// Rows taken from a partition in its first refill; each refill after
+/// takes twice as many, up to [`CHUNK_ROWS`]. A cursor left after a small
+/// first batch (a driver's `batchSize: 1`) holds a few rows per
+/// partition, not a full chunk of each.
+const FIRST_CHUNK_ROWS: usize = 16;
 /// Most bytes of documents taken from one partition in one refill: an
 /// idle cursor over many partitions holds up to one chunk of each.
 const CHUNK_BYTES: usize = 256 * 1024;
@@ -89,6 +94,8 @@ struct Source {
     stream: Option<RowStream>,
     buffer: VecDeque<(Row, usize)>,
     held: Held,
+    /// Rows its next refill takes.
+    chunk_rows: usize,
     exhausted: bool,
 }
 
@@ -123,11 +130,11 @@ struct Chunk {
     error: Option<Error>,
 }
 
-fn read_chunk(mut stream: RowStream) -> Chunk {
+fn read_chunk(mut stream: RowStream, max_rows: usize) -> Chunk {
     let mut rows = Vec::new();
     let mut bytes = 0usize;
     let (exhausted, error) = loop {
-        if rows.len() >= CHUNK_ROWS || bytes >= CHUNK_BYTES {
+        if rows.len() >= max_rows || bytes >= CHUNK_BYTES {
             break (false, None);
         }
         match stream.next() {
@@ -158,6 +165,7 @@ impl Merge {
                     stream: Some(s),
                     buffer: VecDeque::new(),
                     held: Held::default(),
+                    chunk_rows: FIRST_CHUNK_ROWS,
                     exhausted: false,
                 })
                 .collect(),
@@ -173,8 +181,11 @@ impl Merge {
         let mut tasks: Vec<Box<dyn FnOnce() -> Chunk + Send>> = Vec::new();
         let mut owners = Vec::new();
         for i in which {
-            if let Some(stream) = self.sources[i].stream.take() {
-                tasks.push(Box::new(move || read_chunk(stream)));
+            let source = &mut self.sources[i];
+            if let Some(stream) = source.stream.take() {
+                let rows = source.chunk_rows;
+                source.chunk_rows = (rows * 2).min(CHUNK_ROWS);
+                tasks.push(Box::new(move || read_chunk(stream, rows)));
                 owners.push(i);
             }
         }
