@@ -158,8 +158,9 @@ impl CursorRegistry {
         }
     }
 
-    /// Fails if connection `conn` may not open another cursor now: checked
-    /// before a query runs, so a refused query costs nothing.
+    /// Fails if connection `conn` may not open another cursor now. Only a
+    /// query that leaves results for `getMore` needs one: one answered in
+    /// its first batch runs whatever the caps.
     pub fn admit(&self, conn: u64) -> Result<()> {
         let mine = self.per_connection.get(&conn).map_or(0, |n| *n);
         if mine >= self.limits.per_connection {

@@ -252,8 +252,11 @@ async fn cursor_caps_fail_with_146_and_spare_other_clients() {
         "ExceededMemoryLimit",
     )
     .await;
-    let all = run(&a, doc! {"find": "c", "singleBatch": true}).await;
+    let all = run(&a, doc! {"find": "c", "sort": {"x": 1}}).await;
     assert_eq!(first_batch(&all).len(), 50);
+    assert_eq!(cursor_id(&all), 0);
+    let one = run(&a, doc! {"find": "c", "batchSize": 1, "singleBatch": true}).await;
+    assert_eq!(first_batch(&one).len(), 1);
 
     // Another client opens up to the server's total.
     let b = one_connection(&srv).await.database(DB);

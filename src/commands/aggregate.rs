@@ -223,7 +223,6 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         return super::explain::explain_aggregate(req).await;
     }
     let full = agg.ns.full();
-    req.state.cursors.admit(req.conn.id)?;
     let (batch, stream) = tokio::task::block_in_place(|| -> Result<_> {
         let stream = with_time_limit(execute(req, &agg)?, agg.max_time_ms);
         let mut stream = stream.peekable();

@@ -100,9 +100,6 @@ pub async fn find(req: &Request<'_>) -> Result<Document> {
     )?;
     let mut f = parse(&req.db, &req.body)?;
     req.state.counters.op_query.fetch_add(1, Ordering::Relaxed);
-    if !f.single_batch {
-        req.state.cursors.admit(req.conn.id)?;
-    }
     f.spec.sort_limits = Some(crate::aggregate::Limits {
         max_blocking_bytes: req.state.config.max_blocking_stage_bytes,
         allow_disk_use: f.allow_disk_use,
