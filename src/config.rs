@@ -66,6 +66,19 @@ pub struct Config {
     /// forever). Idle connections are never closed.
     #[arg(long, default_value_t = 30)]
     pub partial_message_timeout_secs: u64,
+    /// Most cursors one connection may have open (opened by it and not
+    /// yet exhausted, killed or timed out).
+    #[arg(long, default_value_t = crate::cursor::DEFAULT_MAX_CURSORS_PER_CONNECTION)]
+    pub max_cursors_per_connection: usize,
+
+    /// Most cursors open in the whole server.
+    #[arg(long, default_value_t = crate::cursor::DEFAULT_MAX_OPEN_CURSORS)]
+    pub max_open_cursors: usize,
+
+    /// Most bytes of results open cursors may hold in memory; past it no
+    /// new cursor opens until some are read or closed.
+    #[arg(long, default_value_t = crate::cursor::DEFAULT_MAX_CURSOR_MEMORY_BYTES)]
+    pub max_cursor_memory_bytes: usize,
 }
 
 impl Config {
@@ -84,6 +97,15 @@ impl Config {
     pub fn partial_message_timeout(&self) -> Option<std::time::Duration> {
         (self.partial_message_timeout_secs > 0)
             .then(|| std::time::Duration::from_secs(self.partial_message_timeout_secs))
+    }
+
+    /// The caps on open cursors.
+    pub fn cursor_limits(&self) -> crate::cursor::CursorLimits {
+        crate::cursor::CursorLimits {
+            per_connection: self.max_cursors_per_connection,
+            total: self.max_open_cursors,
+            memory_bytes: self.max_cursor_memory_bytes,
+        }
     }
 
     /// The arguments as `getCmdLineOpts` reports them.

@@ -4,7 +4,20 @@
 //! `getMore` continues where the last batch stopped without running the
 //! query again. Cursors idle for ten minutes are closed by a background
 //! task, as MongoDB does.
+//!
+//! An open cursor holds little: streams read storage lazily, and blocking
+//! sorts and stages park their finished output in spill files
+//! ([`crate::aggregate::spill::park`]). What remains is capped
+//! ([`CursorLimits`]): cursors per connection, cursors in total, and the
+//! result bytes held in memory. A cursor remembers the connection that
+//! opened it, but outlives it: drivers may continue a cursor from any
+//! connection of their pool.
+//!
+//! Batches follow MongoDB's sizing: the first document always goes, the
+//! others while the batch stays within 16 MiB; a single document larger
+//! than a reply may carry fails with 10334 `BSONObjectTooLarge`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +25,7 @@ use bson::{doc, Bson, Document};
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
+use crate::aggregate::spill::held_bytes;
 use crate::commands::args::document_size;
 use crate::commands::ServerState;
 use crate::error::{Error, ErrorCode, Result};
@@ -24,12 +38,48 @@ pub type CursorStream = std::iter::Peekable<DocStream>;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// Documents in a first batch when the client names no batch size.
 pub const DEFAULT_FIRST_BATCH: usize = 101;
-/// Bytes of documents in one batch (a reply must stay under 16 MiB).
-const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024 - 64 * 1024;
+/// Bytes of documents in one batch after its first document: MongoDB's
+/// `BSONObjMaxUserSize`, so the reply stays within what it may carry.
+const MAX_BATCH_BYTES: usize = crate::wire::MAX_BSON_OBJECT_SIZE;
+/// What one document adds to a batch array beyond its own bytes (type
+/// byte, index key, NUL), at most, as MongoDB counts it.
+const PER_DOCUMENT_OVERHEAD: usize = 7;
+
+/// Caps on what open cursors may hold; past one, opening a cursor fails
+/// with 146 `ExceededMemoryLimit` (MongoDB's error for a server-side
+/// memory bound: every cap here bounds memory that idle cursors keep).
+#[derive(Debug, Clone)]
+pub struct CursorLimits {
+    /// Cursors opened by one connection and still open.
+    pub per_connection: usize,
+    /// Cursors open in the whole server.
+    pub total: usize,
+    /// Bytes of results held in memory ([`held_bytes`]).
+    pub memory_bytes: usize,
+}
+
+impl Default for CursorLimits {
+    fn default() -> Self {
+        CursorLimits {
+            per_connection: DEFAULT_MAX_CURSORS_PER_CONNECTION,
+            total: DEFAULT_MAX_OPEN_CURSORS,
+            memory_bytes: DEFAULT_MAX_CURSOR_MEMORY_BYTES,
+        }
+    }
+}
+
+/// Default of `--max-cursors-per-connection`.
+pub const DEFAULT_MAX_CURSORS_PER_CONNECTION: usize = 1_000;
+/// Default of `--max-open-cursors`.
+pub const DEFAULT_MAX_OPEN_CURSORS: usize = 50_000;
+/// Default of `--max-cursor-memory-bytes` (1 GiB).
+pub const DEFAULT_MAX_CURSOR_MEMORY_BYTES: usize = 1 << 30;
 
 pub struct OpenCursor {
     /// The namespace it reads (`db.coll`), for `getMore` checks.
     pub ns: String,
+    /// The connection that opened it, whose cap it counts against.
+    owner: u64,
     stream: CursorStream,
     last_used: Instant,
 }
@@ -37,6 +87,11 @@ pub struct OpenCursor {
 #[derive(Default)]
 pub struct CursorRegistry {
     cursors: DashMap<i64, Arc<Mutex<OpenCursor>>>,
+    /// Open cursors per connection that opened them.
+    per_connection: DashMap<u64, usize>,
+    limits: CursorLimits,
+    opened: AtomicU64,
+    timed_out: AtomicU64,
 }
 
 /// One batch of results and whether the stream has more.
@@ -45,7 +100,9 @@ pub struct Batch {
     pub exhausted: bool,
 }
 
-/// Pulls up to `max_docs` documents (and at most ~16 MiB) from a stream.
+/// Pulls up to `max_docs` documents from a stream, as many as fit a
+/// reply: the first always, the next while the batch stays within
+/// 16 MiB; the one that would pass it waits for the next batch.
 pub fn next_batch(stream: &mut CursorStream, max_docs: Option<usize>) -> Result<Batch> {
     let mut docs = Vec::new();
     let mut bytes = 0usize;
@@ -54,34 +111,96 @@ pub fn next_batch(stream: &mut CursorStream, max_docs: Option<usize>) -> Result<
             let exhausted = stream.peek().is_none();
             return Ok(Batch { docs, exhausted });
         }
-        match stream.next() {
+        let size = match stream.peek() {
             None => {
                 return Ok(Batch {
                     docs,
                     exhausted: true,
                 })
             }
-            Some(doc) => {
-                let doc = doc?;
-                bytes += document_size(&doc);
-                docs.push(Bson::Document(doc));
-                if bytes >= MAX_BATCH_BYTES {
-                    let exhausted = stream.peek().is_none();
-                    return Ok(Batch { docs, exhausted });
+            Some(Ok(doc)) => {
+                let size = document_size(doc);
+                if size > crate::wire::MAX_REPLY_DOCUMENT_SIZE {
+                    return Err(Error::bson_object_too_large(size, doc));
                 }
+                size
             }
+            Some(Err(_)) => match stream.next() {
+                Some(Err(e)) => return Err(e),
+                _ => return Err(Error::internal("a result stream changed while read")),
+            },
+        };
+        let with_overhead = size.saturating_add(PER_DOCUMENT_OVERHEAD);
+        if !docs.is_empty() && bytes.saturating_add(with_overhead) > MAX_BATCH_BYTES {
+            return Ok(Batch {
+                docs,
+                exhausted: false,
+            });
         }
+        match stream.next() {
+            Some(Ok(doc)) => docs.push(Bson::Document(doc)),
+            Some(Err(e)) => return Err(e),
+            None => return Err(Error::internal("a result stream changed while read")),
+        }
+        bytes = bytes.saturating_add(with_overhead);
     }
 }
 
+fn cap_error(message: String) -> Error {
+    Error::new(ErrorCode::ExceededMemoryLimit, message)
+}
+
 impl CursorRegistry {
-    /// Keeps `stream` open and returns the new cursor's id.
-    pub fn open(&self, ns: String, stream: CursorStream) -> i64 {
+    pub fn new(limits: CursorLimits) -> CursorRegistry {
+        CursorRegistry {
+            limits,
+            ..CursorRegistry::default()
+        }
+    }
+
+    /// Fails if connection `conn` may not open another cursor now. Only a
+    /// query that leaves results for `getMore` needs one: one answered in
+    /// its first batch runs whatever the caps.
+    pub fn admit(&self, conn: u64) -> Result<()> {
+        let mine = self.per_connection.get(&conn).map_or(0, |n| *n);
+        if mine >= self.limits.per_connection {
+            return Err(cap_error(format!(
+                "cannot open another cursor: this connection already has {mine} open cursors, \
+                 the limit (--max-cursors-per-connection); read them to the end or close \
+                 them with killCursors"
+            )));
+        }
+        let total = self.cursors.len();
+        if total >= self.limits.total {
+            return Err(cap_error(format!(
+                "cannot open another cursor: the server has {total} open cursors, the limit \
+                 (--max-open-cursors); read them to the end or close them with killCursors"
+            )));
+        }
+        let held = held_bytes();
+        if held > self.limits.memory_bytes {
+            return Err(cap_error(format!(
+                "cannot open another cursor: open cursors hold {held} bytes of results in \
+                 memory, more than the limit of {} bytes (--max-cursor-memory-bytes); read \
+                 them to the end or close them with killCursors",
+                self.limits.memory_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Keeps `stream` open for connection `conn` and returns the new
+    /// cursor's id, or fails (dropping the stream) past a cap.
+    pub fn open(&self, ns: String, stream: CursorStream, conn: u64) -> Result<i64> {
+        self.admit(conn)?;
         let cursor = Arc::new(Mutex::new(OpenCursor {
             ns,
+            owner: conn,
             stream,
             last_used: Instant::now(),
         }));
+        *self.per_connection.entry(conn).or_insert(0) += 1;
+        self.opened.fetch_add(1, Ordering::Relaxed);
         loop {
             let id = rand::random::<i64>() & i64::MAX;
             if id == 0 {
@@ -89,9 +208,34 @@ impl CursorRegistry {
             }
             if let dashmap::mapref::entry::Entry::Vacant(v) = self.cursors.entry(id) {
                 v.insert(cursor);
-                return id;
+                return Ok(id);
             }
         }
+    }
+
+    /// Removes a cursor and gives its connection's count back.
+    fn remove(&self, id: i64) -> bool {
+        let Some((_, cursor)) = self.cursors.remove(&id) else {
+            return false;
+        };
+        let owner = cursor.lock().owner;
+        if let dashmap::mapref::entry::Entry::Occupied(mut n) = self.per_connection.entry(owner) {
+            *n.get_mut() = n.get().saturating_sub(1);
+            if *n.get() == 0 {
+                n.remove();
+            }
+        }
+        true
+    }
+
+    /// Cursors opened since the server started.
+    pub fn total_opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// Cursors closed for sitting idle too long.
+    pub fn timed_out(&self) -> u64 {
+        self.timed_out.load(Ordering::Relaxed)
     }
 
     /// Runs `f` on the cursor, then closes it if `f` says it is exhausted.
@@ -125,14 +269,14 @@ impl CursorRegistry {
         };
         drop(open);
         if close {
-            self.cursors.remove(&id);
+            self.remove(id);
         }
         result.map(|(t, _)| t)
     }
 
     /// Closes a cursor; true if it was open.
     pub fn kill(&self, id: i64) -> bool {
-        self.cursors.remove(&id).is_some()
+        self.remove(id)
     }
 
     pub fn len(&self) -> usize {
@@ -144,12 +288,19 @@ impl CursorRegistry {
     }
 
     fn reap(&self, idle: Duration) -> usize {
-        let before = self.cursors.len();
-        self.cursors.retain(|_, c| match c.try_lock() {
-            Some(open) => open.last_used.elapsed() < idle,
-            None => true,
-        });
-        before - self.cursors.len()
+        let stale: Vec<i64> = self
+            .cursors
+            .iter()
+            .filter(|c| {
+                c.value()
+                    .try_lock()
+                    .is_some_and(|open| open.last_used.elapsed() >= idle)
+            })
+            .map(|c| *c.key())
+            .collect();
+        let closed = stale.into_iter().filter(|&id| self.remove(id)).count();
+        self.timed_out.fetch_add(closed as u64, Ordering::Relaxed);
+        closed
     }
 }
 
@@ -225,19 +376,16 @@ pub fn reply_with_cursor(
     ns: String,
     docs: Vec<Document>,
     batch_size: Option<usize>,
-) -> Document {
+) -> Result<Document> {
     let stream: DocStream = Box::new(docs.into_iter().map(Ok));
     let mut stream = stream.peekable();
-    let (batch_docs, exhausted) = match next_batch(&mut stream, batch_size) {
-        Ok(b) => (b.docs, b.exhausted),
-        Err(_) => (Vec::new(), true),
-    };
-    let id = if exhausted {
+    let batch = next_batch(&mut stream, batch_size)?;
+    let id = if batch.exhausted {
         0
     } else {
-        req.state.cursors.open(ns.clone(), stream)
+        req.state.cursors.open(ns.clone(), stream, req.conn.id)?
     };
-    first_batch_reply(id, &ns, batch_docs)
+    Ok(first_batch_reply(id, &ns, batch.docs))
 }
 
 /// The `cursor` sub-document of a `find`/`aggregate` reply.
@@ -257,7 +405,7 @@ mod tests {
     #[test]
     fn batches_follow_the_size_and_close_when_done() {
         let reg = CursorRegistry::default();
-        let id = reg.open("t.c".into(), stream(25));
+        let id = reg.open("t.c".into(), stream(25), 1).unwrap();
         let mut seen = 0;
         loop {
             let (n, exhausted) = reg
@@ -295,7 +443,7 @@ mod tests {
     #[test]
     fn idle_cursors_are_reaped_and_wrong_namespace_refused() {
         let reg = CursorRegistry::default();
-        let id = reg.open("t.c".into(), stream(5));
+        let id = reg.open("t.c".into(), stream(5), 1).unwrap();
         let e = reg
             .with_cursor(id, "t.other", |_| Ok(((), false)))
             .unwrap_err();
@@ -303,5 +451,79 @@ mod tests {
         assert_eq!(reg.reap(Duration::from_secs(600)), 0);
         assert_eq!(reg.reap(Duration::ZERO), 1);
         assert!(!reg.kill(id));
+    }
+
+    fn big(n: usize, mib: usize) -> CursorStream {
+        let s: DocStream =
+            Box::new((0..n).map(move |i| Ok(doc! {"_id": i as i32, "s": "x".repeat(mib << 20)})));
+        s.peekable()
+    }
+
+    #[test]
+    fn batches_stop_before_16_mib_but_always_take_one_document() {
+        let mut s = big(3, 7);
+        let b = next_batch(&mut s, None).unwrap();
+        assert_eq!((b.docs.len(), b.exhausted), (2, false));
+        let b = next_batch(&mut s, None).unwrap();
+        assert_eq!((b.docs.len(), b.exhausted), (1, true));
+        // A document of nearly 16 MiB goes alone.
+        let s: DocStream = Box::new((0..2).map(|i| {
+            Ok(doc! {"_id": i, "s": "x".repeat(crate::wire::MAX_BSON_OBJECT_SIZE - 100)})
+        }));
+        let mut s = s.peekable();
+        assert_eq!(next_batch(&mut s, None).unwrap().docs.len(), 1);
+        assert_eq!(next_batch(&mut s, Some(5)).unwrap().docs.len(), 1);
+    }
+
+    #[test]
+    fn a_document_larger_than_a_reply_fails_with_10334() {
+        let mut s = big(1, 17);
+        let e = next_batch(&mut s, None).err().unwrap();
+        assert_eq!(e.code, ErrorCode::BSONObjectTooLarge);
+        assert!(
+            e.message.starts_with("BSONObj size: 17825814 (0x1100016) is invalid. Size must be between 0 and 16793600(16MB) First element: _id: 0"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn caps_count_per_connection_and_in_total() {
+        let reg = CursorRegistry::new(CursorLimits {
+            per_connection: 2,
+            total: 3,
+            memory_bytes: usize::MAX,
+        });
+        let a = reg.open("t.c".into(), stream(5), 1).unwrap();
+        reg.open("t.c".into(), stream(5), 1).unwrap();
+        let e = reg.open("t.c".into(), stream(5), 1).unwrap_err();
+        assert_eq!(e.code.number(), 146);
+        assert!(e.message.contains("--max-cursors-per-connection"));
+        // Another connection is not held back by the first one's cap …
+        reg.open("t.c".into(), stream(5), 2).unwrap();
+        // … but by the total.
+        let e = reg.admit(3).unwrap_err();
+        assert!(e.message.contains("--max-open-cursors"));
+        // Closing one gives its connection (and the server) room again.
+        assert!(reg.kill(a));
+        reg.open("t.c".into(), stream(5), 1).unwrap();
+        assert_eq!(reg.len(), 3);
+        assert_eq!(reg.reap(Duration::ZERO), 3);
+        assert!(reg.per_connection.is_empty());
+        assert_eq!(reg.timed_out(), 3);
+        assert_eq!(reg.total_opened(), 4);
+    }
+
+    #[test]
+    fn memory_cap_refuses_new_cursors() {
+        let reg = CursorRegistry::new(CursorLimits {
+            memory_bytes: 0,
+            ..CursorLimits::default()
+        });
+        let _held = crate::aggregate::spill::Held::new(1);
+        let e = reg.open("t.c".into(), stream(5), 1).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ExceededMemoryLimit);
+        assert!(e.message.contains("--max-cursor-memory-bytes"));
+        assert!(reg.is_empty());
     }
 }

@@ -79,12 +79,14 @@ error_codes! {
     CommandNotSupported = 115,
     ConflictingOperationInProgress = 117,
     NamespaceNotSharded = 118,
+    ExceededMemoryLimit = 146,
     InvalidSyntax = 150,
     InvalidPath = 30,
     BSONObjectTooLarge = 10334,
     DuplicateKey = 11000,
     Location16410 = 16410,
     TooManyRequests = 16500,
+    Location17217 = 17217,
     Location17419 = 17419,
     QueryExceededMemoryLimitNoDiskUseAllowed = 292,
     Location31254 = 31254,
@@ -161,6 +163,34 @@ impl Error {
 
     pub fn internal(message: impl Into<String>) -> Self {
         Error::new(ErrorCode::InternalError, message)
+    }
+
+    /// 10334 `BSONObjectTooLarge` for a document of `size` bytes, worded
+    /// as MongoDB words it (the first element shortened).
+    pub fn bson_object_too_large(size: usize, doc: &Document) -> Self {
+        let first = match doc.iter().next() {
+            // Shown without building a copy of a large value.
+            Some((k, bson::Bson::String(v))) => {
+                let mut end = v.len().min(64);
+                while !v.is_char_boundary(end) {
+                    end -= 1;
+                }
+                let more = if end < v.len() { "..." } else { "" };
+                format!("{k}: \"{}{more}\"", &v[..end])
+            }
+            Some((k, bson::Bson::Document(_))) => format!("{k}: {{ ... }}"),
+            Some((k, bson::Bson::Array(_))) => format!("{k}: [ ... ]"),
+            Some((k, bson::Bson::Binary(b))) => format!("{k}: BinData({} bytes)", b.bytes.len()),
+            Some((k, v)) => format!("{k}: {v}"),
+            None => "EOO".to_string(),
+        };
+        Error::new(
+            ErrorCode::BSONObjectTooLarge,
+            format!(
+                "BSONObj size: {size} (0x{size:X}) is invalid. Size must be between 0 and \
+                 16793600(16MB) First element: {first}"
+            ),
+        )
     }
 
     pub fn with_extra(mut self, extra: Document) -> Self {

@@ -24,8 +24,12 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    // Large queries run on blocking-pool threads; mimalloc gives a
+    // thread's freed memory back to the system only as that thread
+    // allocates again or exits, so idle pool threads leave quickly.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_keep_alive(std::time::Duration::from_secs(1))
         .build()
     {
         Ok(rt) => rt,

@@ -14,7 +14,7 @@ use bson::{doc, Bson, Document};
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use super::spill::{doc_size, sort_memory_error, MergedRuns, SpillRun};
+use super::spill::{doc_size, park, sort_memory_error, MergedRuns, SpillRun};
 use super::{Context, DocStream, ParseContext, Split, Stage, StageParser};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{type_name, Number};
@@ -953,16 +953,22 @@ impl Sort {
         sort_keyed(&spec, &mut buffer);
         if let Some(k) = self.limit {
             buffer.truncate(k);
+            bytes = buffer.iter().map(|(_, d)| doc_size(d)).sum();
         }
-        let last = buffer.into_iter().map(|(_, d)| Ok(d));
+        // What is left in memory is parked: a cursor may keep it.
+        let last = park(
+            buffer.into_iter().map(|(_, d)| d).collect(),
+            bytes,
+            &limits.spill_dir,
+        )?;
         if runs.is_empty() {
-            return Ok(Box::new(last));
+            return Ok(last);
         }
         let mut sources: Vec<DocStream> = Vec::with_capacity(runs.len() + 1);
         for run in runs {
             sources.push(Box::new(run.into_reader()?));
         }
-        sources.push(Box::new(last.collect::<Vec<_>>().into_iter()));
+        sources.push(last);
         let key_spec = spec.clone();
         let merged = MergedRuns::new(
             sources,

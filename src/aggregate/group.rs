@@ -28,8 +28,8 @@ use bson::{doc, Binary, Bson, Document};
 
 use super::basic::{eval, Chain};
 use super::spill::{
-    approx_size, bucket_auto_memory_error, group_memory_error, KeyedSort, KeyedStream, MergedRuns,
-    SpillRun,
+    approx_size, bucket_auto_memory_error, group_memory_error, park, KeyedSort, KeyedStream,
+    MergedRuns, SpillRun,
 };
 use super::{Context, DocStream, ParseContext, Split, Stage, StageParser};
 use crate::error::{Error, ErrorCode, Result};
@@ -989,7 +989,7 @@ impl Group {
                     )
                 });
             }
-            return Ok(Box::new(out.into_iter().map(Ok)));
+            return park(out, bytes, &limits.spill_dir);
         }
         if !groups.is_empty() {
             runs.push(spill_groups(

@@ -15,21 +15,103 @@
 //! input in key order (`$bucketAuto`), and a run shared through an `Arc`
 //! can be read several times ([`SpillRun::reader`]), as `$facet` reads
 //! its input once per sub-pipeline.
+//!
+//! A finished result that a cursor may keep open between `getMore`s is
+//! *parked* ([`park`], [`KeyedSort::park_output`]): a small one stays in
+//! memory, counted in [`held_bytes`]; a bigger one is written to one run
+//! and read back from the file, so an idle cursor holds a file position
+//! rather than its whole result. Parking is not a stage passing its memory
+//! limit, so it happens with or without `allowDiskUse`.
 
 use std::cmp::Ordering;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use bson::{Bson, Document};
 
-use super::Limits;
+use super::{DocStream, Limits};
 use crate::error::{Error, ErrorCode, Result};
 
 /// Distinguishes the spill files of one process.
 static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes of finished results held in memory until they are read.
+static HELD_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Most bytes of a finished result kept in memory for its reader; a
+/// bigger one is parked in a spill file. Small enough that thousands of
+/// idle cursors fit in a few hundred MB, big enough that typical small
+/// results never touch the disk.
+pub const PARK_BYTES: usize = 256 * 1024;
+
+/// Approximate bytes of finished results (parked in memory, or read
+/// ahead from partitions) that the process holds until a reader takes
+/// them: what open cursors cost, which `--max-cursor-memory-bytes` caps.
+pub fn held_bytes() -> usize {
+    HELD_BYTES.load(AtomicOrdering::Relaxed)
+}
+
+/// A share of [`held_bytes`], given back when dropped.
+#[derive(Debug, Default)]
+pub struct Held(usize);
+
+impl Held {
+    pub fn new(bytes: usize) -> Held {
+        HELD_BYTES.fetch_add(bytes, AtomicOrdering::Relaxed);
+        Held(bytes)
+    }
+
+    /// Changes the share to `bytes`.
+    pub fn set(&mut self, bytes: usize) {
+        if bytes >= self.0 {
+            HELD_BYTES.fetch_add(bytes - self.0, AtomicOrdering::Relaxed);
+        } else {
+            HELD_BYTES.fetch_sub(self.0 - bytes, AtomicOrdering::Relaxed);
+        }
+        self.0 = bytes;
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.0
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HELD_BYTES.fetch_sub(self.0, AtomicOrdering::Relaxed);
+    }
+}
+
+/// An in-memory result that keeps its share of [`held_bytes`] until it
+/// is dropped.
+struct HeldIter<I> {
+    inner: I,
+    _held: Held,
+}
+
+impl<I: Iterator> Iterator for HeldIter<I> {
+    type Item = I::Item;
+    fn next(&mut self) -> Option<I::Item> {
+        self.inner.next()
+    }
+}
+
+/// The finished, ordered output of a blocking stage (`bytes` as
+/// [`doc_size`] counts them), ready to be read at the reader's pace:
+/// kept in memory up to [`PARK_BYTES`], else written to one run in `dir`
+/// and streamed back from it.
+pub fn park(docs: Vec<Document>, bytes: usize, dir: &Path) -> Result<DocStream> {
+    if bytes <= PARK_BYTES {
+        return Ok(Box::new(HeldIter {
+            inner: docs.into_iter().map(Ok),
+            _held: Held::new(bytes),
+        }));
+    }
+    Ok(Box::new(SpillRun::write(dir, docs)?.into_reader()?))
+}
 
 /// The error of a `$group` past its memory limit without `allowDiskUse`.
 pub fn group_memory_error() -> Error {
@@ -128,10 +210,11 @@ impl SpillRun {
     /// Reads a shared run from its start; the file is removed once the
     /// last reader and the last `Arc` are gone.
     pub fn reader(self: &Arc<Self>) -> Result<RunReader> {
-        let file = File::open(&self.path).map_err(|e| io_error(&self.path, e))?;
         Ok(RunReader {
-            input: BufReader::new(file),
             run: Arc::clone(self),
+            offset: 0,
+            buf: Vec::new(),
+            pos: 0,
         })
     }
 }
@@ -145,11 +228,21 @@ pub struct SpillWriter {
 
 impl SpillWriter {
     /// Creates an empty run file in `dir`.
+    /// The directory is made 0700 and the file 0600 whatever the umask:
+    /// spilled documents are the client's data.
     pub fn create(dir: &Path) -> Result<SpillWriter> {
-        std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        let mut dirs = std::fs::DirBuilder::new();
+        dirs.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut dirs, 0o700);
+        dirs.create(dir).map_err(|e| io_error(dir, e))?;
         let n = NEXT_RUN.fetch_add(1, AtomicOrdering::Relaxed);
         let path = dir.join(format!("shardgate-spill-{}-{n}.bson", std::process::id()));
-        let file = File::create(&path).map_err(|e| io_error(&path, e))?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(&path).map_err(|e| io_error(&path, e))?;
         // From here on the file is removed if anything fails.
         Ok(SpillWriter {
             out: BufWriter::new(file),
@@ -183,38 +276,79 @@ impl Drop for SpillRun {
     }
 }
 
+/// Bytes a [`RunReader`] reads from its file at a time.
+const READ_AHEAD: usize = 16 * 1024;
+
 /// The documents of one run; the file goes when the reader (and every
-/// other holder of the run) is dropped.
+/// other holder of the run) is dropped. It opens the file only while it
+/// reads a 16 KiB chunk, so a reader left waiting (a cursor between `getMore`s)
+/// holds its position and one chunk, not a file descriptor.
 #[derive(Debug)]
 pub struct RunReader {
-    input: BufReader<File>,
     run: Arc<SpillRun>,
+    /// Where in the file the next chunk starts.
+    offset: u64,
+    buf: Vec<u8>,
+    /// The first unread byte of `buf`.
+    pos: usize,
 }
 
 impl RunReader {
-    fn read_one(&mut self) -> Result<Option<Document>> {
-        let mut len = [0u8; 4];
-        match self.input.read_exact(&mut len) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(None),
-            Err(e) => return Err(io_error(&self.run.path, e)),
+    /// Makes at least `need` unread bytes available, unless the file ends
+    /// first; returns how many are.
+    fn fill(&mut self, need: usize) -> Result<usize> {
+        let available = self.buf.len() - self.pos;
+        if available >= need {
+            return Ok(available);
         }
-        let total = i32::from_le_bytes(len);
+        self.buf.drain(..self.pos);
+        self.pos = 0;
+        if self.buf.capacity() > 4 * READ_AHEAD && need <= READ_AHEAD {
+            self.buf.shrink_to(READ_AHEAD);
+        }
+        let want = need.max(READ_AHEAD) - self.buf.len();
+        let path = &self.run.path;
+        let mut file = File::open(path).map_err(|e| io_error(path, e))?;
+        file.seek(SeekFrom::Start(self.offset))
+            .map_err(|e| io_error(path, e))?;
+        let read = file
+            .take(want as u64)
+            .read_to_end(&mut self.buf)
+            .map_err(|e| io_error(path, e))?;
+        self.offset += read as u64;
+        Ok(self.buf.len())
+    }
+
+    fn read_one(&mut self) -> Result<Option<Document>> {
+        match self.fill(4)? {
+            0 => return Ok(None),
+            1..=3 => return Err(corrupt("truncated length")),
+            _ => {}
+        }
+        let head = &self.buf[self.pos..self.pos + 4];
+        let total = i32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        // Any length BSON allows: a stage may hold (and park) a document
+        // larger than a reply can carry; the reply refuses it later.
         let total = usize::try_from(total)
             .ok()
-            .filter(|n| (5..=64 * 1024 * 1024).contains(n))
-            .ok_or_else(|| {
-                Error::new(ErrorCode::InternalError, "corrupt spill file: bad length")
-            })?;
-        let mut bytes = vec![0u8; total];
-        bytes[..4].copy_from_slice(&len);
-        self.input
-            .read_exact(&mut bytes[4..])
-            .map_err(|e| io_error(&self.run.path, e))?;
-        Document::from_reader(&bytes[..])
+            .filter(|&n| n >= 5)
+            .ok_or_else(|| corrupt("bad length"))?;
+        if self.fill(total)? < total {
+            return Err(corrupt("truncated document"));
+        }
+        let bytes = &self.buf[self.pos..self.pos + total];
+        self.pos += total;
+        Document::from_reader(bytes)
             .map(Some)
-            .map_err(|e| Error::new(ErrorCode::InternalError, format!("corrupt spill file: {e}")))
+            .map_err(|e| corrupt(&e.to_string()))
     }
+}
+
+fn corrupt(what: &str) -> Error {
+    Error::new(
+        ErrorCode::InternalError,
+        format!("corrupt spill file: {what}"),
+    )
 }
 
 impl Iterator for RunReader {
@@ -302,18 +436,28 @@ impl<K: Send> Iterator for MergedRuns<K> {
 /// `(key, document)` pairs in key order, as [`KeyedSort`] gives them back.
 pub type KeyedStream = Box<dyn Iterator<Item = Result<(Bson, Document)>> + Send>;
 
+/// The order of a [`KeyedSort`]'s keys.
+pub type BsonOrder = Arc<dyn Fn(&Bson, &Bson) -> Ordering + Send + Sync>;
+
 /// A stable external sort of documents by a BSON key: equal keys come
 /// out in the order they were pushed. It holds at most about
 /// `max_blocking_bytes`; past that its sorted buffer becomes a run of
 /// `{k: key, d: document}` (with `allowDiskUse`) or the push fails.
 pub struct KeyedSort {
     limits: Limits,
-    order: fn(&Bson, &Bson) -> Ordering,
+    order: BsonOrder,
     memory_error: fn(usize) -> Error,
     buffer: Vec<(Bson, Document)>,
     bytes: usize,
     runs: Vec<SpillRun>,
     len: usize,
+    keep: Option<usize>,
+    park: bool,
+}
+
+/// Approximate bytes of one buffered `(key, document)`.
+fn entry_size(key: &Bson, doc: &Document) -> usize {
+    approx_size(key).saturating_add(doc_size(doc))
 }
 
 impl KeyedSort {
@@ -321,39 +465,74 @@ impl KeyedSort {
     /// limit without `allowDiskUse`.
     pub fn new(
         limits: &Limits,
-        order: fn(&Bson, &Bson) -> Ordering,
+        order: impl Fn(&Bson, &Bson) -> Ordering + Send + Sync + 'static,
         memory_error: fn(usize) -> Error,
     ) -> KeyedSort {
         KeyedSort {
             limits: limits.clone(),
-            order,
+            order: Arc::new(order),
             memory_error,
             buffer: Vec::new(),
             bytes: 0,
             runs: Vec::new(),
             len: 0,
+            keep: None,
+            park: false,
         }
     }
 
+    /// Keeps only the first `k` in key order (a sort under a limit): the
+    /// buffer is cut back to `k` whenever it doubles, so memory follows
+    /// `k`, not the input.
+    pub fn keep(mut self, k: usize) -> KeyedSort {
+        self.keep = Some(k);
+        self
+    }
+
+    /// Parks the finished output ([`park`]) for a reader that may be a
+    /// cursor left open: a big in-memory remainder goes to a run too.
+    pub fn park_output(mut self) -> KeyedSort {
+        self.park = true;
+        self
+    }
+
     pub fn push(&mut self, key: Bson, doc: Document) -> Result<()> {
-        self.bytes = self
-            .bytes
-            .saturating_add(approx_size(&key))
-            .saturating_add(doc_size(&doc));
+        self.bytes = self.bytes.saturating_add(entry_size(&key, &doc));
         self.buffer.push((key, doc));
         self.len += 1;
+        if let Some(k) = self.keep {
+            if self.buffer.len() >= k.saturating_mul(2).max(1024) {
+                self.sort_buffer();
+                self.buffer.truncate(k);
+                self.bytes = self.buffer.iter().map(|(k, d)| entry_size(k, d)).sum();
+            }
+        }
         if self.bytes > self.limits.max_blocking_bytes {
+            if let Some(k) = self.keep.filter(|&k| self.buffer.len() > k) {
+                self.sort_buffer();
+                self.buffer.truncate(k);
+                self.bytes = self.buffer.iter().map(|(k, d)| entry_size(k, d)).sum();
+                if self.bytes <= self.limits.max_blocking_bytes {
+                    return Ok(());
+                }
+            }
             if !self.limits.allow_disk_use {
                 return Err((self.memory_error)(self.limits.max_blocking_bytes));
             }
-            self.sort_buffer();
-            let docs = std::mem::take(&mut self.buffer)
-                .into_iter()
-                .map(|(k, d)| bson::doc! {"k": k, "d": d});
-            self.runs
-                .push(SpillRun::write(&self.limits.spill_dir, docs)?);
-            self.bytes = 0;
+            self.spill_buffer()?;
         }
+        Ok(())
+    }
+
+    /// Writes the sorted buffer as one run and empties it.
+    fn spill_buffer(&mut self) -> Result<()> {
+        self.sort_buffer();
+        let docs = std::mem::take(&mut self.buffer)
+            .into_iter()
+            .map(|(k, d)| bson::doc! {"k": k, "d": d});
+        self.runs
+            .push(SpillRun::write(&self.limits.spill_dir, docs)?);
+        self.bytes = 0;
         Ok(())
     }
 
@@ -367,7 +546,7 @@ impl KeyedSort {
     }
 
     fn sort_buffer(&mut self) {
-        let order = self.order;
+        let order = &self.order;
         self.buffer.sort_by(|a, b| order(&a.0, &b.0));
     }
 
@@ -375,27 +554,47 @@ impl KeyedSort {
     /// merged with it (the buffer last, so ties keep push order).
     pub fn finish(mut self) -> Result<KeyedStream> {
         self.sort_buffer();
+        if let Some(k) = self.keep {
+            self.buffer.truncate(k);
+            self.bytes = self.buffer.iter().map(|(k, d)| entry_size(k, d)).sum();
+        }
+        if self.park && self.bytes > PARK_BYTES {
+            self.spill_buffer()?;
+        }
         if self.runs.is_empty() {
-            return Ok(Box::new(self.buffer.into_iter().map(Ok)));
+            let held = Held::new(if self.park { self.bytes } else { 0 });
+            return Ok(Box::new(HeldIter {
+                inner: self.buffer.into_iter().map(Ok),
+                _held: held,
+            }));
         }
         let mut sources: Vec<Box<dyn Iterator<Item = Result<Document>> + Send>> =
             Vec::with_capacity(self.runs.len() + 1);
         for run in self.runs {
             sources.push(Box::new(run.into_reader()?));
         }
-        let last: Vec<Result<Document>> = self
-            .buffer
-            .into_iter()
-            .map(|(k, d)| Ok(bson::doc! {"k": k, "d": d}))
-            .collect();
-        sources.push(Box::new(last.into_iter()));
-        let order = self.order;
+        if !self.buffer.is_empty() {
+            let last: Vec<Result<Document>> = self
+                .buffer
+                .into_iter()
+                .map(|(k, d)| Ok(bson::doc! {"k": k, "d": d}))
+                .collect();
+            sources.push(Box::new(HeldIter {
+                inner: last.into_iter(),
+                _held: Held::new(if self.park { self.bytes } else { 0 }),
+            }));
+        }
+        let order = self.order.clone();
         let merged = MergedRuns::new(
             sources,
             Box::new(|d: &Document| d.get("k").cloned().unwrap_or(Bson::Null)),
             Box::new(move |a: &Bson, b: &Bson| order(a, b)),
-        );
-        Ok(Box::new(merged.map(|d| d.and_then(unwrap_keyed))))
+        )
+        .map(|d| d.and_then(unwrap_keyed));
+        Ok(match self.keep {
+            Some(k) => Box::new(merged.take(k)),
+            None => Box::new(merged),
+        })
     }
 }
 
@@ -537,5 +736,92 @@ mod tests {
         assert!(path.exists());
         drop(b);
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn park_keeps_small_results_in_memory_and_big_ones_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = vec![doc! {"a": 1}, doc! {"a": 2}];
+        let bytes = small.iter().map(doc_size).sum();
+        let out = park(small.clone(), bytes, dir.path()).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        assert_eq!(out.map(|d| d.unwrap()).collect::<Vec<_>>(), small);
+
+        let big: Vec<Document> = (0..300)
+            .map(|i| doc! {"i": i, "pad": "x".repeat(2000)})
+            .collect();
+        let bytes = big.iter().map(doc_size).sum();
+        let mut out = park(big.clone(), bytes, dir.path()).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert_eq!(out.next().unwrap().unwrap(), big[0]);
+        let rest: Vec<Document> = out.map(|d| d.unwrap()).collect();
+        assert_eq!(rest, big[1..]);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn reader_holds_no_file_open_and_reads_documents_over_its_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let docs: Vec<Document> = (0..5)
+            .map(|i| doc! {"i": i, "pad": "y".repeat(100_000 * i as usize)})
+            .collect();
+        let mut reader = SpillRun::write(dir.path(), docs.clone())
+            .unwrap()
+            .into_reader()
+            .unwrap();
+        assert_eq!(reader.next().unwrap().unwrap(), docs[0]);
+        #[cfg(target_os = "linux")]
+        {
+            let path = reader.run.path().to_path_buf();
+            let open = std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+                .any(|p| p == path);
+            assert!(!open, "an idle reader keeps no descriptor");
+        }
+        let rest: Vec<Document> = reader.map(|d| d.unwrap()).collect();
+        assert_eq!(rest, docs[1..]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn spill_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let spill = dir.path().join("spill");
+        let run = SpillRun::write(&spill, vec![doc! {"a": 1}]).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(run.path()), 0o600);
+        assert_eq!(mode(&spill), 0o700);
+    }
+
+    #[test]
+    fn keyed_sort_keeps_the_best_and_parks_its_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            max_blocking_bytes: 1 << 20,
+            allow_disk_use: false,
+            spill_dir: dir.path().to_path_buf(),
+        };
+        let order = crate::query::compare::compare;
+        let mut top = KeyedSort::new(&limits, order, sort_memory_error).keep(3);
+        for i in (0..5000).rev() {
+            top.push(Bson::Int32(i), doc! {"i": i}).unwrap();
+        }
+        let got: Vec<Bson> = top.finish().unwrap().map(|r| r.unwrap().0).collect();
+        assert_eq!(got, vec![Bson::Int32(0), Bson::Int32(1), Bson::Int32(2)]);
+
+        // Parked output past PARK_BYTES is read back from one file, even
+        // without allowDiskUse: it is not over the memory limit.
+        let mut all = KeyedSort::new(&limits, order, sort_memory_error).park_output();
+        for i in (0..2000).rev() {
+            all.push(Bson::Int32(i), doc! {"pad": "z".repeat(200)})
+                .unwrap();
+        }
+        let mut out = all.finish().unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert_eq!(out.next().unwrap().unwrap().0, Bson::Int32(0));
+        assert_eq!(out.count(), 1999);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

@@ -132,7 +132,13 @@ pub async fn server_status(req: &Request<'_>) -> Result<Document> {
             "command": load(&c.op_command),
         },
         "mem": {"bits": 64, "resident": rss_mb as i64, "virtual": virt_mb as i64, "supported": true},
-        "metrics": {"cursor": {"open": {"total": req.state.cursors.len() as i64}}},
+        "metrics": {"cursor": {
+            "open": {"total": req.state.cursors.len() as i64, "noTimeout": 0_i64, "pinned": 0_i64},
+            "timedOut": req.state.cursors.timed_out() as i64,
+            "totalOpened": req.state.cursors.total_opened() as i64,
+            // Not in MongoDB: results open cursors hold in memory.
+            "memoryBytes": crate::aggregate::spill::held_bytes() as i64,
+        }},
     })
 }
 

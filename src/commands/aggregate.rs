@@ -235,7 +235,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let id = if batch.exhausted {
         0
     } else {
-        req.state.cursors.open(full.clone(), stream)
+        req.state.cursors.open(full.clone(), stream, req.conn.id)?
     };
     Ok(first_batch_reply(id, &full, batch.docs))
 }

@@ -61,14 +61,36 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let router = req.state.router.clone();
     let values = tokio::task::block_in_place(|| -> Result<Vec<Bson>> {
         let mut values = Vec::new();
+        // Duplicates go whenever the list doubles, so memory follows the
+        // distinct values, which may not pass 16 MB.
+        let mut unique = 0usize;
         for d in router.find(&ns, spec)? {
             let d = d?;
             collect_values(&Bson::Document(d), &path, &mut values);
+            if values.len() >= unique.saturating_mul(2).max(1024) {
+                unique = dedup(&mut values)?;
+            }
         }
+        dedup(&mut values)?;
         Ok(values)
     })?;
-    let mut values = values;
+    Ok(doc! {"values": values})
+}
+
+/// Sorts and removes duplicate values; fails as MongoDB does once the
+/// distinct values pass 16 MB.
+fn dedup(values: &mut Vec<Bson>) -> Result<usize> {
     values.sort_by(compare);
     values.dedup_by(|a, b| compare(a, b).is_eq());
-    Ok(doc! {"values": values})
+    let bytes: usize = values
+        .iter()
+        .map(|v| super::args::bson_size(v).saturating_add(8))
+        .sum();
+    if bytes > crate::wire::MAX_BSON_OBJECT_SIZE {
+        return Err(Error::new(
+            ErrorCode::Location17217,
+            "distinct too big, 16mb cap",
+        ));
+    }
+    Ok(values.len())
 }

@@ -18,6 +18,7 @@ use crate::router::FindSpec;
 pub(crate) struct Find {
     pub ns: crate::router::Namespace,
     pub spec: FindSpec,
+    allow_disk_use: bool,
     batch_size: Option<usize>,
     single_batch: bool,
     max_time_ms: Option<u64>,
@@ -45,8 +46,10 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
         Some(h) => Hint::parse(h)?,
         None => None,
     };
-    // comment, readConcern, allowDiskUse … are accepted and do not change
-    // the result.
+    // MongoDB 7.0 lets a blocking sort spill unless the query says
+    // `allowDiskUse: false` (`allowDiskUseByDefault`).
+    let allow_disk_use = bool_or("find", b, "allowDiskUse", true)?;
+    // comment, readConcern … are accepted and do not change the result.
     opt_document("find", b, "collation")?;
     Ok(Find {
         ns,
@@ -57,7 +60,9 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
             limit,
             projection,
             hint,
+            sort_limits: None,
         },
+        allow_disk_use,
         batch_size,
         single_batch,
         max_time_ms,
@@ -93,8 +98,13 @@ pub async fn find(req: &Request<'_>) -> Result<Document> {
             "includeQueryStatsMetrics",
         ],
     )?;
-    let f = parse(&req.db, &req.body)?;
+    let mut f = parse(&req.db, &req.body)?;
     req.state.counters.op_query.fetch_add(1, Ordering::Relaxed);
+    f.spec.sort_limits = Some(crate::aggregate::Limits {
+        max_blocking_bytes: req.state.config.max_blocking_stage_bytes,
+        allow_disk_use: f.allow_disk_use,
+        spill_dir: req.state.config.data_dir.join("spill"),
+    });
     let ns = f.ns.full();
     let limit = f.spec.limit;
     let first = match (f.batch_size, limit) {
@@ -120,7 +130,7 @@ pub async fn find(req: &Request<'_>) -> Result<Document> {
     let id = if batch.exhausted || f.single_batch {
         0
     } else {
-        req.state.cursors.open(ns.clone(), stream)
+        req.state.cursors.open(ns.clone(), stream, req.conn.id)?
     };
     Ok(first_batch_reply(id, &ns, batch.docs))
 }

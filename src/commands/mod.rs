@@ -82,7 +82,7 @@ impl ServerState {
     pub fn new(router: SharedRouter, config: Config) -> ServerState {
         ServerState(Arc::new(StateInner {
             router,
-            cursors: CursorRegistry::default(),
+            cursors: CursorRegistry::new(config.cursor_limits()),
             config,
             started: Instant::now(),
             counters: Counters::default(),
@@ -186,6 +186,15 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
     let name = cmd.body.keys().next().cloned().unwrap_or_default();
     let op = Operation::new(max_time_deadline(&cmd.body), conn.probe.clone());
     let result = interrupt::scoped(&op, run(state, conn, name.clone(), cmd)).await;
+    let result = result.and_then(|reply| {
+        // A reply is one document: past what a reply may carry, the
+        // client gets MongoDB's error instead of a message it drops.
+        let size = args::document_size(&reply);
+        if size > crate::wire::MAX_REPLY_DOCUMENT_SIZE {
+            return Err(Error::bson_object_too_large(size, &reply));
+        }
+        Ok(reply)
+    });
     let mut reply = match result {
         Ok(mut reply) => {
             if !reply.contains_key("ok") {

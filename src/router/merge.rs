@@ -7,7 +7,9 @@
 //! on the blocking thread pool, at most `parallelism` at once. A chunk is
 //! small, so memory stays bounded by partitions × chunk however large
 //! the result, and nothing runs between two `getMore`s: the streams just
-//! wait where they stopped.
+//! wait where they stopped. The rows read ahead count in
+//! [`held_bytes`](crate::aggregate::spill::held_bytes), as what an open
+//! cursor holds.
 //!
 //! Sorted queries are merged k-way by the sort key, ties broken by `_id`,
 //! so the order is the same as the order of the same query on one
@@ -19,6 +21,7 @@ use std::sync::mpsc;
 
 use bson::{Bson, Document};
 
+use crate::aggregate::spill::Held;
 use crate::error::{Error, Result};
 use crate::query::compare::compare;
 use crate::query::interrupt;
@@ -38,8 +41,14 @@ pub(crate) type RowStream = Box<dyn Iterator<Item = Result<Row>> + Send>;
 
 /// Most rows taken from one partition in one refill.
 const CHUNK_ROWS: usize = 256;
-/// Most bytes of documents taken from one partition in one refill.
-const CHUNK_BYTES: usize = 2 * 1024 * 1024;
+/// Rows taken from a partition in its first refill; each refill after
+/// takes twice as many, up to [`CHUNK_ROWS`]. A cursor left after a small
+/// first batch (a driver's `batchSize: 1`) holds a few rows per
+/// partition, not a full chunk of each.
+const FIRST_CHUNK_ROWS: usize = 16;
+/// Most bytes of documents taken from one partition in one refill: an
+/// idle cursor over many partitions holds up to one chunk of each.
+const CHUNK_BYTES: usize = 256 * 1024;
 
 /// Runs `tasks` with at most `parallelism` running at once, on the
 /// blocking pool when there is a runtime, and returns their results in
@@ -84,11 +93,27 @@ pub(crate) fn run_parallel<T: Send + 'static>(
         .collect()
 }
 
-/// A partition's stream and the rows read ahead from it.
+/// A partition's stream and the rows read ahead from it, with their
+/// sizes.
 struct Source {
     stream: Option<RowStream>,
-    buffer: VecDeque<Row>,
+    buffer: VecDeque<(Row, usize)>,
+    held: Held,
+    /// Rows its next refill takes.
+    chunk_rows: usize,
     exhausted: bool,
+}
+
+impl Source {
+    fn front(&self) -> Option<&Row> {
+        self.buffer.front().map(|(row, _)| row)
+    }
+
+    fn pop_front(&mut self) -> Option<Row> {
+        let (row, size) = self.buffer.pop_front()?;
+        self.held.set(self.held.bytes().saturating_sub(size));
+        Some(row)
+    }
 }
 
 /// The merged results of several partitions.
@@ -104,47 +129,39 @@ pub(crate) struct Merge {
 /// What one refill of one partition produced.
 struct Chunk {
     stream: RowStream,
-    rows: Vec<Row>,
+    rows: Vec<(Row, usize)>,
+    bytes: usize,
     exhausted: bool,
     error: Option<Error>,
 }
 
-fn read_chunk(mut stream: RowStream) -> Chunk {
+fn read_chunk(mut stream: RowStream, max_rows: usize) -> Chunk {
     let mut rows = Vec::new();
     let mut bytes = 0usize;
-    while rows.len() < CHUNK_ROWS && bytes < CHUNK_BYTES {
+    let (exhausted, error) = loop {
+        if rows.len() >= max_rows || bytes >= CHUNK_BYTES {
+            break (false, None);
+        }
         let next = match interrupt::check() {
             Ok(()) => stream.next(),
             Err(e) => Some(Err(e)),
         };
         match next {
-            None => {
-                return Chunk {
-                    stream,
-                    rows,
-                    exhausted: true,
-                    error: None,
-                }
-            }
-            Some(Err(e)) => {
-                return Chunk {
-                    stream,
-                    rows,
-                    exhausted: true,
-                    error: Some(e),
-                }
-            }
+            None => break (true, None),
+            Some(Err(e)) => break (true, Some(e)),
             Some(Ok(row)) => {
-                bytes += crate::commands::args::document_size(&row.doc);
-                rows.push(row);
+                let size = crate::aggregate::spill::doc_size(&row.doc);
+                bytes += size;
+                rows.push((row, size));
             }
         }
-    }
+    };
     Chunk {
         stream,
         rows,
-        exhausted: false,
-        error: None,
+        bytes,
+        exhausted,
+        error,
     }
 }
 
@@ -156,6 +173,8 @@ impl Merge {
                 .map(|s| Source {
                     stream: Some(s),
                     buffer: VecDeque::new(),
+                    held: Held::default(),
+                    chunk_rows: FIRST_CHUNK_ROWS,
                     exhausted: false,
                 })
                 .collect(),
@@ -171,8 +190,11 @@ impl Merge {
         let mut tasks: Vec<Box<dyn FnOnce() -> Chunk + Send>> = Vec::new();
         let mut owners = Vec::new();
         for i in which {
-            if let Some(stream) = self.sources[i].stream.take() {
-                tasks.push(Box::new(move || read_chunk(stream)));
+            let source = &mut self.sources[i];
+            if let Some(stream) = source.stream.take() {
+                let rows = source.chunk_rows;
+                source.chunk_rows = (rows * 2).min(CHUNK_ROWS);
+                tasks.push(Box::new(move || read_chunk(stream, rows)));
                 owners.push(i);
             }
         }
@@ -181,6 +203,7 @@ impl Merge {
         for (i, chunk) in owners.into_iter().zip(chunks) {
             let source = &mut self.sources[i];
             source.buffer.extend(chunk.rows);
+            source.held.set(source.held.bytes() + chunk.bytes);
             source.exhausted = chunk.exhausted;
             if !chunk.exhausted {
                 source.stream = Some(chunk.stream);
@@ -209,10 +232,10 @@ impl Merge {
         }
         let mut best: Option<usize> = None;
         for (i, source) in self.sources.iter().enumerate() {
-            let Some(head) = source.buffer.front() else {
+            let Some(head) = source.front() else {
                 continue;
             };
-            let better = match best.and_then(|b| self.sources[b].buffer.front()) {
+            let better = match best.and_then(|b| self.sources[b].front()) {
                 None => true,
                 Some(current) => row_order(sort, head, current) == Ordering::Less,
             };
@@ -220,12 +243,12 @@ impl Merge {
                 best = Some(i);
             }
         }
-        Ok(best.and_then(|i| self.sources[i].buffer.pop_front()))
+        Ok(best.and_then(|i| self.sources[i].pop_front()))
     }
 
     fn next_unsorted(&mut self) -> Result<Option<Row>> {
         while self.current < self.sources.len() {
-            if let Some(row) = self.sources[self.current].buffer.pop_front() {
+            if let Some(row) = self.sources[self.current].pop_front() {
                 return Ok(Some(row));
             }
             if self.sources[self.current].exhausted {

@@ -36,6 +36,8 @@ pub fn pins_shard_key(sharding: &Sharding, filter: Option<&Filter>) -> bool {
 }
 pub use write::{maybe_blocking, InsertOutcome, ModifyOutcome, UpdateStatement};
 
+use crate::aggregate::spill::{sort_memory_error, KeyedSort};
+use crate::aggregate::{Limits, DEFAULT_MAX_BLOCKING_BYTES};
 use crate::error::{Error, Result};
 use crate::index::plan::{self, Hint, IndexPlan, Plan};
 use crate::partition::{hash, Partition};
@@ -63,6 +65,12 @@ pub struct FindSpec {
     pub limit: Option<u64>,
     pub projection: Option<Projection>,
     pub hint: Option<Hint>,
+    /// The memory limit, `allowDiskUse` and spill directory of a blocking
+    /// sort whose output a cursor may keep (a client's `find`): its
+    /// output is parked ([`crate::aggregate::spill::park`]). `None` for
+    /// reads the server makes for itself, which sort within the default
+    /// limit in memory.
+    pub sort_limits: Option<Limits>,
 }
 
 /// An index scan a query runs, and whether the index alone answers it.
@@ -487,7 +495,7 @@ impl Router {
     ///
     /// A sort on `_id` alone follows key order and streams; any other sort
     /// keeps only the best `skip + limit` rows when there is a limit, and
-    /// refuses to hold more than [`MAX_SORT_BYTES`] of documents otherwise.
+    /// is bounded by its memory limit otherwise ([`sorted_rows`]).
     pub fn find(&self, ns: &Namespace, spec: FindSpec) -> Result<DocStream> {
         if let Some(docs) = self.config_documents(ns) {
             let found = config_db::find(docs, &spec)?;
@@ -540,15 +548,8 @@ impl Router {
             }
             let sort = spec.sort.clone().unwrap_or_default();
             let keep = limit.map(|l| l.saturating_add(skip));
-            let rows = sorted_rows(rows, &sort, keep)?.into_iter().skip(skip);
-            let rows: Box<dyn Iterator<Item = (Vec<Bson>, Record, MatchDetails)> + Send> =
-                match limit {
-                    Some(l) => Box::new(rows.take(l)),
-                    None => Box::new(rows),
-                };
-            return Ok(Box::new(
-                rows.map(move |(_, rec, details)| project((rec, details))),
-            ));
+            let rows = sorted_rows(rows, &sort, &spec, keep)?;
+            return Ok(sorted_documents(rows, skip, limit));
         }
         let id_order = match &spec.sort {
             // Natural order is `_id` order; `{$natural: -1}` reverses it.
@@ -566,19 +567,17 @@ impl Router {
             };
             return Ok(Box::new(rows.map(move |r| r.and_then(&project))));
         }
-        let Some(sort) = spec.sort else {
+        let Some(sort) = spec.sort.clone() else {
             return Ok(Box::new(std::iter::empty()));
         };
         let keep = limit.map(|l| l.saturating_add(skip));
-        let rows = sorted_rows(self.matching(&coll, spec.filter.as_ref()), &sort, keep)?;
-        let rows = rows.into_iter().skip(skip);
-        let rows: Box<dyn Iterator<Item = (Vec<Bson>, Record, MatchDetails)> + Send> = match limit {
-            Some(l) => Box::new(rows.take(l)),
-            None => Box::new(rows),
-        };
-        Ok(Box::new(
-            rows.map(move |(_, rec, details)| project((rec, details))),
-        ))
+        let rows = sorted_rows(
+            self.matching(&coll, spec.filter.as_ref()),
+            &sort,
+            &spec,
+            keep,
+        )?;
+        Ok(sorted_documents(rows, skip, limit))
     }
 
     /// A query over a sharded collection: every targeted partition runs
@@ -1139,12 +1138,8 @@ fn partition_rows(
                         None => Box::new(rows),
                     }
                 }
-                Some(sort) => match sorted_rows(matching, sort, keep) {
-                    Ok(sorted) => Box::new(
-                        sorted
-                            .into_iter()
-                            .map(move |(key, rec, details)| project(key, rec, details)),
-                    ),
+                Some(sort) => match sorted_rows(matching, sort, &spec, keep) {
+                    Ok(sorted) => sorted,
                     Err(e) => Box::new(std::iter::once(Err(e))),
                 },
             }
@@ -1152,10 +1147,6 @@ fn partition_rows(
         rows.next()
     }))
 }
-
-/// Most bytes of documents a sort without a limit holds in memory,
-/// MongoDB's default for a blocking sort.
-pub const MAX_SORT_BYTES: usize = 100 * 1024 * 1024;
 
 /// Where a query's candidate records come from.
 enum Access {
@@ -1174,51 +1165,83 @@ fn id_sort_direction(sort: &SortSpec) -> Option<bool> {
 }
 
 /// Sorts matching rows, ties broken by `_id` so every partition layout
-/// gives one order. With `keep`, only the best `keep` rows are held:
-/// rows gather in a buffer that is sorted and cut back to `keep` whenever
-/// it doubles, so memory stays proportional to `keep`. Each row comes
-/// with its sort key.
+/// gives one order. Rows are projected as they arrive and sorted through
+/// [`KeyedSort`] under the spec's [`FindSpec::sort_limits`]: with `keep`,
+/// only the best `keep` rows are held; past the memory limit the sort
+/// spills (`allowDiskUse`) or fails with 292; and a client's sorted
+/// output is parked, so a cursor left open on it holds little memory.
+/// Each row comes with its sort key.
 fn sorted_rows(
     rows: impl Iterator<Item = Result<(Record, MatchDetails)>>,
     sort: &SortSpec,
+    spec: &FindSpec,
     keep: Option<usize>,
-) -> Result<Vec<(Vec<Bson>, Record, MatchDetails)>> {
-    type Entry = (Vec<Bson>, (Record, MatchDetails));
-    let mut buf: Vec<Entry> = Vec::new();
-    let mut bytes = 0usize;
-    let order = |a: &Entry, b: &Entry| {
-        sort.compare_keys(&a.0, &b.0)
-            .then_with(|| compare(record_id(&a.1 .0), record_id(&b.1 .0)))
-    };
+) -> Result<RowStream> {
+    let limits = spec.sort_limits.clone().unwrap_or_else(|| Limits {
+        max_blocking_bytes: DEFAULT_MAX_BLOCKING_BYTES,
+        allow_disk_use: false,
+        spill_dir: std::env::temp_dir(),
+    });
+    let order = sort.clone();
+    let mut sorter = KeyedSort::new(
+        &limits,
+        move |a: &Bson, b: &Bson| {
+            let (ka, ia) = split_row_key(a);
+            let (kb, ib) = split_row_key(b);
+            order.compare_keys(ka, kb).then_with(|| compare(ia, ib))
+        },
+        sort_memory_error,
+    );
+    if let Some(k) = keep {
+        sorter = sorter.keep(k);
+    }
+    if spec.sort_limits.is_some() {
+        sorter = sorter.park_output();
+    }
     for row in rows {
         crate::query::interrupt::check()?;
-        let row = row?;
-        let key = sort.key_for(&row.0.doc);
-        if keep.is_none() {
-            bytes += crate::commands::args::document_size(&row.0.doc);
-            if bytes > MAX_SORT_BYTES {
-                return Err(crate::err!(
-                    QueryExceededMemoryLimitNoDiskUseAllowed,
-                    "Sort exceeded memory limit of {MAX_SORT_BYTES} bytes, but did not opt in to external sorting."
-                ));
-            }
-        }
-        buf.push((key, row));
-        if let Some(k) = keep {
-            if buf.len() >= k.saturating_mul(2).max(1024) {
-                buf.sort_by(order);
-                buf.truncate(k);
-            }
-        }
+        let (rec, details) = row?;
+        let key = sort.key_for(&rec.doc);
+        let id = record_id(&rec).clone();
+        let doc = match &spec.projection {
+            Some(p) => p.apply(&rec.doc, &details)?,
+            None => rec.doc,
+        };
+        sorter.push(Bson::Array(vec![Bson::Array(key), id]), doc)?;
     }
-    buf.sort_by(order);
-    if let Some(k) = keep {
-        buf.truncate(k);
+    Ok(Box::new(sorter.finish()?.map(|item| {
+        let (key, doc) = item?;
+        let Bson::Array(mut parts) = key else {
+            return Err(Error::internal("malformed sort key"));
+        };
+        let id = parts.pop().unwrap_or(Bson::Null);
+        let key = match parts.pop() {
+            Some(Bson::Array(key)) => key,
+            _ => return Err(Error::internal("malformed sort key")),
+        };
+        Ok(Row { key, id, doc })
+    })))
+}
+
+/// The sort key and `_id` of a row key made by [`sorted_rows`].
+fn split_row_key(key: &Bson) -> (&[Bson], &Bson) {
+    static NULL: Bson = Bson::Null;
+    match key {
+        Bson::Array(parts) => match parts.as_slice() {
+            [Bson::Array(k), id] => (k.as_slice(), id),
+            _ => (&[], &NULL),
+        },
+        _ => (&[], &NULL),
     }
-    Ok(buf
-        .into_iter()
-        .map(|(key, (rec, details))| (key, rec, details))
-        .collect())
+}
+
+/// The documents of sorted rows, after `skip` and within `limit`.
+fn sorted_documents(rows: RowStream, skip: usize, limit: Option<usize>) -> DocStream {
+    let docs = rows.skip(skip).map(|r| r.map(|row| row.doc));
+    match limit {
+        Some(l) => Box::new(docs.take(l)),
+        None => Box::new(docs),
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
