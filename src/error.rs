@@ -78,6 +78,7 @@ error_codes! {
     CommandNotSupported = 115,
     ConflictingOperationInProgress = 117,
     NamespaceNotSharded = 118,
+    ExceededMemoryLimit = 146,
     InvalidSyntax = 150,
     InvalidPath = 30,
     BSONObjectTooLarge = 10334,

@@ -1,10 +1,12 @@
 //! Pure BSON logic, no I/O: comparison order, filters, updates,
-//! projections and sorts. The router applies these to documents it reads
-//! from storage; nothing here knows about partitions or bytes on the wire.
+//! projections, sorts, and the size limits on values a request builds. The
+//! router applies these to documents it reads from storage; nothing here
+//! knows about partitions or bytes on the wire.
 
 pub mod compare;
 pub mod expr;
 pub mod filter;
 pub mod projection;
+pub mod size;
 pub mod sort;
 pub mod update;
