@@ -1132,7 +1132,7 @@ fn op_set_intersection<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             Some(current) => {
                 let mut kept = ValueSet::new();
                 for v in current.ordered.iter().filter(|v| next.contains(v)) {
-                    kept.insert(*v);
+                    kept.insert(v);
                 }
                 kept
             }
