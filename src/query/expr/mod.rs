@@ -1526,6 +1526,42 @@ mod tests {
     }
 
     #[test]
+    fn substring_search_is_linear() {
+        // Comparing at every position made this take about 10^12 steps.
+        let root = doc! {
+            "s": format!("{}b", "a".repeat(4 * 1024 * 1024)),
+            "t": format!("{}b", "a".repeat(2 * 1024 * 1024)),
+            "u": "héllo wörld",
+        };
+        let at = |expr: Bson| Expr::parse(&expr).unwrap().evaluate(&root).unwrap();
+        let expected = Bson::Int32(2 * 1024 * 1024);
+        assert_eq!(at(bson::bson!({"$indexOfBytes": ["$s", "$t"]})), expected);
+        assert_eq!(at(bson::bson!({"$indexOfCP": ["$s", "$t"]})), expected);
+        // Positions in code points and in bytes, with bounds.
+        assert_eq!(at(bson::bson!({"$indexOfCP": ["$u", "ö"]})), Bson::Int32(7));
+        assert_eq!(
+            at(bson::bson!({"$indexOfBytes": ["$u", "ö"]})),
+            Bson::Int32(8)
+        );
+        assert_eq!(
+            at(bson::bson!({"$indexOfBytes": ["$u", "l", 2]})),
+            Bson::Int32(3)
+        );
+        assert_eq!(
+            at(bson::bson!({"$indexOfBytes": ["$u", "ll", 2, 4]})),
+            Bson::Int32(-1)
+        );
+        assert_eq!(
+            at(bson::bson!({"$indexOfCP": ["$u", "o", 5, 9]})),
+            Bson::Int32(-1)
+        );
+        assert_eq!(
+            at(bson::bson!({"$indexOfCP": ["$u", "", 4]})),
+            Bson::Int32(4)
+        );
+    }
+
+    #[test]
     fn array_operators_are_linear_over_100k_elements() {
         let n = 100_000;
         let root = doc! {

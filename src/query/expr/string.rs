@@ -510,21 +510,43 @@ fn index_of<'a>(args: &[Value<'a>], op: &str, code_points: bool) -> Result<Value
     };
     let (start, end) = index_bounds(args, op)?;
     let found = if code_points {
-        let chars: Vec<char> = input.chars().collect();
-        let needle: Vec<char> = token.chars().collect();
-        let end = end.unwrap_or(chars.len()).min(chars.len());
-        (start..=end)
-            .take_while(|i| i + needle.len() <= end)
-            .find(|&i| chars[i..i + needle.len()] == needle[..])
+        // Code point positions become byte positions, searched as bytes.
+        let len = input.chars().count();
+        let end = end.unwrap_or(len).min(len);
+        let byte_at = |cp: usize| input.char_indices().nth(cp).map_or(input.len(), |(b, _)| b);
+        if start > end {
+            None
+        } else {
+            let (from, to) = (byte_at(start), byte_at(end));
+            find_within(input, token, from, to).map(|b| start + input[from..b].chars().count())
+        }
     } else {
-        let bytes = input.as_bytes();
-        let needle = token.as_bytes();
-        let end = end.unwrap_or(bytes.len()).min(bytes.len());
-        (start..=end)
-            .take_while(|i| i + needle.len() <= end)
-            .find(|&i| bytes[i..i + needle.len()] == needle[..])
+        let end = end.unwrap_or(input.len()).min(input.len());
+        if start > end {
+            None
+        } else if token.is_empty() {
+            Some(start)
+        } else {
+            find_within(input, token, start, end)
+        }
     };
     owned(int32(found.map_or(-1, |i| i as i64)))
+}
+
+/// The byte position of the first `token` lying wholly within
+/// `input[from..to]`, found in linear time (`str::find`): comparing at
+/// every position made a long token in a long input take hours. A match
+/// of a whole UTF-8 token starts and ends on character boundaries, so the
+/// window shrinks to those.
+fn find_within(input: &str, token: &str, from: usize, to: usize) -> Option<usize> {
+    let from = (from..=input.len()).find(|&i| input.is_char_boundary(i))?;
+    let to = (0..=to.min(input.len()))
+        .rev()
+        .find(|&i| input.is_char_boundary(i))?;
+    if from > to {
+        return None;
+    }
+    input[from..to].find(token).map(|i| from + i)
 }
 
 /// MongoDB's arity error for operators taking a range of argument counts
