@@ -21,6 +21,7 @@ use crate::query::compare::{type_name, Number};
 use crate::query::expr::Expr;
 use crate::query::filter::{Filter, MatchDetails};
 use crate::query::projection::Projection;
+use crate::query::size::{measure, Shape, SizeBudget};
 use crate::query::sort::SortSpec;
 
 /// This family's stages, sorted by name.
@@ -350,47 +351,87 @@ fn collect_setters(
 
 /// Sets `path` in `doc` (an array on the way sets it in every element;
 /// a scalar on the way is replaced by a document). A missing value
-/// removes the field.
-fn set_path(doc: &mut Document, path: &[String], value: &Option<Bson>) {
+/// removes the field. Every copy made is charged to `copies` first.
+fn set_path(
+    doc: &mut Document,
+    path: &[String],
+    value: &Option<Bson>,
+    copies: &mut Copies,
+) -> Result<()> {
     let Some((first, rest)) = path.split_first() else {
-        return;
+        return Ok(());
     };
     if rest.is_empty() {
         match value {
             Some(v) => {
+                copies.charge(first)?;
                 doc.insert(first.clone(), v.clone());
             }
             None => {
                 doc.remove(first);
             }
         }
-        return;
+        return Ok(());
     }
     match doc.get_mut(first) {
-        Some(Bson::Document(sub)) => set_path(sub, rest, value),
-        Some(Bson::Array(items)) => set_in_array(items, rest, value),
+        Some(Bson::Document(sub)) => set_path(sub, rest, value, copies),
+        Some(Bson::Array(items)) => set_in_array(items, rest, value, copies),
         _ => {
             if value.is_none() {
-                return;
+                return Ok(());
             }
             let mut sub = Document::new();
-            set_path(&mut sub, rest, value);
+            set_path(&mut sub, rest, value, copies)?;
             doc.insert(first.clone(), sub);
+            Ok(())
         }
     }
 }
 
-fn set_in_array(items: &mut [Bson], path: &[String], value: &Option<Bson>) {
+fn set_in_array(
+    items: &mut [Bson],
+    path: &[String],
+    value: &Option<Bson>,
+    copies: &mut Copies,
+) -> Result<()> {
     for item in items.iter_mut() {
         match item {
-            Bson::Document(sub) => set_path(sub, path, value),
-            Bson::Array(inner) => set_in_array(inner, path, value),
+            Bson::Document(sub) => set_path(sub, path, value, copies)?,
+            Bson::Array(inner) => set_in_array(inner, path, value, copies)?,
             other => {
                 let mut sub = Document::new();
-                set_path(&mut sub, path, value);
+                set_path(&mut sub, path, value, copies)?;
                 *other = Bson::Document(sub);
             }
         }
+    }
+    Ok(())
+}
+
+/// The copies of computed values one document receives. A path through
+/// an array puts a copy in every element, so a large value and a long
+/// array would multiply; the copies are bounded by the document size
+/// limit before each is made.
+struct Copies {
+    shape: Shape,
+    made: SizeBudget,
+}
+
+impl Copies {
+    fn new() -> Copies {
+        Copies {
+            shape: Shape { size: 0, depth: 1 },
+            made: SizeBudget::new(),
+        }
+    }
+
+    /// Starts placing `value`.
+    fn of(&mut self, value: &Option<Bson>) {
+        self.shape = value.as_ref().map_or(Shape { size: 0, depth: 1 }, measure);
+    }
+
+    fn charge(&mut self, key: &str) -> Result<()> {
+        self.made.charge(2 + key.len(), self.shape)
     }
 }
 
@@ -407,8 +448,10 @@ impl Stage for AddFields {
                 values.push(eval(expr, &d, &vars)?);
             }
             let mut out = d;
+            let mut copies = Copies::new();
             for ((path, _), value) in fields.iter().zip(values) {
-                set_path(&mut out, path, &value);
+                copies.of(&value);
+                set_path(&mut out, path, &value, &mut copies)?;
             }
             Ok(Some(out))
         }))
@@ -636,45 +679,86 @@ fn get_path<'a>(doc: &'a Document, path: &[String]) -> Option<&'a Bson> {
     }
 }
 
+/// The documents one input document unwinds into.
+type Unwound = Box<dyn Iterator<Item = Result<Document>> + Send>;
+
 impl Unwind {
-    fn unwind(&self, doc: Document) -> Vec<Document> {
-        let with_index = |mut d: Document, i: Option<i64>| {
-            if let Some(f) = &self.index_field {
+    /// Unwinds one document lazily. The array is taken out of the document
+    /// once and each output copies only the rest of the document, so an
+    /// array of n elements costs O(n) (copying the whole document for every
+    /// element made 40,000 elements take most of a minute).
+    fn unwind(&self, mut doc: Document) -> Unwound {
+        let index_field = self.index_field.clone();
+        let with_index = move |mut d: Document, i: Option<i64>| {
+            if let Some(f) = &index_field {
                 d.insert(f.clone(), i.map_or(Bson::Null, Bson::Int64));
             }
             d
         };
+        let one = |d: Document| -> Unwound { Box::new(std::iter::once(Ok(d))) };
         match get_path(&doc, &self.path) {
             Some(Bson::Array(items)) if !items.is_empty() => {
-                let items = items.clone();
-                items
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, item)| {
-                        let mut d = doc.clone();
-                        set_path(&mut d, &self.path, &Some(item));
-                        with_index(d, Some(i as i64))
-                    })
-                    .collect()
+                let Some(Bson::Array(items)) = take_path(&mut doc, &self.path) else {
+                    return Box::new(std::iter::empty());
+                };
+                let path = self.path.clone();
+                Box::new(items.into_iter().enumerate().map(move |(i, item)| {
+                    let mut d = doc.clone();
+                    put_path(&mut d, &path, item);
+                    Ok(with_index(d, Some(i as i64)))
+                }))
             }
             Some(Bson::Array(_)) => {
                 if self.preserve {
-                    let mut d = doc;
-                    set_path(&mut d, &self.path, &None);
-                    vec![with_index(d, None)]
+                    // Removing copies nothing and cannot fail.
+                    let _ = set_path(&mut doc, &self.path, &None, &mut Copies::new());
+                    one(with_index(doc, None))
                 } else {
-                    Vec::new()
+                    Box::new(std::iter::empty())
                 }
             }
             None | Some(Bson::Null) | Some(Bson::Undefined) => {
                 if self.preserve {
-                    vec![with_index(doc, None)]
+                    one(with_index(doc, None))
                 } else {
-                    Vec::new()
+                    Box::new(std::iter::empty())
                 }
             }
-            Some(_) => vec![with_index(doc, None)],
+            Some(_) => one(with_index(doc, None)),
         }
+    }
+}
+
+/// Takes the value at a path through documents, leaving `null` in its
+/// place so that the field keeps its position.
+fn take_path(doc: &mut Document, path: &[String]) -> Option<Bson> {
+    let (last, parents) = path.split_last()?;
+    let mut current = doc;
+    for part in parents {
+        match current.get_mut(part) {
+            Some(Bson::Document(sub)) => current = sub,
+            _ => return None,
+        }
+    }
+    current
+        .get_mut(last)
+        .map(|slot| std::mem::replace(slot, Bson::Null))
+}
+
+/// Puts a value back where [`take_path`] took one, without copying it.
+fn put_path(doc: &mut Document, path: &[String], value: Bson) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut current = doc;
+    for part in parents {
+        match current.get_mut(part) {
+            Some(Bson::Document(sub)) => current = sub,
+            _ => return,
+        }
+    }
+    if let Some(slot) = current.get_mut(last) {
+        *slot = value;
     }
 }
 
@@ -688,14 +772,12 @@ impl Stage for Unwind {
             index_field: self.index_field.clone(),
             preserve: self.preserve,
         };
-        Ok(Box::new(input.flat_map(
-            move |d| -> Box<dyn Iterator<Item = Result<Document>> + Send> {
-                match d {
-                    Ok(d) => Box::new(this.unwind(d).into_iter().map(Ok)),
-                    Err(e) => Box::new(std::iter::once(Err(e))),
-                }
-            },
-        )))
+        Ok(Box::new(input.flat_map(move |d| -> Unwound {
+            match d {
+                Ok(d) => this.unwind(d),
+                Err(e) => Box::new(std::iter::once(Err(e))),
+            }
+        })))
     }
     fn split(&self) -> Split {
         Split::Streaming
@@ -1360,6 +1442,26 @@ pub(super) mod tests {
         assert_eq!(
             err_code(vec![doc! {"$replaceRoot": {"x": 1}}], vec![]),
             40415
+        );
+    }
+
+    #[test]
+    fn unwind_is_linear_over_100k_elements() {
+        let n = 100_000;
+        let input = vec![doc! {
+            "_id": 1,
+            "pad": "p".repeat(1000),
+            "o": {"a": (0..n).collect::<Vec<i32>>(), "z": 1},
+        }];
+        let out = run(
+            vec![doc! {"$unwind": {"path": "$o.a", "includeArrayIndex": "i"}}],
+            input,
+        )
+        .unwrap();
+        assert_eq!(out.len(), n as usize);
+        assert_eq!(
+            out[n as usize - 1],
+            doc! {"_id": 1, "pad": "p".repeat(1000), "o": {"a": n - 1, "z": 1}, "i": (n - 1) as i64}
         );
     }
 

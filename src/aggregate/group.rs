@@ -35,6 +35,9 @@ use super::{Context, DocStream, ParseContext, Split, Stage, StageParser};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, type_name, DecimalValue, Number};
 use crate::query::expr::Expr;
+use crate::query::size::{
+    accumulator_memory_error, field_size, SizeBudget, ACCUMULATOR_MEMORY_LIMIT,
+};
 use crate::query::sort::SortSpec;
 use crate::storage::keystring::encode_id;
 
@@ -419,18 +422,21 @@ enum State {
     Extreme(Option<Bson>),
     First(Option<Bson>),
     Last(Option<Bson>),
-    Push(Vec<Bson>),
-    AddToSet(Vec<Bson>, HashSet<Vec<u8>>),
+    /// The values and the bytes they hold.
+    Push(Vec<Bson>, usize),
+    AddToSet(Vec<Bson>, HashSet<Vec<u8>>, usize),
     Count(i64),
-    Merge(Document),
+    /// The merged document and its encoded size.
+    Merge(Document, SizeBudget),
     StdDev {
         n: f64,
         mean: f64,
         m2: f64,
     },
-    /// Top/bottom: (sort key, output), unsorted until trimmed.
-    Sorted(Vec<(Vec<Bson>, Bson)>),
-    Values(Vec<Bson>),
+    /// Top/bottom: (sort key, output), unsorted until trimmed, and the
+    /// bytes they hold.
+    Sorted(Vec<(Vec<Bson>, Bson)>, usize),
+    Values(Vec<Bson>, usize),
 }
 
 fn new_state(op: &Op) -> State {
@@ -440,17 +446,17 @@ fn new_state(op: &Op) -> State {
         Op::Min | Op::Max => State::Extreme(None),
         Op::First => State::First(None),
         Op::Last => State::Last(None),
-        Op::Push => State::Push(Vec::new()),
-        Op::AddToSet => State::AddToSet(Vec::new(), HashSet::new()),
+        Op::Push => State::Push(Vec::new(), 0),
+        Op::AddToSet => State::AddToSet(Vec::new(), HashSet::new(), 0),
         Op::Count => State::Count(0),
-        Op::MergeObjects => State::Merge(Document::new()),
+        Op::MergeObjects => State::Merge(Document::new(), SizeBudget::new()),
         Op::StdDevPop | Op::StdDevSamp => State::StdDev {
             n: 0.0,
             mean: 0.0,
             m2: 0.0,
         },
-        Op::Sorted { .. } => State::Sorted(Vec::new()),
-        Op::FirstN(_) | Op::LastN(_) | Op::MaxN(_) | Op::MinN(_) => State::Values(Vec::new()),
+        Op::Sorted { .. } => State::Sorted(Vec::new(), 0),
+        Op::FirstN(_) | Op::LastN(_) | Op::MaxN(_) | Op::MinN(_) => State::Values(Vec::new(), 0),
     }
 }
 
@@ -483,6 +489,20 @@ fn trim_sorted(items: &mut Vec<(Vec<Bson>, Bson)>, sort: &SortSpec, n: usize, bo
     items.truncate(n);
 }
 
+/// Keeps only what an `N` accumulator can still return: the last `n` for
+/// `$lastN`, the `n` largest or smallest for `$maxN`/`$minN`.
+fn trim_n(items: &mut Vec<Bson>, op: &Op) {
+    match op {
+        Op::LastN(n) => {
+            let drop = items.len().saturating_sub(*n);
+            items.drain(..drop);
+        }
+        Op::MaxN(n) => trim_values(items, *n, true),
+        Op::MinN(n) => trim_values(items, *n, false),
+        _ => {}
+    }
+}
+
 fn trim_values(items: &mut Vec<Bson>, n: usize, max: bool) {
     items.sort_by(|a, b| {
         let o = compare(a, b);
@@ -495,11 +515,17 @@ fn trim_values(items: &mut Vec<Bson>, n: usize, max: bool) {
     items.truncate(n);
 }
 
-fn merge_object(into: &mut Document, v: Option<Bson>) -> Result<()> {
+fn merge_object(into: &mut Document, size: &mut SizeBudget, v: Option<Bson>) -> Result<()> {
     match v {
         None | Some(Bson::Null) | Some(Bson::Undefined) => Ok(()),
         Some(Bson::Document(d)) => {
             for (k, v) in d {
+                // The merged document must stay a document MongoDB could
+                // send: sized before each field goes in.
+                if let Some(old) = into.get(&k) {
+                    size.release(field_size(&k, old));
+                }
+                size.add_field(&k, &v)?;
                 into.insert(k, v);
             }
             Ok(())
@@ -512,6 +538,85 @@ fn merge_object(into: &mut Document, v: Option<Bson>) -> Result<()> {
             ),
         )),
     }
+}
+
+/// The name an accumulator has in a pipeline, for its errors.
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Sum => "$sum",
+        Op::Avg => "$avg",
+        Op::Min => "$min",
+        Op::Max => "$max",
+        Op::First => "$first",
+        Op::Last => "$last",
+        Op::Push => "$push",
+        Op::AddToSet => "$addToSet",
+        Op::Count => "$count",
+        Op::MergeObjects => "$mergeObjects",
+        Op::StdDevPop => "$stdDevPop",
+        Op::StdDevSamp => "$stdDevSamp",
+        Op::Sorted {
+            n: None,
+            bottom: false,
+            ..
+        } => "$top",
+        Op::Sorted {
+            n: None,
+            bottom: true,
+            ..
+        } => "$bottom",
+        Op::Sorted {
+            n: Some(_),
+            bottom: false,
+            ..
+        } => "$topN",
+        Op::Sorted {
+            n: Some(_),
+            bottom: true,
+            ..
+        } => "$bottomN",
+        Op::FirstN(_) => "$firstN",
+        Op::LastN(_) => "$lastN",
+        Op::MaxN(_) => "$maxN",
+        Op::MinN(_) => "$minN",
+    }
+}
+
+/// MongoDB's error for an accumulator holding more than its memory limit
+/// for one group, which no spilling can reduce.
+fn accumulator_limit_error(op: &Op) -> Error {
+    match op {
+        Op::Push | Op::AddToSet => accumulator_memory_error(op_name(op)),
+        _ => Error::new(
+            ErrorCode::ExceededMemoryLimit,
+            format!(
+                "{} used too much memory and spilling to disk cannot reduce memory consumption \
+                 any further. Memory limit: {ACCUMULATOR_MEMORY_LIMIT} bytes",
+                op_name(op)
+            ),
+        ),
+    }
+}
+
+/// Adds `bytes` to what one accumulator holds; past the limit, fails.
+fn hold(held: &mut usize, bytes: usize, op: &Op) -> Result<()> {
+    *held = held.saturating_add(bytes);
+    if *held >= ACCUMULATOR_MEMORY_LIMIT {
+        return Err(accumulator_limit_error(op));
+    }
+    Ok(())
+}
+
+/// The bytes top/bottom candidates hold.
+fn ranked_bytes(items: &[Ranked]) -> usize {
+    items
+        .iter()
+        .map(|(k, v)| approx_size(v) + k.iter().map(approx_size).sum::<usize>())
+        .sum()
+}
+
+fn values_bytes(items: &[Bson]) -> usize {
+    items.iter().map(approx_size).sum()
 }
 
 fn std_dev_add(n: &mut f64, mean: &mut f64, m2: &mut f64, x: f64) {
@@ -569,65 +674,80 @@ impl State {
             (State::Last(cur), _) => {
                 *cur = Some(value.unwrap_or(Bson::Null));
             }
-            (State::Push(items), _) => {
+            (State::Push(items, held), op) => {
                 if let Some(v) = value {
                     let size = approx_size(&v);
+                    hold(held, size, op)?;
                     items.push(v);
                     return Ok(size);
                 }
             }
-            (State::AddToSet(items, seen), _) => {
+            (State::AddToSet(items, seen, held), op) => {
                 if let Some(v) = value {
-                    if seen.insert(encode_id(&v)) {
+                    let key = encode_id(&v);
+                    if !seen.contains(&key) {
                         let size = 2 * approx_size(&v);
+                        hold(held, size, op)?;
+                        seen.insert(key);
                         items.push(v);
                         return Ok(size);
                     }
                 }
             }
             (State::Count(c), _) => *c += 1,
-            (State::Merge(d), _) => merge_object(d, value)?,
+            (State::Merge(d, size), _) => merge_object(d, size, value)?,
             (State::StdDev { n, mean, m2 }, _) => {
                 if let Some(x) = value.as_ref().and_then(Number::of) {
                     std_dev_add(n, mean, m2, x.to_f64());
                 }
             }
-            (State::Sorted(items), Op::Sorted { sort, n, bottom }) => {
+            (State::Sorted(items, held), op @ Op::Sorted { sort, n, bottom }) => {
                 let key = sort.key_for(doc);
                 let v = value.unwrap_or(Bson::Null);
                 let size = approx_size(&v) + key.iter().map(approx_size).sum::<usize>();
                 items.push((key, v));
                 let n = n.unwrap_or(1);
-                if items.len() >= n.saturating_mul(2).max(16) {
+                *held = held.saturating_add(size);
+                if items.len() >= n.saturating_mul(2).max(16) || *held >= ACCUMULATOR_MEMORY_LIMIT {
                     trim_sorted(items, sort, n, *bottom);
+                    *held = 0;
+                    hold(held, ranked_bytes(items), op)?;
                 }
                 return Ok(size);
             }
-            (State::Values(items), op) => {
+            (State::Values(items, held), op) => {
+                let before = items.len();
                 match op {
                     Op::FirstN(n) if items.len() < *n => {
                         items.push(value.unwrap_or(Bson::Null));
                     }
-                    Op::LastN(n) => {
+                    Op::LastN(_) => {
                         items.push(value.unwrap_or(Bson::Null));
-                        if items.len() >= n.saturating_mul(2).max(16) {
-                            let drop = items.len() - n;
-                            items.drain(..drop);
-                        }
                     }
-                    Op::MaxN(n) | Op::MinN(n) if !is_nullish(&value) => {
+                    Op::MaxN(_) | Op::MinN(_) if !is_nullish(&value) => {
                         if let Some(v) = value {
                             items.push(v);
-                        }
-                        if items.len() >= n.saturating_mul(2).max(16) {
-                            trim_values(items, *n, matches!(op, Op::MaxN(_)));
                         }
                     }
                     _ => {}
                 }
-                return Ok(items.last().map_or(0, approx_size));
+                if items.len() == before {
+                    return Ok(0);
+                }
+                let size = items.last().map_or(0, approx_size);
+                *held = held.saturating_add(size);
+                let n = match op {
+                    Op::FirstN(n) | Op::LastN(n) | Op::MaxN(n) | Op::MinN(n) => *n,
+                    _ => usize::MAX,
+                };
+                if items.len() >= n.saturating_mul(2).max(16) || *held >= ACCUMULATOR_MEMORY_LIMIT {
+                    trim_n(items, op);
+                    *held = 0;
+                    hold(held, values_bytes(items), op)?;
+                }
+                return Ok(size);
             }
-            (State::Sorted(_), _) => {}
+            (State::Sorted(..), _) => {}
         }
         Ok(0)
     }
@@ -639,11 +759,11 @@ impl State {
             State::Avg(s, c) => Bson::Document(doc! {"sum": s.partial(), "count": c}),
             State::Extreme(v) => v.unwrap_or(Bson::Null),
             State::First(v) | State::Last(v) => v.unwrap_or(Bson::Null),
-            State::Push(items) | State::AddToSet(items, _) => Bson::Array(items),
+            State::Push(items, _) | State::AddToSet(items, ..) => Bson::Array(items),
             State::Count(c) => Bson::Int64(c),
-            State::Merge(d) => Bson::Document(d),
+            State::Merge(d, _) => Bson::Document(d),
             State::StdDev { n, mean, m2 } => Bson::Document(doc! {"n": n, "mean": mean, "m2": m2}),
-            State::Sorted(mut items) => {
+            State::Sorted(mut items, _) => {
                 if let Op::Sorted { sort, n, bottom } = op {
                     trim_sorted(&mut items, sort, n.unwrap_or(1), *bottom);
                 }
@@ -654,16 +774,8 @@ impl State {
                         .collect(),
                 )
             }
-            State::Values(mut items) => {
-                match op {
-                    Op::LastN(n) => {
-                        let drop = items.len().saturating_sub(*n);
-                        items.drain(..drop);
-                    }
-                    Op::MaxN(n) => trim_values(&mut items, *n, true),
-                    Op::MinN(n) => trim_values(&mut items, *n, false),
-                    _ => {}
-                }
+            State::Values(mut items, _) => {
+                trim_n(&mut items, op);
                 Bson::Array(items)
             }
         }
@@ -697,12 +809,14 @@ impl State {
                     *cur = Some(partial.clone());
                 }
             }
-            State::Push(items) => {
+            State::Push(items, held) => {
                 let Bson::Array(more) = partial else {
                     return Err(bad());
                 };
+                let size = values_bytes(more);
+                hold(held, size, op)?;
                 items.extend(more.iter().cloned());
-                return Ok(more.iter().map(approx_size).sum());
+                return Ok(size);
             }
             State::AddToSet(..) => {
                 let Bson::Array(more) = partial else {
@@ -717,7 +831,7 @@ impl State {
             State::Count(c) => {
                 *c += Number::of(partial).map_or(0, |n| n.to_f64() as i64);
             }
-            State::Merge(d) => merge_object(d, Some(partial.clone()))?,
+            State::Merge(d, size) => merge_object(d, size, Some(partial.clone()))?,
             State::StdDev { n, mean, m2 } => {
                 let Bson::Document(p) = partial else {
                     return Err(bad());
@@ -732,7 +846,7 @@ impl State {
                     *n = total;
                 }
             }
-            State::Sorted(items) => {
+            State::Sorted(items, held) => {
                 let Bson::Array(more) = partial else {
                     return Err(bad());
                 };
@@ -747,16 +861,21 @@ impl State {
                     let v = d.get("v").cloned().unwrap_or(Bson::Null);
                     size += approx_size(item);
                     items.push((k.clone(), v));
-                }
-                if let Op::Sorted { sort, n, bottom } = op {
-                    let n = n.unwrap_or(1);
-                    if items.len() >= n.saturating_mul(2).max(16) {
-                        trim_sorted(items, sort, n, *bottom);
+                    *held = held.saturating_add(approx_size(item));
+                    if let Op::Sorted { sort, n, bottom } = op {
+                        let n = n.unwrap_or(1);
+                        if items.len() >= n.saturating_mul(2).max(16)
+                            || *held >= ACCUMULATOR_MEMORY_LIMIT
+                        {
+                            trim_sorted(items, sort, n, *bottom);
+                            *held = 0;
+                            hold(held, ranked_bytes(items), op)?;
+                        }
                     }
                 }
                 return Ok(size);
             }
-            State::Values(items) => {
+            State::Values(items, held) => {
                 let Bson::Array(more) = partial else {
                     return Err(bad());
                 };
@@ -768,17 +887,14 @@ impl State {
                             }
                         }
                     }
-                    Op::LastN(n) => {
+                    Op::LastN(_) | Op::MaxN(_) | Op::MinN(_) => {
                         items.extend(more.iter().cloned());
-                        let drop = items.len().saturating_sub(*n);
-                        items.drain(..drop);
-                    }
-                    Op::MaxN(n) | Op::MinN(n) => {
-                        items.extend(more.iter().cloned());
-                        trim_values(items, *n, matches!(op, Op::MaxN(_)));
+                        trim_n(items, op);
                     }
                     _ => {}
                 }
+                *held = 0;
+                hold(held, values_bytes(items), op)?;
                 return Ok(more.iter().map(approx_size).sum());
             }
         }
@@ -811,7 +927,7 @@ impl State {
                     Bson::Double((m2.max(0.0) / d).sqrt())
                 }
             }
-            State::Sorted(mut items) => {
+            State::Sorted(mut items, _) => {
                 let Op::Sorted { sort, n, bottom } = op else {
                     return Bson::Null;
                 };
@@ -1901,6 +2017,41 @@ mod tests {
             "avg": 16.0 / 3.0, "min": 1, "max": 10, "first": 1, "last": 5, "c": 3,
             "push": [1, 3, 5], "set": [2, 10_i64, 4], "m": {"p": 3}}
         );
+    }
+
+    #[test]
+    fn accumulators_stop_at_their_memory_limit() {
+        let big: Vec<Document> = (0..11)
+            .map(|i| doc! {"_id": i, "s": format!("{i}{}", "x".repeat(10 * 1024 * 1024))})
+            .collect();
+        let code = |acc: Document| {
+            let e = run(vec![doc! {"$group": {"_id": null, "r": acc}}], big.clone()).unwrap_err();
+            (e.code.number(), e.message)
+        };
+        let (c, m) = code(doc! {"$push": "$s"});
+        assert_eq!(c, 146);
+        assert_eq!(
+            m,
+            "$push used too much memory and cannot spill to disk. Memory limit: 104857600 bytes"
+        );
+        assert_eq!(code(doc! {"$addToSet": "$s"}).0, 146);
+        let (c, m) = code(doc! {"$firstN": {"n": 100, "input": "$s"}});
+        assert_eq!(c, 146);
+        assert!(m.starts_with("$firstN used too much memory"), "{m}");
+        assert_eq!(
+            code(doc! {"$topN": {"n": 100, "sortBy": {"_id": 1}, "output": "$s"}}).0,
+            146
+        );
+        // A merged document past 16 MB, with fields of different names.
+        let (c, _) = code(doc! {"$mergeObjects": {"$arrayToObject": [[["$s", 1]]]}});
+        assert_eq!(c, 10334);
+        // Under the limit it works: $lastN keeps only its last n.
+        let out = run(
+            vec![doc! {"$group": {"_id": null, "r": {"$lastN": {"n": 2, "input": "$_id"}}}}],
+            big,
+        )
+        .unwrap();
+        assert_eq!(out, vec![doc! {"_id": null, "r": [9, 10]}]);
     }
 
     #[test]

@@ -11,10 +11,15 @@ use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 
+use super::spill::doc_size;
 use super::{Context, DocStream, ParseContext, Pipeline, Split, Stage, StageParser};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::type_name;
 use crate::query::expr::Expr;
+
+/// The most the documents one `$lookup` joins may take (MongoDB's
+/// `internalLookupStageIntermediateDocumentMaxSizeBytes`).
+const LOOKUP_MAX_BYTES: usize = crate::query::size::ACCUMULATOR_MEMORY_LIMIT;
 
 /// This family's stages, sorted by name.
 pub(super) static STAGES: &[(&str, StageParser)] =
@@ -186,10 +191,26 @@ impl Lookup {
 
     fn lookup_one(&self, mut input: Document, ctx: &Arc<dyn Context>) -> Result<Document> {
         let (stages, vars) = self.plan_for(&input)?;
-        let matches = ctx
-            .aggregate(ctx.db(), &self.from, &stages, &vars)?
-            .map(|d| d.map(Bson::Document))
-            .collect::<Result<Vec<_>>>()?;
+        // The joined array is held whole: like MongoDB, stop at 100 MB
+        // (`internalLookupStageIntermediateDocumentMaxSizeBytes`) rather
+        // than join a whole collection into every document.
+        let mut matches = Vec::new();
+        let mut bytes = 0usize;
+        for d in ctx.aggregate(ctx.db(), &self.from, &stages, &vars)? {
+            let d = d?;
+            bytes = bytes.saturating_add(doc_size(&d));
+            if bytes > LOOKUP_MAX_BYTES {
+                return Err(Error::new(
+                    ErrorCode::Location(4568),
+                    format!(
+                        "Total size of documents in {} matching pipeline's $lookup stage \
+                         exceeds {LOOKUP_MAX_BYTES} bytes",
+                        self.from
+                    ),
+                ));
+            }
+            matches.push(Bson::Document(d));
+        }
         set_path(&mut input, &self.as_field, Bson::Array(matches));
         Ok(input)
     }
@@ -763,6 +784,28 @@ mod tests {
         assert_eq!(ids(out[2].get("inventory_docs").unwrap()), vec![5, 6]);
         // An array local value matches any of its elements.
         assert_eq!(ids(out[3].get("inventory_docs").unwrap()), vec![1, 2]);
+    }
+
+    #[test]
+    fn joined_documents_stop_at_100_mb() {
+        let big: Vec<Document> = (0..11)
+            .map(|i| doc! { "_id": i, "k": 1, "s": "x".repeat(10 * 1024 * 1024) })
+            .collect();
+        let ctx = FakeContext::new(&[("big", big)]);
+        let e = run(
+            &ctx,
+            vec![doc! { "$lookup": {
+                "from": "big", "localField": "k", "foreignField": "k", "as": "all"
+            }}],
+            vec![doc! { "_id": 1, "k": 1 }],
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::Location(4568));
+        assert_eq!(
+            e.message,
+            "Total size of documents in big matching pipeline's $lookup stage exceeds \
+             104857600 bytes"
+        );
     }
 
     #[test]

@@ -225,58 +225,13 @@ pub fn check_batch_size(n: usize) -> Result<()> {
     Ok(())
 }
 
-/// The approximate encoded size of a value, without encoding it.
-pub fn bson_size(v: &Bson) -> usize {
-    match v {
-        Bson::Double(_) | Bson::Int64(_) | Bson::DateTime(_) | Bson::Timestamp(_) => 8,
-        Bson::Int32(_) => 4,
-        Bson::Boolean(_) => 1,
-        Bson::Null | Bson::Undefined | Bson::MinKey | Bson::MaxKey => 0,
-        Bson::String(s) | Bson::Symbol(s) | Bson::JavaScriptCode(s) => 5 + s.len(),
-        Bson::ObjectId(_) => 12,
-        Bson::Decimal128(_) => 16,
-        Bson::Binary(b) => 5 + b.bytes.len(),
-        Bson::Document(d) => document_size(d),
-        Bson::Array(a) => {
-            5 + a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| 2 + decimal_len(i) + bson_size(v))
-                .sum::<usize>()
-        }
-        Bson::RegularExpression(r) => r.pattern.len() + r.options.len() + 2,
-        Bson::JavaScriptCodeWithScope(c) => 14 + c.code.len() + document_size(&c.scope),
-        Bson::DbPointer(_) => 30,
-    }
-}
-
-fn decimal_len(mut i: usize) -> usize {
-    let mut n = 1;
-    while i >= 10 {
-        i /= 10;
-        n += 1;
-    }
-    n
-}
-
-/// The encoded size of a document, without encoding it.
-pub fn document_size(d: &Document) -> usize {
-    5 + d
-        .iter()
-        .map(|(k, v)| 2 + k.len() + bson_size(v))
-        .sum::<usize>()
-}
+/// Sizes live with the pure BSON logic; commands keep their old names.
+pub use crate::query::size::{bson_size, document_size};
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use bson::doc;
-
-    #[test]
-    fn computed_size_matches_encoding() {
-        let d = doc! {"_id": 1, "s": "hello", "a": [1, 2.5, "x", {"n": null}], "o": {"t": true}};
-        assert_eq!(document_size(&d), d.to_vec().unwrap().len());
-    }
 
     #[test]
     fn wrong_types_name_the_field() {

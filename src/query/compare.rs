@@ -103,6 +103,32 @@ pub fn values_equal(a: &Bson, b: &Bson) -> bool {
     compare(a, b) == Ordering::Equal
 }
 
+/// A borrowed value that orders and compares as MongoDB does (`1`, `1.0`
+/// and `NumberLong(1)` are one value), so sets of values can be ordered
+/// trees: looking a value up among n costs O(log n), not O(n).
+#[derive(Debug, Clone, Copy)]
+pub struct Canonical<'a>(pub &'a Bson);
+
+impl PartialEq for Canonical<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        compare(self.0, other.0) == Ordering::Equal
+    }
+}
+
+impl Eq for Canonical<'_> {}
+
+impl PartialOrd for Canonical<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Canonical<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        compare(self.0, other.0)
+    }
+}
+
 /// Compares two documents field by field: each pair of fields orders first
 /// by the type rank of the values, then by field name, then by value; a
 /// document that is a prefix of the other is smaller.

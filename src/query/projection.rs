@@ -22,6 +22,7 @@ use bson::{Bson, Document};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::expr::Expr;
 use crate::query::filter::{Filter, MatchDetails};
+use crate::query::size::SizeBudget;
 
 /// Recursion bound for walking documents and nested arrays; MongoDB's own
 /// documents nest at most 100 levels, so deeper data is left as is.
@@ -165,7 +166,7 @@ impl Projection {
         let mut out = match self.kind {
             Kind::Inclusion => {
                 let mut out = include_document(&self.root, doc, 0);
-                add_computed(&self.root, doc, &mut out, 0)?;
+                add_computed(&self.root, doc, &mut out, 0, &mut SizeBudget::new())?;
                 out
             }
             Kind::Exclusion => exclude_document(&self.root, doc, doc, 0),
@@ -724,8 +725,16 @@ fn include_value(node: &PathNode, value: &Bson, depth: usize) -> Option<Bson> {
 }
 
 /// Adds `$elemMatch` results and expression values, in projection order.
-/// `root` is the whole input document, which expressions see.
-fn add_computed(node: &PathNode, root: &Document, out: &mut Document, depth: usize) -> Result<()> {
+/// `root` is the whole input document, which expressions see. A computed
+/// field under an array is evaluated once per element, so what the
+/// document receives is charged to `added`, bounded like a document.
+fn add_computed(
+    node: &PathNode,
+    root: &Document,
+    out: &mut Document,
+    depth: usize,
+    added: &mut SizeBudget,
+) -> Result<()> {
     if depth > MAX_DEPTH {
         return Ok(());
     }
@@ -735,6 +744,7 @@ fn add_computed(node: &PathNode, root: &Document, out: &mut Document, depth: usi
                 // A missing result (`$$REMOVE`, a missing path) leaves the
                 // field out.
                 if let Some(value) = expr.evaluate_value(root)? {
+                    added.add_field(name, &value)?;
                     out.insert(name.clone(), value);
                 }
             }
@@ -744,12 +754,14 @@ fn add_computed(node: &PathNode, root: &Document, out: &mut Document, depth: usi
                 }
             }
             ProjNode::Path(inner) if inner.has_computed() => match out.get_mut(name) {
-                Some(Bson::Document(sub)) => add_computed(inner, root, sub, depth + 1)?,
-                Some(Bson::Array(array)) => add_computed_to_array(inner, root, array, depth + 1)?,
+                Some(Bson::Document(sub)) => add_computed(inner, root, sub, depth + 1, added)?,
+                Some(Bson::Array(array)) => {
+                    add_computed_to_array(inner, root, array, depth + 1, added)?
+                }
                 _ => {
                     // A scalar or nothing: the computed fields make a new document.
                     let mut sub = Document::new();
-                    add_computed(inner, root, &mut sub, depth + 1)?;
+                    add_computed(inner, root, &mut sub, depth + 1, added)?;
                     out.insert(name.clone(), sub);
                 }
             },
@@ -764,17 +776,18 @@ fn add_computed_to_array(
     root: &Document,
     array: &mut [Bson],
     depth: usize,
+    added: &mut SizeBudget,
 ) -> Result<()> {
     if depth > MAX_DEPTH {
         return Ok(());
     }
     for element in array {
         match element {
-            Bson::Document(sub) => add_computed(node, root, sub, depth + 1)?,
-            Bson::Array(inner) => add_computed_to_array(node, root, inner, depth + 1)?,
+            Bson::Document(sub) => add_computed(node, root, sub, depth + 1, added)?,
+            Bson::Array(inner) => add_computed_to_array(node, root, inner, depth + 1, added)?,
             other => {
                 let mut sub = Document::new();
-                add_computed(node, root, &mut sub, depth + 1)?;
+                add_computed(node, root, &mut sub, depth + 1, added)?;
                 *other = Bson::Document(sub);
             }
         }

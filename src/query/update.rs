@@ -36,7 +36,7 @@ use bson::oid::ObjectId;
 use bson::{Bson, DateTime, Document, Timestamp};
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::query::compare::{compare, values_equal};
+use crate::query::compare::{compare, values_equal, Canonical};
 use crate::query::filter::{Filter, MatchDetails};
 use crate::{bail, err};
 
@@ -1128,13 +1128,19 @@ fn parse_add_to_set(arg: &Bson) -> Result<Vec<Bson>> {
         }
         other => vec![other.clone()],
     };
-    let mut unique: Vec<Bson> = Vec::with_capacity(values.len());
-    for value in values {
-        if !unique.iter().any(|seen| values_equal(seen, &value)) {
-            unique.push(value);
-        }
-    }
-    Ok(unique)
+    // Deduplicated through an ordered set: `$each` of 100,000 values is
+    // O(n log n), not a scan of the kept values per value.
+    let mut seen = BTreeSet::new();
+    let keep: Vec<bool> = values
+        .iter()
+        .map(|value| seen.insert(Canonical(value)))
+        .collect();
+    drop(seen);
+    Ok(values
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(value, keep)| keep.then_some(value))
+        .collect())
 }
 
 /// Query operators that take a path (`MatchExpressionParser::
@@ -1676,14 +1682,21 @@ fn modify_existing(op: &LeafOp, target: &mut Bson, env: &OpEnv) -> Result<Outcom
                         .map_or("no id".to_string(), |id| element_string("_id", id))
                 );
             };
-            let before = (!spec.values.is_empty() || spec.sort.is_some() || spec.slice.is_some())
-                .then(|| array.clone());
+            // Only `$sort` or `$slice` can leave the array as it was; a
+            // plain push always changes it, without copying it first.
+            let before = (spec.sort.is_some() || spec.slice.is_some()).then(|| array.clone());
+            let grows = !spec.values.is_empty();
             push_into(array, spec);
-            match before {
-                Some(before) if !arrays_identical(&before, array) => Ok(Outcome::Changed {
+            let changed = match before {
+                Some(before) => !arrays_identical(&before, array),
+                None => grows,
+            };
+            if changed {
+                Ok(Outcome::Changed {
                     added: spec.values.iter().map(approx_size).sum(),
-                }),
-                _ => Ok(Outcome::Unchanged),
+                })
+            } else {
+                Ok(Outcome::Unchanged)
             }
         }
         LeafOp::AddToSet(values) => {
@@ -1696,9 +1709,10 @@ fn modify_existing(op: &LeafOp, target: &mut Bson, env: &OpEnv) -> Result<Outcom
                     type_name(target)
                 );
             };
+            let present = ValueLookup::of(array);
             let missing: Vec<&Bson> = values
                 .iter()
-                .filter(|value| !array.iter().any(|existing| values_equal(existing, value)))
+                .filter(|value| !present.contains(value))
                 .collect();
             if missing.is_empty() {
                 return Ok(Outcome::Unchanged);
@@ -1734,7 +1748,11 @@ fn modify_existing(op: &LeafOp, target: &mut Bson, env: &OpEnv) -> Result<Outcom
             match op {
                 LeafOp::Pull(matcher) => array.retain(|element| !matcher.matches(element)),
                 LeafOp::PullAll(values) => {
-                    array.retain(|element| !values.iter().any(|value| values_equal(element, value)))
+                    let pulled = ValueLookup::of(values);
+                    let keep: Vec<bool> = array.iter().map(|e| !pulled.contains(e)).collect();
+                    drop(pulled);
+                    let mut keep = keep.into_iter();
+                    array.retain(|_| keep.next().unwrap_or(true));
                 }
                 _ => {}
             }
@@ -1760,6 +1778,31 @@ fn modify_existing(op: &LeafOp, target: &mut Bson, env: &OpEnv) -> Result<Outcom
         }
         // Handled by the caller.
         LeafOp::Unset | LeafOp::Rename { .. } | LeafOp::RenameSource => Ok(Outcome::Unchanged),
+    }
+}
+
+/// Membership in a list of values by MongoDB equality: a scan for a few
+/// values, an ordered set for many, so that `$addToSet` and `$pullAll`
+/// with many values stay O(n log n).
+enum ValueLookup<'a> {
+    Few(&'a [Bson]),
+    Many(BTreeSet<Canonical<'a>>),
+}
+
+impl<'a> ValueLookup<'a> {
+    fn of(values: &'a [Bson]) -> ValueLookup<'a> {
+        if values.len() <= 16 {
+            ValueLookup::Few(values)
+        } else {
+            ValueLookup::Many(values.iter().map(Canonical).collect())
+        }
+    }
+
+    fn contains(&self, value: &Bson) -> bool {
+        match self {
+            ValueLookup::Few(values) => values.iter().any(|v| values_equal(v, value)),
+            ValueLookup::Many(set) => set.contains(&Canonical(value)),
+        }
     }
 }
 
@@ -3513,6 +3556,61 @@ mod tests {
         }
         let text = value_string(&value);
         assert!(text.len() < 200, "{text}");
+    }
+
+    #[test]
+    fn array_operators_are_linear_over_100k_elements() {
+        let n = 100_000;
+        let ints = |range: std::ops::Range<i32>| Bson::Array(range.map(Bson::Int32).collect());
+        let len = |d: &Document, f: &str| d.get_array(f).map(Vec::len).unwrap_or(0);
+        let base = doc! {"_id": 1, "a": ints(0..n)};
+
+        // $addToSet with $each: half the values are new.
+        let out = applied(
+            base.clone(),
+            doc! {"$addToSet": {"a": {"$each": ints(n / 2..n + n / 2)}}},
+        );
+        assert_eq!(len(&out, "a"), 150_000);
+        // Duplicates within $each are kept once.
+        let out = applied(
+            doc! {"_id": 1},
+            doc! {"$addToSet": {"a": {"$each": ints(0..n).as_array().unwrap().iter().chain(ints(0..n).as_array().unwrap()).cloned().collect::<Vec<_>>()}}},
+        );
+        assert_eq!(len(&out, "a"), 100_000);
+        // $pullAll of every other value.
+        let evens = Bson::Array((0..n).step_by(2).map(Bson::Int32).collect());
+        let out = applied(base.clone(), doc! {"$pullAll": {"a": evens.clone()}});
+        assert_eq!(len(&out, "a"), 50_000);
+        // $pull with an $in condition.
+        let out = applied(base.clone(), doc! {"$pull": {"a": {"$in": evens}}});
+        assert_eq!(len(&out, "a"), 50_000);
+        // $push with $each, $position, $sort and $slice.
+        let out = applied(
+            base.clone(),
+            doc! {"$push": {"a": {"$each": ints(0..n), "$position": 0}}},
+        );
+        assert_eq!(len(&out, "a"), 200_000);
+        let out = applied(
+            base.clone(),
+            doc! {"$push": {"a": {"$each": ints(0..n), "$sort": -1, "$slice": 150_000}}},
+        );
+        assert_eq!(len(&out, "a"), 150_000);
+        // Positional updates of every element.
+        let out = applied(base.clone(), doc! {"$inc": {"a.$[]": 1}});
+        assert_eq!(out.get_array("a").unwrap()[n as usize - 1], Bson::Int32(n));
+        let out = parse_with(
+            doc! {"$set": {"a.$[big]": 0}},
+            vec![doc! {"big": {"$gte": n / 2}}],
+        )
+        .unwrap()
+        .apply(&base, &ApplyContext::default())
+        .unwrap();
+        let zeros = out
+            .get_array("a")
+            .unwrap()
+            .iter()
+            .filter(|v| **v == Bson::Int32(0));
+        assert_eq!(zeros.count(), n as usize / 2 + 1);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
+use std::collections::BTreeSet;
 
 use bson::{Bson, Document};
 
@@ -17,7 +18,10 @@ use super::{
     Arity, Evaluation, Node, Operator, Scope, Value,
 };
 use crate::error::{Error, ErrorCode, Result};
-use crate::query::compare::{compare, type_name, DecimalValue};
+use crate::query::compare::{compare, type_name, Canonical, DecimalValue};
+use crate::query::size::{
+    field_size, measure, Shape, SizeBudget, ACCUMULATOR_MEMORY_LIMIT, MAX_INTERNAL_OBJECT_SIZE,
+};
 
 /// This family's operators, sorted by name.
 pub(super) static OPERATORS: &[Operator] = &[
@@ -424,7 +428,7 @@ fn op_slice<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 }
 
 fn op_concat_arrays<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    let mut out = Vec::new();
+    let mut inputs = Vec::with_capacity(args.len());
     for arg in args {
         if is_nullish(arg) {
             return owned(Bson::Null);
@@ -435,6 +439,18 @@ fn op_concat_arrays<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 format!("$concatArrays only supports arrays, not {}", type_of(arg)),
             ));
         };
+        inputs.push(items);
+    }
+    // Sized before anything is copied: repeating a large array must fail,
+    // not allocate.
+    let mut budget = SizeBudget::new();
+    let mut len = 0;
+    for item in inputs.iter().flat_map(|items| items.iter()) {
+        budget.add_element(len, item)?;
+        len += 1;
+    }
+    let mut out = Vec::with_capacity(len);
+    for items in inputs {
         out.extend_from_slice(items);
     }
     owned(Bson::Array(out))
@@ -456,10 +472,26 @@ fn op_reverse_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     owned(Bson::Array(items.iter().rev().cloned().collect()))
 }
 
-/// MongoDB's memory limit for one `$range` result, counted at 16 bytes an
-/// element as MongoDB counts it, so a client cannot make us allocate
-/// without bound.
-const RANGE_MEMORY_LIMIT: usize = 100 * 1024 * 1024;
+/// The bytes MongoDB counts for a `$range` result: a vector header and
+/// 16 bytes an element.
+fn range_memory(length: usize) -> usize {
+    24usize.saturating_add(length.saturating_mul(16))
+}
+
+/// The encoded size of an array of `count` int32 elements.
+fn int_array_size(count: usize) -> usize {
+    let mut size = 5usize;
+    let mut digits = 1;
+    let mut start = 0usize;
+    while start < count {
+        // Indexes with `digits` digits: [10^(digits-1), 10^digits).
+        let end = 10usize.saturating_pow(digits as u32).min(count);
+        size = size.saturating_add((end - start).saturating_mul(2 + digits + 4));
+        start = end;
+        digits += 1;
+    }
+    size
+}
 
 fn op_range<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     super::string::check_at_most(args, "$range", 2, 3)?;
@@ -507,15 +539,24 @@ fn op_range<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     } else {
         0
     };
-    if count.saturating_mul(16) > RANGE_MEMORY_LIMIT {
-        return Err(err(
-            5029302,
+    // MongoDB's estimate, which counts one element more than it makes.
+    let steps = (end - start) / step;
+    let length = if steps >= 0 { steps as usize + 1 } else { 0 };
+    let needed = range_memory(length);
+    if needed >= ACCUMULATOR_MEMORY_LIMIT {
+        return Err(Error::new(
+            ErrorCode::ExceededMemoryLimit,
             format!(
-                "$range would use too much memory ({} bytes) and cannot spill to disk. Memory \
-                 limit: {RANGE_MEMORY_LIMIT} bytes",
-                count.saturating_mul(16)
+                "$range would use too much memory ({needed} bytes) and cannot spill to disk. \
+                 Memory limit: {ACCUMULATOR_MEMORY_LIMIT} bytes"
             ),
         ));
+    }
+    // Beyond MongoDB's check: the array must also fit in a document, which
+    // keeps what one expression holds far below the memory limit.
+    let size = int_array_size(count);
+    if size > MAX_INTERNAL_OBJECT_SIZE {
+        return Err(crate::query::size::object_too_large(size));
     }
     let out = (0..count as i64)
         .map(|i| Bson::Int32((start + i * step) as i32))
@@ -649,6 +690,7 @@ fn op_map<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let name = bound_name(&args[1]);
     let mut vars = enclosing_vars(scope);
     let mut out = Vec::with_capacity(items.len());
+    let mut budget = SizeBudget::new();
     for item in items {
         crate::query::interrupt::check()?;
         vars.insert(name, item.clone());
@@ -657,6 +699,7 @@ fn op_map<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
             vars: Some(&vars),
         };
         let v = eval(&args[2], &inner)?.map_or(Bson::Null, Cow::into_owned);
+        budget.add_element(out.len(), &v)?;
         out.push(v);
     }
     owned(Bson::Array(out))
@@ -817,22 +860,30 @@ fn op_zip<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     } else {
         lengths.min().unwrap_or(0)
     };
-    let out = (0..len)
-        .map(|i| {
-            let row = arrays
-                .iter()
-                .enumerate()
-                .map(|(j, a)| {
-                    a.get(i)
-                        .or_else(|| defaults.get(j))
-                        .cloned()
-                        .unwrap_or(Bson::Null)
-                })
-                .collect();
-            Bson::Array(row)
-        })
-        .collect();
+    // Defaults repeat for every missing element, so the result can be far
+    // larger than the inputs: each row is sized before it is copied.
+    let null = Bson::Null;
+    let mut budget = SizeBudget::new();
+    let mut out = Vec::new();
+    for i in 0..len {
+        let mut row_budget = SizeBudget::new();
+        let cells: Vec<&Bson> = arrays
+            .iter()
+            .enumerate()
+            .map(|(j, a)| a.get(i).or_else(|| defaults.get(j)).unwrap_or(&null))
+            .collect();
+        for (j, cell) in cells.iter().enumerate() {
+            row_budget.add_element(j, cell)?;
+        }
+        budget.charge(element_header(i), row_budget.shape())?;
+        out.push(Bson::Array(cells.into_iter().cloned().collect()));
+    }
     owned(Bson::Array(out))
+}
+
+/// The bytes an array element takes besides its value.
+fn element_header(index: usize) -> usize {
+    crate::query::size::element_size(index, &Bson::Null)
 }
 
 /// `1` or `-1`, as a sort direction.
@@ -994,22 +1045,23 @@ fn op_any_element_true<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     owned(Bson::Boolean(items.iter().any(truthy)))
 }
 
-/// The distinct elements in first-seen order, and the same values sorted
-/// for lookups.
-struct ValueSet {
-    ordered: Vec<Bson>,
-    sorted: Vec<Bson>,
+/// The distinct elements in first-seen order, and a tree of them for
+/// lookups: inserting and finding are O(log n), so sets of 100,000
+/// elements take milliseconds.
+struct ValueSet<'v> {
+    ordered: Vec<&'v Bson>,
+    seen: BTreeSet<Canonical<'v>>,
 }
 
-impl ValueSet {
-    fn new() -> ValueSet {
+impl<'v> ValueSet<'v> {
+    fn new() -> ValueSet<'v> {
         ValueSet {
             ordered: Vec::new(),
-            sorted: Vec::new(),
+            seen: BTreeSet::new(),
         }
     }
 
-    fn of(items: &[Bson]) -> ValueSet {
+    fn of(items: &'v [Bson]) -> ValueSet<'v> {
         let mut set = ValueSet::new();
         for item in items {
             set.insert(item);
@@ -1017,21 +1069,26 @@ impl ValueSet {
         set
     }
 
-    fn contains(&self, value: &Bson) -> bool {
-        self.sorted
-            .binary_search_by(|probe| compare(probe, value))
-            .is_ok()
+    fn len(&self) -> usize {
+        self.ordered.len()
     }
 
-    fn insert(&mut self, value: &Bson) {
-        if let Err(i) = self.sorted.binary_search_by(|probe| compare(probe, value)) {
-            self.sorted.insert(i, value.clone());
-            self.ordered.push(value.clone());
+    fn contains(&self, value: &'v Bson) -> bool {
+        self.seen.contains(&Canonical(value))
+    }
+
+    fn insert(&mut self, value: &'v Bson) {
+        if self.seen.insert(Canonical(value)) {
+            self.ordered.push(value);
         }
     }
 
-    fn is_subset_of(&self, other: &ValueSet) -> bool {
-        self.sorted.iter().all(|v| other.contains(v))
+    fn is_subset_of(&self, other: &ValueSet<'v>) -> bool {
+        self.ordered.iter().all(|v| other.contains(v))
+    }
+
+    fn into_bson(self) -> Bson {
+        Bson::Array(self.ordered.into_iter().cloned().collect())
     }
 }
 
@@ -1054,7 +1111,7 @@ fn op_set_union<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             set.insert(item);
         }
     }
-    owned(Bson::Array(set.ordered))
+    owned(set.into_bson())
 }
 
 fn op_set_intersection<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
@@ -1084,7 +1141,7 @@ fn op_set_intersection<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             }
         });
     }
-    owned(Bson::Array(result.map(|s| s.ordered).unwrap_or_default()))
+    owned(result.map_or(Bson::Array(Vec::new()), ValueSet::into_bson))
 }
 
 fn op_set_difference<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
@@ -1114,7 +1171,7 @@ fn op_set_difference<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     for item in first.iter().filter(|v| !exclude.contains(v)) {
         out.insert(item);
     }
-    owned(Bson::Array(out.ordered))
+    owned(out.into_bson())
 }
 
 fn op_set_equals<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
@@ -1133,7 +1190,7 @@ fn op_set_equals<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let equal = sets
         .windows(2)
-        .all(|w| w[0].sorted.len() == w[1].sorted.len() && w[0].is_subset_of(&w[1]));
+        .all(|w| w[0].len() == w[1].len() && w[0].is_subset_of(&w[1]));
     owned(Bson::Boolean(equal))
 }
 
@@ -1166,12 +1223,13 @@ fn op_set_is_subset<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn op_merge_objects<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let mut out = Document::new();
+    let mut budget = SizeBudget::new();
     for arg in args {
         match arg.as_deref() {
             None | Some(Bson::Null | Bson::Undefined) => {}
             Some(Bson::Document(doc)) => {
                 for (k, v) in doc {
-                    out.insert(k.clone(), v.clone());
+                    insert_within(&mut out, &mut budget, k, v)?;
                 }
             }
             Some(other) => {
@@ -1188,6 +1246,22 @@ fn op_merge_objects<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     owned(Bson::Document(out))
 }
 
+/// Inserts a field into a document being built, replacing an earlier one
+/// of the same name, after checking the document stays within its size.
+fn insert_within(
+    out: &mut Document,
+    budget: &mut SizeBudget,
+    key: &str,
+    value: &Bson,
+) -> Result<()> {
+    if let Some(old) = out.get(key) {
+        budget.release(field_size(key, old));
+    }
+    budget.add_field(key, value)?;
+    out.insert(key.to_string(), value.clone());
+    Ok(())
+}
+
 fn op_object_to_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     if is_nullish(&args[0]) {
         return owned(Bson::Null);
@@ -1201,15 +1275,22 @@ fn op_object_to_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             ),
         ));
     };
-    let out = doc
-        .iter()
-        .map(|(k, v)| {
-            let mut pair = Document::new();
-            pair.insert("k", k.clone());
-            pair.insert("v", v.clone());
-            Bson::Document(pair)
-        })
-        .collect();
+    // Every field becomes a `{k, v}` document: the result outgrows its input.
+    let mut budget = SizeBudget::new();
+    let mut out = Vec::with_capacity(doc.len());
+    for (i, (k, v)) in doc.iter().enumerate() {
+        let value = measure(v);
+        let pair = Shape {
+            // {k: <string>, v: <value>}
+            size: (5 + 3 + 5 + k.len() + 1 + 3).saturating_add(value.size),
+            depth: value.depth + 1,
+        };
+        budget.charge(element_header(i), pair)?;
+        let mut pair = Document::new();
+        pair.insert("k", k.clone());
+        pair.insert("v", v.clone());
+        out.push(Bson::Document(pair));
+    }
     owned(Bson::Array(out))
 }
 
@@ -1241,6 +1322,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
     };
     let mut out = Document::new();
+    let mut budget = SizeBudget::new();
     for item in items {
         let (key, value) = match item {
             Bson::Array(pair) if pairs_are_arrays => {
@@ -1315,7 +1397,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 "Key field cannot contain an embedded null byte".to_string(),
             ));
         }
-        out.insert(key.clone(), value.clone());
+        insert_within(&mut out, &mut budget, key, value)?;
     }
     owned(Bson::Document(out))
 }
@@ -1441,7 +1523,17 @@ fn op_set_field<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     };
     let mut doc = match args[1].as_deref() {
         None | Some(Bson::Null | Bson::Undefined) => return owned(Bson::Null),
-        Some(Bson::Document(doc)) => doc.clone(),
+        Some(Bson::Document(doc)) => {
+            if let Some(v) = args[2].as_deref() {
+                let mut budget = SizeBudget::new();
+                budget.add_bytes(crate::query::size::document_size(doc).saturating_sub(5))?;
+                if let Some(old) = doc.get(field) {
+                    budget.release(field_size(field, old));
+                }
+                budget.add_field(field, v)?;
+            }
+            doc.clone()
+        }
         Some(other) => {
             return Err(err(
                 4161105,
@@ -1664,7 +1756,7 @@ mod tests {
             (bson!({"$range": [0.5, 3]}), Err(34444)),
             (bson!({"$range": [0, "3"]}), Err(34445)),
             (bson!({"$range": [0, 3, 0]}), Err(34449)),
-            (bson!({"$range": [0, i32::MAX]}), Err(5029302)),
+            (bson!({"$range": [0, i32::MAX]}), Err(146)),
             (
                 bson!({"$zip": {"inputs": ["$a", ["x", "y"]]}}),
                 Ok(bson!([[1, "x"], [2, "y"]])),

@@ -387,6 +387,9 @@ pub(super) fn format_date(format: &str, utc_ms: i64, tz: TimeZone) -> Result<Str
     let mut out = String::with_capacity(format.len() + 8);
     let mut chars = format.chars();
     while let Some(c) = chars.next() {
+        // Specifiers expand (`%z` is five bytes): a long format is stopped
+        // at the string limit.
+        crate::query::size::check_string_len(out.len())?;
         if c != '%' {
             out.push(c);
             continue;

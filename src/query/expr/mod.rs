@@ -21,6 +21,7 @@ use bson::{Bson, DateTime, Document};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, f64_fits_i64, type_name, DecimalValue, Number};
 use crate::query::filter::{nesting_exceeds, MAX_NESTING};
+use crate::query::size::SizeBudget;
 
 mod array;
 mod date;
@@ -466,16 +467,21 @@ pub(super) fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Result<Value<'a>> {
         Node::Variable { name, path } => eval_variable(name, path, scope),
         Node::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
+            let mut budget = SizeBudget::new();
             for item in items {
                 // Missing elements become null inside arrays.
-                out.push(eval(item, scope)?.map_or(Bson::Null, Cow::into_owned));
+                let v = eval(item, scope)?.unwrap_or(Cow::Owned(Bson::Null));
+                budget.add_element(out.len(), &v)?;
+                out.push(v.into_owned());
             }
             Ok(Some(Cow::Owned(Bson::Array(out))))
         }
         Node::Object(fields) => {
             let mut out = Document::new();
+            let mut budget = SizeBudget::new();
             for (key, value) in fields {
                 if let Some(v) = eval(value, scope)? {
+                    budget.add_field(key, &v)?;
                     out.insert(key.clone(), v.into_owned());
                 }
             }
@@ -1424,5 +1430,188 @@ mod tests {
         assert!(Expr::parse(&Bson::Document(doc! {"$add": [1, 2]}))
             .unwrap()
             .is_constant());
+    }
+
+    /// The error code an expression fails with over `root`.
+    fn code_on(expr: Bson, root: &Document) -> i32 {
+        match Expr::parse(&expr).and_then(|e| e.evaluate(root)) {
+            Ok(v) => panic!("{expr}: expected an error, got a value of {} bytes", {
+                crate::query::size::bson_size(&v)
+            }),
+            Err(e) => e.code.number(),
+        }
+    }
+
+    #[test]
+    fn growing_strings_stop_at_the_limit() {
+        // Doubling a string 30 times asked for 2 GB and aborted the process.
+        let doubling = bson::bson!({"$reduce": {
+            "input": {"$range": [0, 30]},
+            "initialValue": "ab",
+            "in": {"$concat": ["$$value", "$$value"]},
+        }});
+        assert_eq!(code_on(doubling, &doc! {}), 16493);
+        let big = doc! {"s": "x".repeat(9 * 1024 * 1024)};
+        assert_eq!(code_on(bson::bson!({"$concat": ["$s", "$s"]}), &big), 16493);
+        // An empty `find` matches between every character.
+        let replace = bson::bson!({"$replaceAll": {
+            "input": {"$substrBytes": ["$s", 0, 1_000_000]}, "find": "", "replacement": "abcdefghijklmnopq",
+        }});
+        assert_eq!(code_on(replace, &big), 16493);
+        let format = bson::bson!({"$dateToString": {"date": "$$NOW", "format": {
+            "$reduce": {"input": {"$range": [0, 22]}, "initialValue": "%z", "in": {"$concat": ["$$value", "$$value"]}},
+        }}});
+        assert_eq!(code_on(format, &doc! {}), 16493);
+        // A string just under the limit is fine.
+        let ok = doc! {"s": "x".repeat(crate::query::size::MAX_STRING_BYTES - 1)};
+        let v = Expr::parse(&bson::bson!({"$concat": ["$s", "y"]}))
+            .unwrap()
+            .evaluate(&ok)
+            .unwrap();
+        assert_eq!(
+            crate::query::size::bson_size(&v),
+            5 + crate::query::size::MAX_STRING_BYTES
+        );
+    }
+
+    #[test]
+    fn growing_arrays_and_documents_stop_at_the_limit() {
+        let root = doc! {"s": "x".repeat(3 * 1024 * 1024), "a": (0..1000).collect::<Vec<i32>>()};
+        let cases = [
+            // Literal arrays and objects of large values.
+            bson::bson!(["$s", "$s", "$s", "$s", "$s", "$s"]),
+            bson::bson!({"a": "$s", "b": "$s", "c": "$s", "d": "$s", "e": "$s", "f": "$s"}),
+            bson::bson!({"$concatArrays": [["$s", "$s", "$s"], ["$s", "$s", "$s"]]}),
+            bson::bson!({"$map": {"input": "$a", "in": "$$ROOT"}}),
+            bson::bson!({"$zip": {"inputs": ["$a", []], "useLongestLength": true, "defaults": [0, "$s"]}}),
+            bson::bson!({"$mergeObjects": [{"a": "$s"}, {"b": "$s"}, {"c": "$s"}, {"d": "$s"}, {"e": "$s"}, {"f": "$s"}]}),
+            bson::bson!({"$setField": {"field": "x", "input": {"a": "$s", "b": "$s", "c": "$s", "d": "$s", "e": "$s"}, "value": "$s"}}),
+            bson::bson!({"$arrayToObject": [[["a", "$s"], ["b", "$s"], ["c", "$s"], ["d", "$s"], ["e", "$s"], ["f", "$s"]]]}),
+            bson::bson!({"$split": [{"$substrBytes": ["$s", 0, 2_000_000]}, "x"]}),
+            bson::bson!({"$regexFindAll": {"input": {"$substrBytes": ["$s", 0, 1_000_000]}, "regex": ""}}),
+            bson::bson!({"$regexFind": {"input": "$s", "regex": "((((((x*))))))"}}),
+            bson::bson!({"$range": [0, 2_000_000]}),
+            // The same array doubled until it is too large.
+            bson::bson!({"$reduce": {"input": {"$range": [0, 40]}, "initialValue": ["x"], "in": {"$concatArrays": ["$$value", "$$value"]}}}),
+        ];
+        for case in cases {
+            assert_eq!(code_on(case.clone(), &root), 10334, "{case}");
+        }
+        // Replacing a field does not count it twice.
+        let v = Expr::parse(&bson::bson!({"$mergeObjects": [{"a": "$s"}, {"a": "$s"}, {"a": "$s"}, {"a": "$s"}, {"a": "$s"}, {"a": "$s"}]}))
+            .unwrap()
+            .evaluate(&root)
+            .unwrap();
+        assert_eq!(v.as_document().map(Document::len), Some(1));
+    }
+
+    #[test]
+    fn ranges_and_nesting_have_mongodb_limits() {
+        let e = Expr::parse(&bson::bson!({"$range": [0, 7_000_000]}))
+            .unwrap()
+            .evaluate(&doc! {})
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::ExceededMemoryLimit);
+        assert_eq!(
+            e.message,
+            "$range would use too much memory (112000040 bytes) and cannot spill to disk. \
+             Memory limit: 104857600 bytes"
+        );
+        // Nesting one level per element would build a value deeper than any
+        // recursion can copy or drop.
+        let nest = bson::bson!({"$reduce": {"input": {"$range": [0, 100_000]}, "initialValue": [], "in": ["$$value"]}});
+        assert_eq!(code_on(nest, &doc! {}), 15);
+        let nest = bson::bson!({"$reduce": {"input": {"$range": [0, 100_000]}, "initialValue": {}, "in": {"a": "$$value"}}});
+        assert_eq!(code_on(nest, &doc! {}), 15);
+    }
+
+    #[test]
+    fn substring_search_is_linear() {
+        // Comparing at every position made this take about 10^12 steps.
+        let root = doc! {
+            "s": format!("{}b", "a".repeat(4 * 1024 * 1024)),
+            "t": format!("{}b", "a".repeat(2 * 1024 * 1024)),
+            "u": "héllo wörld",
+        };
+        let at = |expr: Bson| Expr::parse(&expr).unwrap().evaluate(&root).unwrap();
+        let expected = Bson::Int32(2 * 1024 * 1024);
+        assert_eq!(at(bson::bson!({"$indexOfBytes": ["$s", "$t"]})), expected);
+        assert_eq!(at(bson::bson!({"$indexOfCP": ["$s", "$t"]})), expected);
+        // Positions in code points and in bytes, with bounds.
+        assert_eq!(at(bson::bson!({"$indexOfCP": ["$u", "ö"]})), Bson::Int32(7));
+        assert_eq!(
+            at(bson::bson!({"$indexOfBytes": ["$u", "ö"]})),
+            Bson::Int32(8)
+        );
+        assert_eq!(
+            at(bson::bson!({"$indexOfBytes": ["$u", "l", 2]})),
+            Bson::Int32(3)
+        );
+        assert_eq!(
+            at(bson::bson!({"$indexOfBytes": ["$u", "ll", 2, 4]})),
+            Bson::Int32(-1)
+        );
+        assert_eq!(
+            at(bson::bson!({"$indexOfCP": ["$u", "o", 5, 9]})),
+            Bson::Int32(-1)
+        );
+        assert_eq!(
+            at(bson::bson!({"$indexOfCP": ["$u", "", 4]})),
+            Bson::Int32(4)
+        );
+    }
+
+    #[test]
+    fn array_operators_are_linear_over_100k_elements() {
+        let n = 100_000;
+        let root = doc! {
+            "a": (0..n).collect::<Vec<i32>>(),
+            "b": (0..n).map(|i| i * 2).collect::<Vec<i32>>(),
+        };
+        let len = |expr: Bson| -> usize {
+            match Expr::parse(&expr).unwrap().evaluate(&root).unwrap() {
+                Bson::Array(items) => items.len(),
+                other => panic!("{expr}: {other}"),
+            }
+        };
+        assert_eq!(len(bson::bson!({"$setUnion": ["$a", "$b"]})), 150_000);
+        assert_eq!(len(bson::bson!({"$setIntersection": ["$a", "$b"]})), 50_000);
+        assert_eq!(len(bson::bson!({"$setDifference": ["$a", "$b"]})), 50_000);
+        assert_eq!(len(bson::bson!({"$concatArrays": ["$a", "$b"]})), 200_000);
+        assert_eq!(
+            len(bson::bson!({"$filter": {"input": "$a", "cond": {"$gte": ["$$this", 50_000]}}})),
+            50_000
+        );
+        assert_eq!(
+            len(bson::bson!({"$map": {"input": "$a", "in": {"$add": ["$$this", 1]}}})),
+            100_000
+        );
+        assert_eq!(len(bson::bson!({"$slice": ["$a", 10, 99_000]})), 99_000);
+        assert_eq!(len(bson::bson!({"$reverseArray": "$a"})), 100_000);
+        assert_eq!(
+            len(bson::bson!({"$sortArray": {"input": "$b", "sortBy": -1}})),
+            100_000
+        );
+        assert_eq!(
+            len(bson::bson!({"$zip": {"inputs": ["$a", "$b"]}})),
+            100_000
+        );
+        assert_eq!(
+            len(bson::bson!({"$lastN": {"n": 99_999, "input": "$a"}})),
+            99_999
+        );
+        assert_eq!(
+            len(
+                bson::bson!({"$objectToArray": {"$arrayToObject": {"$map": {"input": "$a", "in": [{"$toString": "$$this"}, "$$this"]}}}})
+            ),
+            100_000
+        );
+        assert_eq!(
+            Expr::parse(&bson::bson!({"$setEquals": ["$a", {"$reverseArray": "$a"}]}))
+                .unwrap()
+                .evaluate(&root)
+                .unwrap(),
+            Bson::Boolean(true)
+        );
     }
 }

@@ -14,6 +14,7 @@ use super::{
     Scope, Value,
 };
 use crate::error::{Error, Result};
+use crate::query::size::{check_string_len, SizeBudget};
 
 /// This family's operators, sorted by name.
 pub(super) static OPERATORS: &[Operator] = &[
@@ -222,7 +223,7 @@ fn int32(v: i64) -> Bson {
 // ---------------------------------------------------------------------------
 
 fn op_concat<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    let mut out = String::new();
+    let mut parts = Vec::with_capacity(args.len());
     for arg in args {
         if is_nullish(arg) {
             return owned(Bson::Null);
@@ -233,7 +234,17 @@ fn op_concat<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 format!("$concat only supports strings, not {}", type_of(arg)),
             ));
         };
-        out.push_str(s);
+        parts.push(s);
+    }
+    // Sized before it is built: `$reduce` doubling a string must stop at
+    // the limit, not allocate gigabytes.
+    let len = parts
+        .iter()
+        .fold(0usize, |total, p| total.saturating_add(p.len()));
+    check_string_len(len)?;
+    let mut out = String::with_capacity(len);
+    for p in parts {
+        out.push_str(p);
     }
     owned(Bson::String(out))
 }
@@ -450,11 +461,22 @@ fn op_split<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             "$split requires a non-empty separator".to_string(),
         ));
     }
-    let parts = input
-        .split(separator)
-        .map(|p| Bson::String(p.to_string()))
-        .collect();
+    // A short separator makes many small strings from one long one: the
+    // array is sized before it is built.
+    let mut budget = SizeBudget::new();
+    let mut count = 0;
+    for (i, part) in input.split(separator).enumerate() {
+        budget.add_bytes(split_piece_size(i, part.len()))?;
+        count += 1;
+    }
+    let mut parts = Vec::with_capacity(count);
+    parts.extend(input.split(separator).map(|p| Bson::String(p.to_string())));
     owned(Bson::Array(parts))
+}
+
+/// The encoded bytes of a string element of `len` bytes at `index`.
+fn split_piece_size(index: usize, len: usize) -> usize {
+    crate::query::size::element_size(index, &Bson::Null).saturating_add(5 + len)
 }
 
 /// `$indexOfBytes` and `$indexOfCP`: `[string, substring, start?, end?]`.
@@ -488,21 +510,43 @@ fn index_of<'a>(args: &[Value<'a>], op: &str, code_points: bool) -> Result<Value
     };
     let (start, end) = index_bounds(args, op)?;
     let found = if code_points {
-        let chars: Vec<char> = input.chars().collect();
-        let needle: Vec<char> = token.chars().collect();
-        let end = end.unwrap_or(chars.len()).min(chars.len());
-        (start..=end)
-            .take_while(|i| i + needle.len() <= end)
-            .find(|&i| chars[i..i + needle.len()] == needle[..])
+        // Code point positions become byte positions, searched as bytes.
+        let len = input.chars().count();
+        let end = end.unwrap_or(len).min(len);
+        let byte_at = |cp: usize| input.char_indices().nth(cp).map_or(input.len(), |(b, _)| b);
+        if start > end {
+            None
+        } else {
+            let (from, to) = (byte_at(start), byte_at(end));
+            find_within(input, token, from, to).map(|b| start + input[from..b].chars().count())
+        }
     } else {
-        let bytes = input.as_bytes();
-        let needle = token.as_bytes();
-        let end = end.unwrap_or(bytes.len()).min(bytes.len());
-        (start..=end)
-            .take_while(|i| i + needle.len() <= end)
-            .find(|&i| bytes[i..i + needle.len()] == needle[..])
+        let end = end.unwrap_or(input.len()).min(input.len());
+        if start > end {
+            None
+        } else if token.is_empty() {
+            Some(start)
+        } else {
+            find_within(input, token, start, end)
+        }
     };
     owned(int32(found.map_or(-1, |i| i as i64)))
+}
+
+/// The byte position of the first `token` lying wholly within
+/// `input[from..to]`, found in linear time (`str::find`): comparing at
+/// every position made a long token in a long input take hours. A match
+/// of a whole UTF-8 token starts and ends on character boundaries, so the
+/// window shrinks to those.
+fn find_within(input: &str, token: &str, from: usize, to: usize) -> Option<usize> {
+    let from = (from..=input.len()).find(|&i| input.is_char_boundary(i))?;
+    let to = (0..=to.min(input.len()))
+        .rev()
+        .find(|&i| input.is_char_boundary(i))?;
+    if from > to {
+        return None;
+    }
+    input[from..to].find(token).map(|i| from + i)
 }
 
 /// MongoDB's arity error for operators taking a range of argument counts
@@ -772,12 +816,31 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
     Ok(Some((compiled, input)))
 }
 
-/// `{match, idx, captures}` for one match; `idx` counts code points.
-fn match_document(input: &str, caps: &regex::Captures<'_>) -> Bson {
+/// `{match, idx, captures}` for one match, `idx` being the code points
+/// before it. Nested groups each copy what they capture, so the document
+/// is sized (into `budget`, the result holding it) before it is built.
+fn match_document(
+    caps: &regex::Captures<'_>,
+    idx: usize,
+    budget: &mut SizeBudget,
+    index: usize,
+) -> Result<Bson> {
     let Some(whole) = caps.get(0) else {
-        return Bson::Null;
+        return Ok(Bson::Null);
     };
-    let idx = input[..whole.start()].chars().count();
+    let mut size = SizeBudget::new();
+    // match, idx, captures and the captures array.
+    size.add_bytes(8 + whole.len() + 5 + 8 + 14)?;
+    for (i, c) in caps.iter().skip(1).enumerate() {
+        size.add_bytes(split_piece_size(i, c.map_or(0, |m| m.len())))?;
+    }
+    budget.charge(
+        crate::query::size::element_size(index, &Bson::Null),
+        crate::query::size::Shape {
+            size: size.size(),
+            depth: 2,
+        },
+    )?;
     let captures = caps
         .iter()
         .skip(1)
@@ -787,7 +850,7 @@ fn match_document(input: &str, caps: &regex::Captures<'_>) -> Bson {
     doc.insert("match", whole.as_str());
     doc.insert("idx", int32(idx as i64));
     doc.insert("captures", Bson::Array(captures));
-    Bson::Document(doc)
+    Ok(Bson::Document(doc))
 }
 
 fn op_regex_match<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
@@ -800,22 +863,35 @@ fn op_regex_match<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn op_regex_find<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let found = match regex_inputs(args, "$regexFind")? {
-        Some((re, input)) => re
-            .captures(input)
-            .map_or(Bson::Null, |c| match_document(input, &c)),
+        Some((re, input)) => match re.captures(input) {
+            Some(c) => {
+                let idx = c.get(0).map_or(0, |m| input[..m.start()].chars().count());
+                match_document(&c, idx, &mut SizeBudget::new(), 0)?
+            }
+            None => Bson::Null,
+        },
         None => Bson::Null,
     };
     owned(found)
 }
 
 fn op_regex_find_all<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    let found = match regex_inputs(args, "$regexFindAll")? {
-        Some((re, input)) => re
-            .captures_iter(input)
-            .map(|c| match_document(input, &c))
-            .collect(),
-        None => Vec::new(),
-    };
+    let mut found = Vec::new();
+    if let Some((re, input)) = regex_inputs(args, "$regexFindAll")? {
+        // An empty match at every position of a long input makes millions
+        // of documents: the array is bounded as it grows.
+        // Code points are counted from the previous match, not from the
+        // start, so many matches cost linear time.
+        let mut budget = SizeBudget::new();
+        let (mut counted_to, mut idx) = (0, 0);
+        for c in re.captures_iter(input) {
+            let start = c.get(0).map_or(counted_to, |m| m.start());
+            idx += input[counted_to..start].chars().count();
+            counted_to = start;
+            let doc = match_document(&c, idx, &mut budget, found.len())?;
+            found.push(doc);
+        }
+    }
     owned(Bson::Array(found))
 }
 
@@ -873,6 +949,19 @@ fn replace<'a>(args: &[Value<'a>], op: &str, all: bool) -> Result<Value<'a>> {
     ) else {
         return owned(Bson::Null);
     };
+    // Each match may grow the string (an empty `find` matches between
+    // every character): the result is sized before it is built.
+    let matches = if find.is_empty() {
+        input.chars().count() + 1
+    } else {
+        input.matches(find).count()
+    };
+    let matches = if all { matches } else { matches.min(1) };
+    let len = input
+        .len()
+        .saturating_sub(matches.saturating_mul(find.len()))
+        .saturating_add(matches.saturating_mul(replacement.len()));
+    check_string_len(len)?;
     let out = if all {
         input.replace(find, replacement)
     } else {
