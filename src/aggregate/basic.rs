@@ -11,10 +11,9 @@
 use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
-use rand::seq::SliceRandom;
 use rand::Rng;
 
-use super::spill::{doc_size, park, sort_memory_error, MergedRuns, SpillRun};
+use super::spill::{doc_size, park, sort_memory_error, KeyedSort, MergedRuns, SpillRun};
 use super::{Context, DocStream, ParseContext, Split, Stage, StageParser};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{type_name, Number};
@@ -1237,24 +1236,23 @@ impl Stage for Sample {
     fn name(&self) -> &'static str {
         "$sample"
     }
-    fn apply(&self, input: DocStream, _: &Arc<dyn Context>) -> Result<DocStream> {
-        // Reservoir sampling: memory bounded by the sample size.
+    fn apply(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        // As MongoDB does: the documents with the `size` smallest random
+        // keys, through the blocking sort, so a sample as large as the
+        // collection is bounded by the memory limit (spilling with
+        // `allowDiskUse`) and parked for its cursor.
         let mut rng = rand::rng();
-        let mut reservoir: Vec<Document> = Vec::new();
-        for (seen, d) in input.enumerate() {
-            let d = d?;
-            let seen = seen + 1;
-            if reservoir.len() < self.0 {
-                reservoir.push(d);
-            } else {
-                let j = rng.random_range(0..seen);
-                if let Some(slot) = reservoir.get_mut(j) {
-                    *slot = d;
-                }
-            }
+        let mut sample = KeyedSort::new(
+            ctx.limits(),
+            crate::query::compare::compare,
+            sort_memory_error,
+        )
+        .keep(self.0)
+        .park_output();
+        for d in input {
+            sample.push(Bson::Double(rng.random::<f64>()), d?)?;
         }
-        reservoir.shuffle(&mut rng);
-        Ok(Box::new(reservoir.into_iter().map(Ok)))
+        Ok(Box::new(sample.finish()?.map(|r| r.map(|(_, d)| d))))
     }
     fn split(&self) -> Split {
         Split::RouterOnly
@@ -1676,5 +1674,30 @@ pub(super) mod tests {
             28747
         );
         assert_eq!(err_code(vec![doc! {"$sample": {"x": 1}}], vec![]), 28748);
+    }
+
+    #[test]
+    fn large_sample_is_bounded_by_the_memory_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let input: Vec<Document> = (0..3000)
+            .map(|i| doc! {"_id": i, "pad": "q".repeat(100)})
+            .collect();
+        let no_disk = ctx_with(50_000, false, dir.path());
+        let e = run_in(
+            &no_disk,
+            vec![doc! {"$sample": {"size": 5000}}],
+            input.clone(),
+        )
+        .unwrap_err();
+        assert_eq!(e.code.number(), 292);
+        let disk = ctx_with(50_000, true, dir.path());
+        let out = run_in(&disk, vec![doc! {"$sample": {"size": 5000}}], input.clone()).unwrap();
+        let mut ids: Vec<i32> = out.iter().map(|d| d.get_i32("_id").unwrap()).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..3000).collect::<Vec<_>>());
+        // A small sample holds only its size.
+        let out = run_in(&no_disk, vec![doc! {"$sample": {"size": 10}}], input).unwrap();
+        assert_eq!(out.len(), 10);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }
