@@ -195,6 +195,10 @@ fn run_child(exe: &Path, target: &Target, opts: &Options) -> Report {
         // Ended by a signal or the guard: keep the input it was running.
         let dir = opts.artifacts.join(target.name);
         let why = format!("worker ended with {}", output.status);
+        report.execs = fs::read_to_string(dir.join("execs"))
+            .ok()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
         report.failure = Some(match fs::read(dir.join("current")) {
             Ok(input) => {
                 let path = save_artifact(&dir, "crash", &input);
@@ -214,10 +218,10 @@ pub fn worker(target: &'static Target, opts: &Options) -> Report {
     let dir = opts.artifacts.join(target.name);
     let _ = fs::create_dir_all(&dir);
     let current = File::create(dir.join("current")).ok();
+    let _ = fs::remove_file(dir.join("execs"));
     let seeds = seeds(&opts.corpus, target.name);
     let started_ms = Arc::new(AtomicU64::new(0));
     spawn_watchdog(started_ms.clone(), opts.timeout);
-    // Quiet panics: the report says what happened, once.
     let opts2 = opts.clone();
     let handle = std::thread::Builder::new()
         .name(format!("fuzz-{}", target.name))
@@ -275,6 +279,13 @@ fn fuzz_loop(
         let outcome = panic::catch_unwind(AssertUnwindSafe(|| (target.run)(&input)));
         started_ms.store(0, Ordering::Relaxed);
         report.execs += 1;
+        if report.execs % 1024 == 0 {
+            // Left behind for the parent should this process die.
+            let _ = fs::write(
+                opts.artifacts.join(target.name).join("execs"),
+                report.execs.to_string(),
+            );
+        }
         match outcome {
             Ok(signature) => {
                 let new = signatures.insert(signature);

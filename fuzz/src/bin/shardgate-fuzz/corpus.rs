@@ -39,8 +39,11 @@ impl Collected {
         }
     }
 
+    /// Adds `input`; its shape is that of everything but its documents.
     fn add_doc(&mut self, target: &'static str, input: Document) {
-        let shape = shape_of(&Bson::Document(input.clone()));
+        let mut tested = input.clone();
+        tested.remove("docs");
+        let shape = shape_of(&Bson::Document(tested));
         if let Ok(bytes) = input.to_vec() {
             self.add(target, shape, bytes);
         }
@@ -272,7 +275,9 @@ fn collect_command(
                         input.insert("arrayFilters", af.clone());
                     }
                     c.add_doc("update", input);
-                    collect_expressions(spec, docs, c);
+                    if spec.as_array().is_some() {
+                        collect_expressions(spec, docs, c);
+                    }
                 }
             }
         }
@@ -346,8 +351,10 @@ fn statements(
     out
 }
 
-/// Every operator expression inside `value` (a one-key document whose
-/// key is an expression operator) becomes an `expression` input.
+/// Every operator expression inside the pipeline `value` (a one-key
+/// document whose key is an expression operator) becomes an
+/// `expression` input. Inside `$match` only `$expr` holds expressions:
+/// `{a: {$gt: 5}}` there is a query.
 fn collect_expressions(value: &Bson, docs: &[Bson], c: &mut Collected) {
     let operators: HashSet<&str> = shardgate::query::expr::operator_names().collect();
     let mut found = Vec::new();
@@ -357,10 +364,21 @@ fn collect_expressions(value: &Bson, docs: &[Bson], c: &mut Collected) {
                 if d.len() == 1 && d.keys().next().is_some_and(|k| ops.contains(k.as_str())) {
                     found.push(v.clone());
                 }
-                if let Some(e) = d.get("$expr") {
-                    found.push(e.clone());
+                for (k, v) in d {
+                    match (k.as_str(), v) {
+                        ("$expr", e) => {
+                            found.push(e.clone());
+                            walk(e, ops, found);
+                        }
+                        ("$match", Bson::Document(m)) => {
+                            if let Some(e) = m.get("$expr") {
+                                found.push(e.clone());
+                                walk(e, ops, found);
+                            }
+                        }
+                        _ => walk(v, ops, found),
+                    }
                 }
-                d.values().for_each(|v| walk(v, ops, found));
             }
             Bson::Array(a) => a.iter().for_each(|v| walk(v, ops, found)),
             _ => {}
