@@ -207,6 +207,14 @@ fn find_stage(name: &str) -> Option<StageParser> {
     })
 }
 
+/// The names of the supported stages, sorted: generators of test
+/// pipelines build from the real table.
+pub fn stage_names() -> impl Iterator<Item = &'static str> {
+    let mut names: Vec<&'static str> = TABLES.iter().flat_map(|t| t.iter().map(|s| s.0)).collect();
+    names.sort_unstable();
+    names.into_iter()
+}
+
 /// A parsed pipeline.
 pub struct Pipeline {
     pub stages: Vec<Box<dyn Stage>>,

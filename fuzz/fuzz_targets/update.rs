@@ -1,0 +1,12 @@
+//! libFuzzer entry for the `update` target (see src/targets.rs), with the
+//! structure-aware mutator; `scripts/fuzz --libfuzzer update` runs it.
+#![no_main]
+
+use libfuzzer_sys::{fuzz_mutator, fuzz_target};
+
+fuzz_target!(|data: &[u8]| shardgate_fuzz::libfuzzer::run("update", data));
+
+fuzz_mutator!(|data: &mut [u8], size: usize, max_size: usize, seed: u32| {
+    shardgate_fuzz::libfuzzer::mutate("update", data, size, max_size, seed)
+        .unwrap_or_else(|| libfuzzer_sys::fuzzer_mutate(data, size, max_size))
+});
