@@ -225,6 +225,13 @@ impl CursorRegistry {
                 n.remove();
             }
         }
+        // Closing a stream may delete its spill file and free a large
+        // buffer: that is blocking work, kept off the async workers so a
+        // `killCursors` of hundreds does not stall other connections.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(move || drop(cursor))),
+            Err(_) => drop(cursor),
+        }
         true
     }
 

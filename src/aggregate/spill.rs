@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocumentBuf};
 
 use super::{DocStream, Limits};
 use crate::error::{Error, ErrorCode, Result};
@@ -447,7 +447,10 @@ pub struct KeyedSort {
     limits: Limits,
     order: BsonOrder,
     memory_error: fn(usize) -> Error,
-    buffer: Vec<(Bson, Document)>,
+    /// Documents are held encoded: a decoded tree takes several times its
+    /// BSON size, so counting BSON bytes against the limit would let a
+    /// sort hold many times the memory the limit names.
+    buffer: Vec<(Bson, RawDocumentBuf)>,
     bytes: usize,
     runs: Vec<SpillRun>,
     len: usize,
@@ -456,8 +459,20 @@ pub struct KeyedSort {
 }
 
 /// Approximate bytes of one buffered `(key, document)`.
-fn entry_size(key: &Bson, doc: &Document) -> usize {
-    approx_size(key).saturating_add(doc_size(doc))
+fn entry_size(key: &Bson, doc: &RawDocumentBuf) -> usize {
+    approx_size(key).saturating_add(doc.as_bytes().len())
+}
+
+/// A buffered document, encoded for holding.
+fn pack(doc: &Document) -> Result<RawDocumentBuf> {
+    RawDocumentBuf::try_from(doc)
+        .map_err(|e| Error::internal(format!("cannot encode a sorted document: {e}")))
+}
+
+/// A held document, decoded again for the reader.
+fn unpack(raw: &RawDocumentBuf) -> Result<Document> {
+    Document::try_from(raw)
+        .map_err(|e| Error::internal(format!("cannot decode a sorted document: {e}")))
 }
 
 impl KeyedSort {
@@ -497,6 +512,7 @@ impl KeyedSort {
     }
 
     pub fn push(&mut self, key: Bson, doc: Document) -> Result<()> {
+        let doc = pack(&doc)?;
         self.bytes = self.bytes.saturating_add(entry_size(&key, &doc));
         self.buffer.push((key, doc));
         self.len += 1;
@@ -527,11 +543,13 @@ impl KeyedSort {
     /// Writes the sorted buffer as one run and empties it.
     fn spill_buffer(&mut self) -> Result<()> {
         self.sort_buffer();
-        let docs = std::mem::take(&mut self.buffer)
-            .into_iter()
-            .map(|(k, d)| bson::doc! {"k": k, "d": d});
-        self.runs
-            .push(SpillRun::write(&self.limits.spill_dir, docs)?);
+        // One document decoded at a time, so spilling never holds the
+        // buffer's decoded trees all at once.
+        let mut writer = SpillWriter::create(&self.limits.spill_dir)?;
+        for (k, d) in std::mem::take(&mut self.buffer) {
+            writer.append(&bson::doc! {"k": k, "d": unpack(&d)?})?;
+        }
+        self.runs.push(writer.finish()?);
         self.bytes = 0;
         Ok(())
     }
@@ -564,7 +582,10 @@ impl KeyedSort {
         if self.runs.is_empty() {
             let held = Held::new(if self.park { self.bytes } else { 0 });
             return Ok(Box::new(HeldIter {
-                inner: self.buffer.into_iter().map(Ok),
+                inner: self
+                    .buffer
+                    .into_iter()
+                    .map(|(k, d)| unpack(&d).map(|d| (k, d))),
                 _held: held,
             }));
         }
@@ -574,13 +595,12 @@ impl KeyedSort {
             sources.push(Box::new(run.into_reader()?));
         }
         if !self.buffer.is_empty() {
-            let last: Vec<Result<Document>> = self
+            let last = self
                 .buffer
                 .into_iter()
-                .map(|(k, d)| Ok(bson::doc! {"k": k, "d": d}))
-                .collect();
+                .map(|(k, d)| unpack(&d).map(|d| bson::doc! {"k": k, "d": d}));
             sources.push(Box::new(HeldIter {
-                inner: last.into_iter(),
+                inner: last,
                 _held: Held::new(if self.park { self.bytes } else { 0 }),
             }));
         }
