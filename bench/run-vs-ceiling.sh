@@ -9,7 +9,8 @@
 # Environment: CEILING_DIR (the ceiling's sources, default ../shared/tools/ceiling
 # beside the repository), CEILING_PORT (27200), SHARDGATE_PORT (27300),
 # CONCURRENCY (1,16), LOG (where the output is also written), SKIP_BUILD=1 (use
-# the binaries already built).
+# the binaries already built), SHARDGATE_BIN (another server build, e.g. for a
+# before/after comparison).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,7 +38,7 @@ echo "== starting the ceiling on 127.0.0.1:$ceiling_port"
 ceiling_pid=$!
 pids+=("$ceiling_pid")
 echo "== starting shardgate on 127.0.0.1:$shardgate_port, data in $data_dir"
-"$repo/target/release/shardgate" --bind "127.0.0.1:$shardgate_port" --data-dir "$data_dir" \
+"${SHARDGATE_BIN:-$repo/target/release/shardgate}" --bind "127.0.0.1:$shardgate_port" --data-dir "$data_dir" \
     --log-level warn >/tmp/shardgate-bench-server.log 2>&1 &
 shardgate_pid=$!
 pids+=("$shardgate_pid")

@@ -36,7 +36,7 @@ pub mod libfuzzer {
     /// Runs `data` through the target called `name`.
     pub fn run(name: &str, data: &[u8]) {
         if let Some(t) = targets::find(name) {
-            (t.run)(data);
+            t.execute(data);
         }
     }
 

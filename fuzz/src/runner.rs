@@ -276,7 +276,7 @@ fn fuzz_loop(
             let _ = f.write_at(&input, 0);
         }
         started_ms.store(begin.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
-        let outcome = panic::catch_unwind(AssertUnwindSafe(|| (target.run)(&input)));
+        let outcome = panic::catch_unwind(AssertUnwindSafe(|| target.execute(&input)));
         started_ms.store(0, Ordering::Relaxed);
         report.execs += 1;
         if report.execs % 1024 == 0 {
@@ -342,7 +342,7 @@ pub fn reproduce(target: &Target, files: &[PathBuf]) -> Result<(), String> {
         let input = fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
         show_input(target, &input);
         let started = Instant::now();
-        let signature = (target.run)(&input);
+        let signature = target.execute(&input);
         println!(
             "{}: ok in {:.3}s (signature {signature:x})",
             file.display(),

@@ -51,6 +51,22 @@ pub struct Target {
     pub about: &'static str,
 }
 
+/// The longest one input may run before it must stop, as a request's
+/// `maxTimeMS` bounds it on the server: slow but bounded work (values
+/// that double up to the size limits) ends with `MaxTimeMSExpired` from
+/// the same interrupt checks, well inside the runner's timeout.
+pub const TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Target {
+    /// Runs one input as the server runs a request with a time limit.
+    pub fn execute(&self, input: &[u8]) -> u64 {
+        let deadline = std::time::Instant::now() + TIME_LIMIT;
+        let op = shardgate::query::interrupt::Operation::new(Some(deadline), None);
+        let _current = shardgate::query::interrupt::enter(Some(op));
+        (self.run)(input)
+    }
+}
+
 pub static TARGETS: &[Target] = &[
     Target {
         name: "wire",
@@ -705,7 +721,7 @@ mod tests {
         for target in TARGETS {
             for _ in 0..50 {
                 let input = (target.generate)(&mut g);
-                (target.run)(&input);
+                target.execute(&input);
             }
         }
     }
