@@ -26,9 +26,9 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 
 use crate::aggregate::spill::held_bytes;
-use crate::commands::args::document_size;
 use crate::commands::ServerState;
 use crate::error::{Error, ErrorCode, Result};
+use crate::query::size::document_size;
 use crate::router::DocStream;
 
 /// A result stream that can tell whether anything is left.
