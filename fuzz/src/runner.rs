@@ -53,7 +53,10 @@ impl Default for Options {
         let here = Path::new(env!("CARGO_MANIFEST_DIR"));
         Options {
             seconds: 30.0,
-            timeout: Duration::from_secs(10),
+            // Long enough for bounded but slow inputs (values doubling up
+            // to the 16 MiB limits take seconds here, under the counting
+            // allocator), short enough to catch a loop that never ends.
+            timeout: Duration::from_secs(30),
             max_alloc: 256 << 20,
             max_live: 1 << 30,
             seed: 0,
