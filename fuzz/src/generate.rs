@@ -76,29 +76,8 @@ const UPDATE_OPERATORS: &[&str] = &[
     "$setOnInsert",
 ];
 
-/// `$group` accumulators (the server's list, in its order).
-pub const ACCUMULATORS: &[&str] = &[
-    "$addToSet",
-    "$avg",
-    "$bottom",
-    "$bottomN",
-    "$count",
-    "$first",
-    "$firstN",
-    "$last",
-    "$lastN",
-    "$max",
-    "$maxN",
-    "$mergeObjects",
-    "$min",
-    "$minN",
-    "$push",
-    "$stdDevPop",
-    "$stdDevSamp",
-    "$sum",
-    "$top",
-    "$topN",
-];
+/// `$group` accumulators: the server's own list.
+pub use shardgate::aggregate::ACCUMULATORS;
 
 /// Operators whose argument is an object, with the keys MongoDB names.
 const OBJECT_ARGUMENTS: &[(&str, &[&str])] = &[

@@ -101,8 +101,9 @@ struct Accumulator {
     arg: Expr,
 }
 
-/// The accumulator names, for the unknown-operator error.
-const ACCUMULATORS: &[&str] = &[
+/// The accumulator names, for the unknown-operator error and for
+/// generators of test pipelines.
+pub const ACCUMULATORS: &[&str] = &[
     "$addToSet",
     "$avg",
     "$bottom",

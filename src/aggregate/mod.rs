@@ -27,6 +27,7 @@ mod output;
 pub mod spill;
 
 pub use basic::sort_with_limit;
+pub use group::ACCUMULATORS;
 
 /// A lazily produced stream of documents.
 pub type DocStream = Box<dyn Iterator<Item = Result<Document>> + Send>;
