@@ -362,7 +362,7 @@ pub fn cursor_batch_size(cmd: &str, body: &Document) -> Result<Option<usize>> {
         None | Some(Bson::Null) => Ok(None),
         Some(Bson::Document(c)) => match c.get("batchSize") {
             None => Ok(None),
-            Some(v) => match crate::commands::args::number_as_i64(v) {
+            Some(v) => match crate::query::compare::number_as_i64(v) {
                 Some(n) if n >= 0 => Ok(Some(n as usize)),
                 _ => Err(Error::new(
                     ErrorCode::Location51024,

@@ -35,11 +35,11 @@ use super::{Context, DocStream, ParseContext, Split, Stage, StageParser};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, type_name, DecimalValue, Number};
 use crate::query::expr::Expr;
+use crate::query::keystring::encode_id;
 use crate::query::size::{
     accumulator_memory_error, field_size, SizeBudget, ACCUMULATOR_MEMORY_LIMIT,
 };
 use crate::query::sort::SortSpec;
-use crate::storage::keystring::encode_id;
 
 /// This family's stages, sorted by name.
 pub(super) static STAGES: &[(&str, StageParser)] = &[

@@ -74,16 +74,7 @@ pub fn opt_i64(cmd: &str, body: &Document, field: &str) -> Result<Option<i64>> {
     }
 }
 
-/// A whole number as i64, or `None` if the value is not one.
-pub fn number_as_i64(v: &Bson) -> Option<i64> {
-    match v {
-        Bson::Int32(n) => Some(*n as i64),
-        Bson::Int64(n) => Some(*n),
-        Bson::Double(f) if f.fract() == 0.0 && f.is_finite() && f.abs() < 9.2e18 => Some(*f as i64),
-        Bson::Decimal128(d) => d.to_string().parse::<i64>().ok(),
-        _ => None,
-    }
-}
+pub use crate::query::compare::number_as_i64;
 
 /// A non-negative integral field such as `skip` or `batchSize`.
 pub fn opt_non_negative(cmd: &str, body: &Document, field: &str) -> Result<Option<u64>> {

@@ -23,7 +23,7 @@ use bson::{doc, Bson, Document, RawDocument};
 use crate::error::{Error, ErrorCode, Result};
 use crate::partition::hash;
 use crate::query::filter::Filter;
-use crate::storage::keystring;
+use crate::query::keystring;
 use crate::{bail, err};
 
 /// Most indexes a collection may have, `_id` included (MongoDB's limit).

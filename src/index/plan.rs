@@ -29,9 +29,9 @@ use crate::error::Result;
 use crate::partition::hash;
 use crate::query::compare::{canonical_type_rank, compare, values_equal, Number};
 use crate::query::filter::Filter;
+use crate::query::keystring;
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
-use crate::storage::keystring;
 
 /// Most equality points (the product over the leading fields) one plan
 /// reads; a field that would pass it ends the equality prefix.

@@ -9,7 +9,8 @@
 //! This module is pure: it decides where things go. The router applies
 //! it to storage.
 
-pub mod hash;
+/// MongoDB's hash lives with the pure BSON logic; partitions keep the name.
+pub use crate::query::hash;
 
 use std::fmt;
 

@@ -1248,6 +1248,17 @@ pub fn type_code(value: &Bson) -> i32 {
     }
 }
 
+/// A whole number as i64, or `None` if the value is not one.
+pub fn number_as_i64(v: &Bson) -> Option<i64> {
+    match v {
+        Bson::Int32(n) => Some(*n as i64),
+        Bson::Int64(n) => Some(*n),
+        Bson::Double(f) if f.fract() == 0.0 && f.is_finite() && f.abs() < 9.2e18 => Some(*f as i64),
+        Bson::Decimal128(d) => d.to_string().parse::<i64>().ok(),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

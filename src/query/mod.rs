@@ -7,7 +7,9 @@
 pub mod compare;
 pub mod expr;
 pub mod filter;
+pub mod hash;
 pub mod interrupt;
+pub mod keystring;
 pub mod projection;
 pub mod size;
 pub mod sort;

@@ -12,7 +12,8 @@
 pub mod durability;
 pub mod embedded;
 pub mod keys;
-pub mod keystring;
+/// The key-string encoding lives with the pure BSON logic; storage keeps the name.
+pub use crate::query::keystring;
 
 use std::ops::Bound;
 use std::sync::Arc;

@@ -700,8 +700,8 @@ fn op_size<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 /// hashes as null.
 fn op_to_hashed_index_key<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let hash = match args[0].as_deref() {
-        Some(v) => crate::partition::hash::hash_value(v),
-        None => crate::partition::hash::hash_missing(),
+        Some(v) => crate::query::hash::hash_value(v),
+        None => crate::query::hash::hash_missing(),
     };
     owned(Bson::Int64(hash))
 }
