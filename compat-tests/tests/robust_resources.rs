@@ -88,20 +88,23 @@ struct Watch {
     pings: Arc<AtomicU64>,
     start_rss_mb: u64,
     pid: u32,
-    task: tokio::task::JoinHandle<()>,
+    thread: std::thread::JoinHandle<()>,
     steps: Vec<String>,
 }
 
 impl Watch {
     async fn start(srv: &TestServer) -> Watch {
         let pid = srv.pid().expect("server running");
-        let client = srv.new_client().await;
-        let admin = client.database("admin");
-        // The first ping opens the connection; it does not count.
-        admin
-            .run_command(doc! {"ping": 1})
-            .await
-            .expect("first ping");
+        let addr = srv.addr;
+        // The pings go over a raw socket from a thread of their own, so a
+        // ping's time is the server's answer and not this test's runtime
+        // waiting its turn behind the abuse it drives.
+        let mut conn = std::net::TcpStream::connect(addr).expect("connect the watch");
+        conn.set_nodelay(true).expect("TCP_NODELAY");
+        conn.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("read timeout");
+        // The first ping warms the connection; it does not count.
+        ping(&mut conn, 0).expect("first ping");
         let stop = Arc::new(AtomicBool::new(false));
         let max_ping_us = Arc::new(AtomicU64::new(0));
         let slow_pings = Arc::new(AtomicU64::new(0));
@@ -109,7 +112,7 @@ impl Watch {
         let start_rss_mb = rss_mb(pid).unwrap_or(0);
         let max_rss_mb = Arc::new(AtomicU64::new(start_rss_mb));
         let pings = Arc::new(AtomicU64::new(0));
-        let task = {
+        let thread = {
             let (stop, max_ping_us, slow_pings, failed_pings, max_rss_mb, pings) = (
                 stop.clone(),
                 max_ping_us.clone(),
@@ -118,26 +121,34 @@ impl Watch {
                 max_rss_mb.clone(),
                 pings.clone(),
             );
-            tokio::spawn(async move {
+            std::thread::spawn(move || {
                 let mut killed = false;
+                let mut request_id = 1;
                 while !stop.load(Ordering::Relaxed) {
+                    request_id += 1;
                     let started = Instant::now();
-                    let r = tokio::time::timeout(
-                        Duration::from_secs(2),
-                        admin.run_command(doc! {"ping": 1}),
-                    )
-                    .await;
+                    let answered = ping(&mut conn, request_id);
                     let took = started.elapsed();
                     pings.fetch_add(1, Ordering::Relaxed);
-                    match r {
-                        Ok(Ok(_)) => {
+                    match answered {
+                        Ok(()) => {
                             max_ping_us.fetch_max(took.as_micros() as u64, Ordering::Relaxed);
                             if took > MAX_PING {
                                 slow_pings.fetch_add(1, Ordering::Relaxed);
                             }
                         }
-                        _ => {
+                        Err(_) => {
                             failed_pings.fetch_add(1, Ordering::Relaxed);
+                            // The connection is in an unknown state; start
+                            // again on a new one.
+                            match std::net::TcpStream::connect(addr) {
+                                Ok(fresh) => {
+                                    let _ = fresh.set_nodelay(true);
+                                    let _ = fresh.set_read_timeout(Some(Duration::from_secs(2)));
+                                    conn = fresh;
+                                }
+                                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                            }
                         }
                     }
                     if let Some(rss) = rss_mb(pid) {
@@ -150,7 +161,7 @@ impl Watch {
                             killed = true;
                         }
                     }
-                    tokio::time::sleep(Duration::from_millis(25)).await;
+                    std::thread::sleep(Duration::from_millis(25));
                 }
             })
         };
@@ -163,7 +174,7 @@ impl Watch {
             pings,
             start_rss_mb,
             pid,
-            task,
+            thread,
             steps: Vec::new(),
         }
     }
@@ -211,7 +222,7 @@ impl Watch {
     /// Stops the pinging and asserts on everything seen.
     async fn finish(self, rss_bound_mb: u64) {
         self.stop.store(true, Ordering::Relaxed);
-        let _ = self.task.await;
+        let _ = self.thread.join();
         let max_ping = Duration::from_micros(self.max_ping_us.load(Ordering::Relaxed));
         let max_rss = self.max_rss_mb.load(Ordering::Relaxed);
         let (pings, slow, failed) = (
@@ -239,6 +250,36 @@ impl Watch {
             ));
         }
         assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+}
+
+/// Sends one `ping` on `conn` and reads its reply; Err when the server
+/// does not answer `ok: 1` within the socket's read timeout.
+fn ping(conn: &mut std::net::TcpStream, request_id: i32) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let frame = wire::op_msg(request_id, &doc! {"ping": 1, "$db": "admin"});
+    conn.write_all(&frame)
+        .map_err(|e| format!("send ping: {e}"))?;
+    let mut header = [0u8; 16];
+    conn.read_exact(&mut header)
+        .map_err(|e| format!("read ping reply: {e}"))?;
+    let len = i32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    let body_len = usize::try_from(len)
+        .ok()
+        .and_then(|l| l.checked_sub(16))
+        .ok_or_else(|| format!("reply length {len}"))?;
+    let mut body = vec![0u8; body_len];
+    conn.read_exact(&mut body)
+        .map_err(|e| format!("read ping reply: {e}"))?;
+    // OP_MSG body: flag bits (4 bytes), section kind 0, the document.
+    let reply = body
+        .get(5..)
+        .and_then(|d| Document::from_reader(d).ok())
+        .ok_or("ping reply is not an OP_MSG document")?;
+    match reply.get("ok") {
+        Some(Bson::Double(ok)) if *ok == 1.0 => Ok(()),
+        Some(Bson::Int32(1)) => Ok(()),
+        _ => Err(format!("ping answered {reply}")),
     }
 }
 
