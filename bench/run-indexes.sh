@@ -27,12 +27,15 @@
 #   bench/run-indexes.sh                                 # defaults, see below
 #   DOCS=200000 INSERT_DOCS=50000 bench/run-indexes.sh --duration 3   # a quick look
 #   bench/run-indexes.sh --workloads index-insert       # only that one
+#   bench/run-indexes.sh --workloads index-eq --index-partitions 16   # fanned out
 #
 # --workloads LIST (any of index-eq, index-range, index-insert) picks the
 # workloads; the script takes it out of the arguments. The other extra
 # arguments go to every shardgate-bench run and win over the script's
 # defaults (e.g. --duration, --warmup, --index-cats, --index-counts 0,1,3,5,
-# --index-batch, --batch for the query collection's load).
+# --index-batch, --batch for the query collection's load, --index-partitions N
+# to shard the query collection on {_id: "hashed"} over N partitions, so every
+# query fans out and each partition reads the index).
 # Environment: DOCS (index-eq/index-range documents, 1000000), CONCURRENCY
 # (query levels, 1,4,16; concurrency 1 is always measured), INSERT_DOCS
 # (index-insert documents per index count, 200000), INSERT_CONCURRENCY

@@ -372,22 +372,28 @@ fn print_build(target: &Target, names: &str, docs: u64, built: &Built) {
     }
 }
 
-/// Drops `target`'s collection and loads `data` into it with `(loaders,
-/// timeout)`, printing a `SETUP` line. A failed batch or a load cut short
+/// Drops `target`'s collection (sharding it again over `partitions` on
+/// `{_id: "hashed"}` when that is not 0) and loads `data` into it with
+/// `(loaders, timeout)`, printing a `SETUP` line. A failed batch or a load cut short
 /// is an error: the queries would otherwise find other answers.
 async fn fill<B: Batches>(
     target: &Target,
     data: &Arc<B>,
     (loaders, timeout): (usize, Duration),
     w: Workload,
+    partitions: u32,
 ) -> Result<(), String> {
     let ns = target.namespace();
     let docs = data.doc_count();
-    let m = workload::load(target, data, loaders, false, timeout)
+    let sharded = partitions > 0;
+    if sharded {
+        crate::sharded::shard_collection(target, "_id", partitions).await?;
+    }
+    let m = workload::load(target, data, loaders, sharded, timeout)
         .await
         .map_err(|e| format!("{}: loading {ns}: {e}", target.label))?;
     println!(
-        "SETUP target={} workload={} ns={ns} docs={} secs={:.3} docs_per_sec={:.1} conc={loaders}",
+        "SETUP target={} workload={} ns={ns} docs={} secs={:.3} docs_per_sec={:.1} conc={loaders} partitions={partitions}",
         target.label,
         w.name(),
         m.ops,
@@ -582,7 +588,7 @@ pub async fn index_eq(args: &Args, target: &Target) -> Result<Outcome, String> {
     let w = Workload::IndexEq;
     let t = target.for_collection(QUERY_COLLECTION);
     let data = query_data(args);
-    fill(&t, &data, args.setup_load(), w).await?;
+    fill(&t, &data, args.setup_load(), w, args.index_partitions).await?;
 
     let levels = query_levels(args);
     let seed_of = |level: usize| args.seed ^ ((level as u64) << 32) ^ ((w as u64) << 40);
@@ -690,7 +696,7 @@ pub async fn index_range(args: &Args, target: &Target) -> Result<Outcome, String
             data.docs
         );
     } else {
-        fill(&t, &data, args.setup_load(), w).await?;
+        fill(&t, &data, args.setup_load(), w, args.index_partitions).await?;
     }
     let existed = index_names(&t).await?.contains(&index_name("score"));
     let built = create_indexes(&t, &["score"]).await?;

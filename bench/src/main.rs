@@ -128,6 +128,11 @@ struct Args {
     /// index-insert: documents per insertMany.
     #[arg(long, default_value_t = 100)]
     index_batch: usize,
+    /// index-eq, index-range: when not 0, `indexed` is sharded on
+    /// `{_id: "hashed"}` over this many partitions before it is loaded, so
+    /// every query fans out and each partition reads the index.
+    #[arg(long, default_value_t = 0)]
+    index_partitions: u32,
     /// index-insert: secondary index counts to compare (0 to 5), each in a
     /// fresh `idx_insert` with single-field indexes on cat, score, a, b, c.
     #[arg(long, value_delimiter = ',', default_value = "0,1,5")]
