@@ -26,6 +26,7 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 
 use crate::aggregate::spill::held_bytes;
+use crate::base::limits::{MAX_BSON_OBJECT_SIZE, MAX_INTERNAL_OBJECT_SIZE};
 use crate::commands::ServerState;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::size::document_size;
@@ -40,7 +41,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_FIRST_BATCH: usize = 101;
 /// Bytes of documents in one batch after its first document: MongoDB's
 /// `BSONObjMaxUserSize`, so the reply stays within what it may carry.
-const MAX_BATCH_BYTES: usize = crate::wire::MAX_BSON_OBJECT_SIZE;
+const MAX_BATCH_BYTES: usize = MAX_BSON_OBJECT_SIZE;
 /// What one document adds to a batch array beyond its own bytes (type
 /// byte, index key, NUL), at most, as MongoDB counts it.
 const PER_DOCUMENT_OVERHEAD: usize = 7;
@@ -120,7 +121,7 @@ pub fn next_batch(stream: &mut CursorStream, max_docs: Option<usize>) -> Result<
             }
             Some(Ok(doc)) => {
                 let size = document_size(doc);
-                if size > crate::wire::MAX_REPLY_DOCUMENT_SIZE {
+                if size > MAX_INTERNAL_OBJECT_SIZE {
                     return Err(Error::bson_object_too_large(size, doc));
                 }
                 size
@@ -475,7 +476,7 @@ mod tests {
         assert_eq!((b.docs.len(), b.exhausted), (1, true));
         // A document of nearly 16 MiB goes alone.
         let s: DocStream = Box::new((0..2).map(|i| {
-            Ok(doc! {"_id": i, "s": "x".repeat(crate::wire::MAX_BSON_OBJECT_SIZE - 100)})
+            Ok(doc! {"_id": i, "s": "x".repeat(MAX_BSON_OBJECT_SIZE - 100)})
         }));
         let mut s = s.peekable();
         assert_eq!(next_batch(&mut s, None).unwrap().docs.len(), 1);

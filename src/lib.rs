@@ -19,6 +19,7 @@
 //! - [`storage`]: the storage trait and the embedded engine behind it.
 
 pub mod aggregate;
+pub mod base;
 pub mod commands;
 pub mod config;
 pub mod cursor;

@@ -47,7 +47,7 @@ const MAX_PADDING: u64 = 1_500_000;
 /// The largest document MongoDB stores; an update that grows a document by
 /// more than this is refused before it can allocate without bound (a `$[]`
 /// update multiplies its values by the array's length).
-const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+const MAX_DOCUMENT_BYTES: usize = crate::base::limits::MAX_BSON_OBJECT_SIZE;
 
 /// MongoDB's nesting limit for stored documents
 /// (`BSONDepth::getMaxDepthForUserStorage`).
