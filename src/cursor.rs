@@ -1,5 +1,10 @@
 //! Open cursors: the rest of a query's results, served by `getMore`.
 //!
+//! Sits below `commands` and above the router: it knows result streams
+//! ([`DocStream`]) and its own registry, never the commands that open
+//! cursors; they hand in what it needs (the registry, a connection id,
+//! [`CursorLimits`]) as plain values.
+//!
 //! A cursor keeps the lazy result stream the router returned, so a
 //! `getMore` continues where the last batch stopped without running the
 //! query again. Cursors idle for ten minutes are closed by a background
@@ -26,10 +31,10 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 
 use crate::aggregate::spill::held_bytes;
-use crate::commands::ServerState;
+use crate::aggregate::DocStream;
+use crate::base::limits::{MAX_BSON_OBJECT_SIZE, MAX_INTERNAL_OBJECT_SIZE};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::size::document_size;
-use crate::router::DocStream;
 
 /// A result stream that can tell whether anything is left.
 pub type CursorStream = std::iter::Peekable<DocStream>;
@@ -40,7 +45,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_FIRST_BATCH: usize = 101;
 /// Bytes of documents in one batch after its first document: MongoDB's
 /// `BSONObjMaxUserSize`, so the reply stays within what it may carry.
-const MAX_BATCH_BYTES: usize = crate::wire::MAX_BSON_OBJECT_SIZE;
+const MAX_BATCH_BYTES: usize = MAX_BSON_OBJECT_SIZE;
 /// What one document adds to a batch array beyond its own bytes (type
 /// byte, index key, NUL), at most, as MongoDB counts it.
 const PER_DOCUMENT_OVERHEAD: usize = 7;
@@ -120,7 +125,7 @@ pub fn next_batch(stream: &mut CursorStream, max_docs: Option<usize>) -> Result<
             }
             Some(Ok(doc)) => {
                 let size = document_size(doc);
-                if size > crate::wire::MAX_REPLY_DOCUMENT_SIZE {
+                if size > MAX_INTERNAL_OBJECT_SIZE {
                     return Err(Error::bson_object_too_large(size, doc));
                 }
                 size
@@ -312,13 +317,13 @@ impl CursorRegistry {
 }
 
 /// Closes idle cursors every minute until shutdown.
-pub async fn reap_idle(state: ServerState, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn reap_idle(cursors: &CursorRegistry, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => {
-                let n = state.cursors.reap(IDLE_TIMEOUT);
+                let n = cursors.reap(IDLE_TIMEOUT);
                 if n > 0 {
                     tracing::info!(closed = n, "closed idle cursors");
                 }
@@ -377,9 +382,10 @@ pub fn cursor_batch_size(cmd: &str, body: &Document) -> Result<Option<usize>> {
 }
 
 /// Answers with a cursor over `docs`: the first batch now, the rest
-/// through `getMore`.
+/// through `getMore` on connection `conn_id`.
 pub fn reply_with_cursor(
-    req: &crate::commands::Request<'_>,
+    cursors: &CursorRegistry,
+    conn_id: u64,
     ns: String,
     docs: Vec<Document>,
     batch_size: Option<usize>,
@@ -390,7 +396,7 @@ pub fn reply_with_cursor(
     let id = if batch.exhausted {
         0
     } else {
-        req.state.cursors.open(ns.clone(), stream, req.conn.id)?
+        cursors.open(ns.clone(), stream, conn_id)?
     };
     Ok(first_batch_reply(id, &ns, batch.docs))
 }
@@ -474,9 +480,9 @@ mod tests {
         let b = next_batch(&mut s, None).unwrap();
         assert_eq!((b.docs.len(), b.exhausted), (1, true));
         // A document of nearly 16 MiB goes alone.
-        let s: DocStream = Box::new((0..2).map(|i| {
-            Ok(doc! {"_id": i, "s": "x".repeat(crate::wire::MAX_BSON_OBJECT_SIZE - 100)})
-        }));
+        let s: DocStream = Box::new(
+            (0..2).map(|i| Ok(doc! {"_id": i, "s": "x".repeat(MAX_BSON_OBJECT_SIZE - 100)})),
+        );
         let mut s = s.peekable();
         assert_eq!(next_batch(&mut s, None).unwrap().docs.len(), 1);
         assert_eq!(next_batch(&mut s, Some(5)).unwrap().docs.len(), 1);

@@ -18,12 +18,13 @@ use bson::{Bson, Document, RawDocument};
 use bytes::BytesMut;
 use tokio_util::codec::Decoder;
 
+use shardgate::aggregate::parse_update;
 use shardgate::aggregate::{self, Context, DocStream, Limits, MergeSpec, ParseContext, Pipeline};
 use shardgate::error::{Error, Result};
 use shardgate::query::filter::Filter;
 use shardgate::query::projection::Projection;
 use shardgate::query::sort::SortSpec;
-use shardgate::query::update::{ApplyContext, Update};
+use shardgate::query::update::ApplyContext;
 use shardgate::wire::message::checked_document;
 use shardgate::wire::{check_document, Message, MessageCodec};
 
@@ -94,7 +95,7 @@ pub static TARGETS: &[Target] = &[
         input: Input::Document,
         run: update,
         generate: generate_update,
-        about: "Update::parse with arrayFilters, apply, upsert documents",
+        about: "parse_update with arrayFilters, apply, upsert documents",
     },
     Target {
         name: "pipeline",
@@ -430,7 +431,7 @@ fn update(data: &[u8]) -> u64 {
         .get_array("arrayFilters")
         .ok()
         .map(|a| a.iter().filter_map(|f| f.as_document().cloned()).collect());
-    let u = match Update::parse(&spec, array_filters.as_deref()) {
+    let u = match parse_update(&spec, array_filters.as_deref()) {
         Ok(u) => u,
         Err(e) => {
             sig.error(&e);

@@ -25,9 +25,11 @@ mod lookup;
 mod multi;
 mod output;
 pub mod spill;
+mod update;
 
 pub use basic::sort_with_limit;
 pub use group::ACCUMULATORS;
+pub use update::parse_update;
 
 /// A lazily produced stream of documents.
 pub type DocStream = Box<dyn Iterator<Item = Result<Document>> + Send>;

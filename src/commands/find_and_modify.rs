@@ -5,11 +5,11 @@ use bson::{doc, Bson, Document};
 
 use super::args::{bool_or, collection_namespace, opt_document};
 use super::Request;
+use crate::aggregate::parse_update;
 use crate::error::{Error, Result};
 use crate::query::filter::{Filter, MatchDetails};
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
-use crate::query::update::Update;
 use crate::router::UpdateStatement;
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
@@ -88,7 +88,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             };
             let stmt = UpdateStatement {
                 filter,
-                update: Update::parse(u, array_filters.as_deref())?,
+                update: parse_update(u, array_filters.as_deref())?,
                 multi: false,
                 upsert,
                 sort,

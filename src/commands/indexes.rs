@@ -51,7 +51,13 @@ pub async fn list_indexes(req: &Request<'_>) -> Result<Document> {
     let batch_size = cursor_batch_size("listIndexes", &req.body)?;
     let mut specs = vec![id_index_spec()];
     specs.extend(coll.indexes().iter().map(|i| i.spec()));
-    reply_with_cursor(req, ns.full(), specs, batch_size)
+    reply_with_cursor(
+        &req.state.cursors,
+        req.conn.id,
+        ns.full(),
+        specs,
+        batch_size,
+    )
 }
 
 /// The index numbers `dropIndexes`' `index` field names.

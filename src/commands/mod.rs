@@ -190,7 +190,7 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
         // A reply is one document: past what a reply may carry, the
         // client gets MongoDB's error instead of a message it drops.
         let size = args::document_size(&reply);
-        if size > crate::wire::MAX_REPLY_DOCUMENT_SIZE {
+        if size > crate::wire::MAX_INTERNAL_OBJECT_SIZE {
             return Err(Error::bson_object_too_large(size, &reply));
         }
         Ok(reply)

@@ -10,9 +10,9 @@ use bson::{doc, Bson, Document};
 use super::args::count_i32;
 use super::args::{bool_or, check_batch_size, collection_namespace, document_list, opt_array};
 use super::Request;
+use crate::aggregate::parse_update;
 use crate::error::{Error, Result};
 use crate::query::filter::Filter;
-use crate::query::update::Update;
 use crate::router::UpdateStatement;
 
 /// Parses one entry of `updates`.
@@ -56,7 +56,7 @@ pub fn parse_statement(entry: &Document) -> Result<UpdateStatement> {
             Some(filters)
         }
     };
-    let update = Update::parse(u, array_filters.as_deref())?;
+    let update = parse_update(u, array_filters.as_deref())?;
     let multi = bool_or("update.updates", entry, "multi", false)?;
     let upsert = bool_or("update.updates", entry, "upsert", false)?;
     if multi && update.is_replacement() {

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bson::{doc, Bson, Document, RawDocument};
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::partition::hash;
 use crate::query::filter::Filter;
+use crate::query::hash;
 use crate::query::keystring;
 use crate::{bail, err};
 

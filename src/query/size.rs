@@ -17,16 +17,11 @@ use bson::{Bson, Document};
 
 use crate::error::{Error, ErrorCode, Result};
 
-/// `maxBsonObjectSize`: the largest document a client may store or receive.
-pub const MAX_USER_OBJECT_SIZE: usize = 16 * 1024 * 1024;
-
-/// The largest document or array a query may build along the way
-/// (MongoDB's `BSONObjMaxInternalSize`).
-pub const MAX_INTERNAL_OBJECT_SIZE: usize = MAX_USER_OBJECT_SIZE + 16 * 1024;
+pub use crate::base::limits::{MAX_BSON_OBJECT_SIZE, MAX_INTERNAL_OBJECT_SIZE};
 
 /// The longest string an expression may build: MongoDB refuses a string
 /// whose bytes, terminator and 16-byte header reach 16 MiB.
-pub const MAX_STRING_BYTES: usize = MAX_USER_OBJECT_SIZE - 18;
+pub const MAX_STRING_BYTES: usize = MAX_BSON_OBJECT_SIZE - 18;
 
 /// The deepest nesting of a value a query may build (MongoDB's
 /// `BSONDepth::getMaxAllowableDepth()`).
@@ -134,7 +129,7 @@ pub fn string_too_long() -> Error {
         ErrorCode::Location(16493),
         format!(
             "Tried to create string longer than {}MB",
-            MAX_USER_OBJECT_SIZE / 1024 / 1024
+            MAX_BSON_OBJECT_SIZE / 1024 / 1024
         ),
     )
 }
@@ -154,7 +149,7 @@ pub fn object_too_large(size: usize) -> Error {
         format!(
             "BSONObj size: {size} (0x{size:X}) is invalid. Size must be between 0 and \
              {MAX_INTERNAL_OBJECT_SIZE}({}MB)",
-            MAX_USER_OBJECT_SIZE / 1024 / 1024
+            MAX_BSON_OBJECT_SIZE / 1024 / 1024
         ),
     )
 }
@@ -294,7 +289,7 @@ mod tests {
     #[test]
     fn budgets_fail_past_the_internal_size() {
         let mut budget = SizeBudget::new();
-        let big = Bson::String("x".repeat(MAX_USER_OBJECT_SIZE / 2 + 8 * 1024));
+        let big = Bson::String("x".repeat(MAX_BSON_OBJECT_SIZE / 2 + 8 * 1024));
         budget.add_field("a", &big).unwrap();
         let e = budget.add_field("b", &big).unwrap_err();
         assert_eq!(e.code.number(), 10334);

@@ -47,7 +47,7 @@ const MAX_PADDING: u64 = 1_500_000;
 /// The largest document MongoDB stores; an update that grows a document by
 /// more than this is refused before it can allocate without bound (a `$[]`
 /// update multiplies its values by the array's length).
-const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+const MAX_DOCUMENT_BYTES: usize = crate::base::limits::MAX_BSON_OBJECT_SIZE;
 
 /// MongoDB's nesting limit for stored documents
 /// (`BSONDepth::getMaxDepthForUserStorage`).
@@ -75,12 +75,28 @@ enum UpdateKind {
 }
 
 /// An update given as an aggregation pipeline of `$set`/`$addFields`,
-/// `$unset`, `$project` and `$replaceRoot`/`$replaceWith` stages.
+/// `$unset`, `$project` and `$replaceRoot`/`$replaceWith` stages. The
+/// stages are checked here; running them is the aggregate layer's work
+/// (it sits above this one), handed in as a [`PipelineRunner`] when the
+/// update is parsed.
 #[derive(Clone)]
 struct PipelineUpdate {
     stages: Vec<Bson>,
-    pipeline: std::sync::Arc<crate::aggregate::Pipeline>,
+    runner: Arc<dyn PipelineRunner>,
 }
+
+/// Runs an update pipeline's stages over one document. The aggregate layer
+/// builds it (`aggregate::parse_update`), so this module never imports the
+/// stages it checks.
+pub trait PipelineRunner: Send + Sync {
+    /// The document the stages make of `doc`.
+    fn run(&self, doc: Document) -> Result<Document>;
+}
+
+/// Builds a [`PipelineRunner`] from stages that passed [`UPDATE_STAGES`];
+/// parse errors in the stages surface when the update is parsed, before
+/// any document is read.
+pub type CompilePipeline<'a> = &'a dyn Fn(&[Bson]) -> Result<Arc<dyn PipelineRunner>>;
 
 impl std::fmt::Debug for PipelineUpdate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -99,7 +115,7 @@ const UPDATE_STAGES: &[&str] = &[
 ];
 
 impl PipelineUpdate {
-    fn parse(stages: &[Bson]) -> Result<PipelineUpdate> {
+    fn parse(stages: &[Bson], compile: CompilePipeline<'_>) -> Result<PipelineUpdate> {
         for stage in stages {
             let Bson::Document(d) = stage else {
                 bail!(
@@ -115,24 +131,16 @@ impl PipelineUpdate {
                 );
             }
         }
-        let pipeline =
-            crate::aggregate::Pipeline::parse(stages, &crate::aggregate::ParseContext::default())?;
         Ok(PipelineUpdate {
             stages: stages.to_vec(),
-            pipeline: std::sync::Arc::new(pipeline),
+            runner: compile(stages)?,
         })
     }
 
     /// Runs the stages over `doc`; `_id` may not change.
     fn apply(&self, doc: Document) -> Result<Document> {
         let id = doc.get("_id").cloned();
-        let ctx = crate::aggregate::local_context();
-        let mut out = self
-            .pipeline
-            .run(Box::new(std::iter::once(Ok(doc))), &ctx)?;
-        let Some(result) = out.next().transpose()? else {
-            bail!(BadValue, "the update pipeline produced no document");
-        };
+        let result = self.runner.run(doc)?;
         match (&id, result.get("_id")) {
             (Some(before), Some(after)) if before != after => bail!(
                 ImmutableField,
@@ -160,9 +168,14 @@ pub struct ApplyContext {
 }
 
 impl Update {
-    /// Parses `u` (a document; pipelines come with aggregation) and the
-    /// optional `arrayFilters`.
-    pub fn parse(u: &Bson, array_filters: Option<&[Document]>) -> Result<Update> {
+    /// Parses `u` (a document, or an array of pipeline stages that
+    /// `compile` turns into a runner) and the optional `arrayFilters`.
+    /// Callers above the aggregate layer use `aggregate::parse_update`.
+    pub fn parse_with(
+        u: &Bson,
+        array_filters: Option<&[Document]>,
+        compile: CompilePipeline<'_>,
+    ) -> Result<Update> {
         let u = match u {
             Bson::Document(u) => u,
             Bson::Array(stages) => {
@@ -173,7 +186,7 @@ impl Update {
                     );
                 }
                 return Ok(Update {
-                    kind: UpdateKind::Pipeline(PipelineUpdate::parse(stages)?),
+                    kind: UpdateKind::Pipeline(PipelineUpdate::parse(stages, compile)?),
                 });
             }
             _ => bail!(
@@ -2462,12 +2475,22 @@ mod tests {
 
     use super::*;
 
+    /// Pipelines are the aggregate layer's (tested there); here they are
+    /// refused, so a test that reached one would fail loudly.
+    fn no_pipelines(_: &[Bson]) -> Result<Arc<dyn PipelineRunner>> {
+        Err(Error::new(ErrorCode::InternalError, "no pipelines here"))
+    }
+
+    fn parse_update(u: &Bson, filters: Option<&[Document]>) -> Result<Update> {
+        Update::parse_with(u, filters, &no_pipelines)
+    }
+
     fn parse(u: Document) -> Result<Update> {
-        Update::parse(&Bson::Document(u), None)
+        parse_update(&Bson::Document(u), None)
     }
 
     fn parse_with(u: Document, filters: Vec<Document>) -> Result<Update> {
-        Update::parse(&Bson::Document(u), Some(&filters))
+        parse_update(&Bson::Document(u), Some(&filters))
     }
 
     fn apply(doc: Document, u: Document) -> Result<Document> {
@@ -2538,25 +2561,51 @@ mod tests {
         assert!(msg.starts_with("The dollar ($) prefixed field '$set' in '$set' is not allowed"));
     }
 
+    /// Stands in for the aggregate layer: sets `b` to 5 and, when the
+    /// document has `swap`, gives it another `_id`.
+    struct FakeRunner;
+
+    impl PipelineRunner for FakeRunner {
+        fn run(&self, mut doc: Document) -> Result<Document> {
+            doc.insert("b", 5);
+            if doc.contains_key("swap") {
+                doc.insert("_id", 2);
+            }
+            Ok(doc)
+        }
+    }
+
+    fn fake(_: &[Bson]) -> Result<Arc<dyn PipelineRunner>> {
+        Ok(Arc::new(FakeRunner))
+    }
+
     #[test]
-    fn pipelines_run_their_stages_and_bad_types_are_refused() {
-        let update = Update::parse(
-            &bson!([{"$set": {"b": {"$add": ["$a", 1]}}}, {"$unset": "a"}]),
-            None,
-        )
-        .unwrap();
+    fn pipelines_are_checked_here_and_run_by_their_runner() {
+        let update = Update::parse_with(&bson!([{"$set": {"b": 5}}]), None, &fake).unwrap();
         let out = update
             .apply(&doc! {"_id": 1, "a": 4}, &ApplyContext::default())
             .unwrap();
-        assert_eq!(out, doc! {"_id": 1, "b": 5});
-        let (code, msg) = code_of(Update::parse(&bson!([{"$match": {"a": 1}}]), None));
+        assert_eq!(out, doc! {"_id": 1, "a": 4, "b": 5});
+        let (code, msg) = code_of(Update::parse_with(
+            &bson!([{"$match": {"a": 1}}]),
+            None,
+            &fake,
+        ));
         assert_eq!(code, ErrorCode::InvalidOptions.number());
         assert_eq!(msg, "$match is not allowed to be used within an update");
-        let update = Update::parse(&bson!([{"$set": {"_id": 2}}]), None).unwrap();
-        let (code, _) = code_of(update.apply(&doc! {"_id": 1}, &ApplyContext::default()));
+        let (code, _) = code_of(Update::parse_with(&bson!([1]), None, &fake));
+        assert_eq!(code, ErrorCode::FailedToParse.number());
+        let (code, _) =
+            code_of(update.apply(&doc! {"_id": 1, "swap": 1}, &ApplyContext::default()));
         assert_eq!(code, ErrorCode::ImmutableField.number());
-        let (code, _) = code_of(Update::parse(&Bson::Int32(1), None));
+        let (code, _) = code_of(Update::parse_with(&Bson::Int32(1), None, &fake));
         assert_eq!(code, 9);
+        let (code, _) = code_of(Update::parse_with(
+            &bson!([{"$set": {"b": 5}}]),
+            Some(&[doc! {"i": 1}]),
+            &fake,
+        ));
+        assert_eq!(code, ErrorCode::FailedToParse.number());
     }
 
     #[test]
@@ -3700,7 +3749,7 @@ mod tests {
                         fields.insert(path, value);
                     }
                 }
-                if let Ok(update) = Update::parse(&Bson::Document(u), None) {
+                if let Ok(update) = parse_update(&Bson::Document(u), None) {
                     let ctx = ApplyContext {
                         details: MatchDetails { matched: true, array_position: position },
                         inserting: false,
@@ -3723,7 +3772,7 @@ mod tests {
                     doc.insert(k, v);
                 }
                 let set: Document = doc.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-                let update = Update::parse(&bson!({"$set": set}), None).unwrap();
+                let update = parse_update(&bson!({"$set": set}), None).unwrap();
                 let out = update.apply(&doc, &ApplyContext::default()).unwrap();
                 prop_assert!(documents_identical(&out, &doc));
             }

@@ -12,13 +12,13 @@ use bson::{doc, Bson, Document};
 
 use super::merge::{Merge, Row, RowStream};
 use super::{filter_records, DocStream, Namespace, Router};
+use crate::aggregate::parse_update;
 use crate::aggregate::{
     bind_variables, Context, Limits, MergeSpec, ParseContext, Pipeline, Split, Stage, WhenMatched,
 };
 use crate::error::{Error, Result};
 use crate::query::filter::Filter;
 use crate::query::sort::SortSpec;
-use crate::query::update::Update;
 use crate::{bail, err};
 
 /// A pipeline split for partitioned execution.
@@ -295,11 +295,11 @@ async fn merge_one(
                     if let Some(id) = found.get("_id") {
                         doc.insert("_id", id.clone());
                     }
-                    Update::parse(&Bson::Document(doc), None)?
+                    parse_update(&Bson::Document(doc), None)?
                 }
                 WhenMatched::Merge => {
                     doc.remove("_id");
-                    Update::parse(&Bson::Document(doc! {"$set": doc}), None)?
+                    parse_update(&Bson::Document(doc! {"$set": doc}), None)?
                 }
                 WhenMatched::Pipeline(stages) => {
                     // `let` variables (default `{new: "$$ROOT"}`) are
@@ -313,7 +313,7 @@ async fn merge_one(
                         .iter()
                         .map(|s| bind_variables(&Bson::Document(s.clone()), &vars))
                         .collect();
-                    Update::parse(&Bson::Array(bound), None)?
+                    parse_update(&Bson::Array(bound), None)?
                 }
             };
             let id = found.get("_id").cloned().unwrap_or(Bson::Null);

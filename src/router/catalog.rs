@@ -14,11 +14,13 @@ use std::sync::Arc;
 use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, Document, Timestamp};
 use parking_lot::{Mutex, RwLock};
 
+use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::Index;
 use crate::partition::{PartitionMap, ShardKey};
 use crate::storage::{keys, SharedEngine, Space, WriteBatch};
-use crate::{bail, err};
+
+pub use crate::base::namespace::{validate_db_name, Namespace};
 
 const NEXT_ID_KEY: &[u8] = b"\0next-collection-id";
 const NEXT_PARTITION_KEY: &[u8] = b"\0next-partition-id";
@@ -26,76 +28,6 @@ const NS_PREFIX: &[u8] = b"ns:";
 /// Number of a collection's first secondary index: 0 is the `_id` index
 /// of a sharded collection.
 pub const FIRST_INDEX_NUMBER: u32 = 1;
-
-/// A validated `db.collection` namespace.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Namespace {
-    pub db: String,
-    pub coll: String,
-}
-
-impl Namespace {
-    pub fn new(db: &str, coll: &str) -> Result<Namespace> {
-        validate_db_name(db)?;
-        if coll.is_empty() {
-            bail!(InvalidNamespace, "Invalid namespace specified '{db}.'");
-        }
-        if coll.contains('\0') || coll.contains('$') {
-            bail!(
-                InvalidNamespace,
-                "Invalid collection name: '{coll}': collection names must not contain '$' or null characters"
-            );
-        }
-        if db.len() + 1 + coll.len() > 255 {
-            bail!(
-                InvalidNamespace,
-                "Fully qualified namespace is too long: {db}.{coll}"
-            );
-        }
-        Ok(Namespace {
-            db: db.to_string(),
-            coll: coll.to_string(),
-        })
-    }
-
-    /// Parses `"db.coll"`.
-    pub fn parse(full: &str) -> Result<Namespace> {
-        match full.split_once('.') {
-            Some((db, coll)) => Namespace::new(db, coll),
-            None => Err(err!(
-                InvalidNamespace,
-                "Invalid namespace specified '{full}'"
-            )),
-        }
-    }
-
-    pub fn full(&self) -> String {
-        format!("{}.{}", self.db, self.coll)
-    }
-}
-
-impl std::fmt::Display for Namespace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.db, self.coll)
-    }
-}
-
-/// Checks a database name the way MongoDB does.
-pub fn validate_db_name(db: &str) -> Result<()> {
-    if db.is_empty() {
-        bail!(InvalidNamespace, "Invalid empty database name");
-    }
-    if db.len() >= 64 {
-        bail!(InvalidNamespace, "db name is too long: {db}");
-    }
-    if db
-        .chars()
-        .any(|c| matches!(c, '/' | '\\' | '.' | ' ' | '"' | '$' | '\0'))
-    {
-        bail!(InvalidNamespace, "Invalid database name: '{db}'");
-    }
-    Ok(())
-}
 
 /// A collection as the router sees it.
 #[derive(Debug)]

@@ -15,6 +15,7 @@ use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 use super::catalog::{partition_usage_key, usage_key, Usage};
 use super::indexes::IndexWrites;
 use super::{Collection, Namespace, Record, Router, Sharding};
+use crate::base::limits::MAX_BSON_OBJECT_SIZE;
 use crate::error::{Error, ErrorCode, Result};
 use crate::partition::PartitionMap;
 use crate::query::filter::Filter;
@@ -22,7 +23,6 @@ use crate::query::sort::SortSpec;
 use crate::query::update::{documents_identical, ApplyContext, Update};
 use crate::storage::{keys, keystring};
 use crate::storage::{Space, WriteBatch};
-use crate::wire::MAX_BSON_OBJECT_SIZE;
 use crate::{bail, err};
 
 /// The result of an insert batch.

@@ -56,7 +56,10 @@ pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let limit = Arc::new(Semaphore::new(config.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
-    let cursor_reaper = tokio::spawn(crate::cursor::reap_idle(state.clone(), stop_rx.clone()));
+    let cursor_reaper = {
+        let (state, stop) = (state.clone(), stop_rx.clone());
+        tokio::spawn(async move { crate::cursor::reap_idle(&state.cursors, stop).await })
+    };
     let mut connections = tokio::task::JoinSet::new();
 
     let signal = shutdown_signal();

@@ -7,7 +7,7 @@ use bson::{Document, RawDocument};
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::validate::{check_document, BsonCheckError};
-use super::{MAX_BSON_OBJECT_SIZE, OP_MSG, OP_REPLY};
+use super::{MAX_INTERNAL_OBJECT_SIZE, OP_MSG, OP_REPLY};
 
 /// Why a message could not be read. The connection is closed after it.
 #[derive(Debug, thiserror::Error)]
@@ -145,7 +145,7 @@ fn read_document(buf: &mut Bytes, what: &'static str) -> Result<Bytes, WireError
         return Err(WireError::Malformed(what));
     }
     let len = i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
-    if len < 5 || len as usize > buf.len() || len as usize > MAX_BSON_OBJECT_SIZE + 16 * 1024 {
+    if len < 5 || len as usize > buf.len() || len as usize > MAX_INTERNAL_OBJECT_SIZE {
         return Err(WireError::Malformed(what));
     }
     take(buf, len as usize, what)

@@ -15,15 +15,9 @@ pub use codec::MessageCodec;
 pub use message::{Command, Message, OpMsg, OpQuery, Reply, WireError};
 pub use validate::{check_document, BsonCheckError};
 
-/// Largest BSON document a client may send (16 MiB), as in `hello`.
-pub const MAX_BSON_OBJECT_SIZE: usize = 16 * 1024 * 1024;
-/// Largest document a reply may be: MongoDB's `BSONObjMaxInternalSize`,
-/// 16 KiB over the user limit for the reply's own fields.
-pub const MAX_REPLY_DOCUMENT_SIZE: usize = MAX_BSON_OBJECT_SIZE + 16 * 1024;
-/// Largest message a client may send, as in `hello`.
-pub const MAX_MESSAGE_SIZE_BYTES: usize = 48_000_000;
-/// Most writes in one batch, as in `hello`.
-pub const MAX_WRITE_BATCH_SIZE: usize = 100_000;
+pub use crate::base::limits::{
+    MAX_BSON_OBJECT_SIZE, MAX_INTERNAL_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES, MAX_WRITE_BATCH_SIZE,
+};
 
 /// Message opcodes.
 pub const OP_REPLY: i32 = 1;
