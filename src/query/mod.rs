@@ -11,6 +11,7 @@ pub mod hash;
 pub mod interrupt;
 pub mod keystring;
 pub mod projection;
+pub mod regex;
 pub mod size;
 pub mod sort;
 pub mod update;
