@@ -355,7 +355,7 @@ fn compare_i64_f64(x: i64, y: f64) -> Ordering {
 }
 
 /// The largest coefficient a Decimal128 holds (34 nines).
-const MAX_COEFFICIENT: u128 = 9_999_999_999_999_999_999_999_999_999_999_999;
+pub(crate) const MAX_COEFFICIENT: u128 = 9_999_999_999_999_999_999_999_999_999_999_999;
 const MAX_DIGITS: u32 = 34;
 /// Decimal128 exponent limits.
 const MAX_EXPONENT: i32 = 6111;
@@ -385,8 +385,47 @@ impl DecimalValue {
         exponent: 0,
     };
 
+    /// The one Decimal128 decoder: hashing, key strings, comparison and
+    /// arithmetic all read decimals through it.
     pub fn from_decimal128(d: &Decimal128) -> DecimalValue {
-        DecimalValue::parse(&d.to_string()).unwrap_or(DecimalValue::NaN)
+        DecimalValue::from_bits(u128::from_le_bytes(d.bytes()))
+    }
+
+    /// Decodes an IEEE 754-2008 decimal128 in binary integer decimal (BID)
+    /// encoding, the format BSON stores. Non-canonical encodings (a
+    /// coefficient above 10^34 − 1) denote zero, as the standard says.
+    pub fn from_bits(bits: u128) -> DecimalValue {
+        const EXPONENT_BIAS: i32 = 6176;
+        const EXPONENT_MASK: u128 = 0x3fff;
+        const COEFFICIENT_MASK: u128 = (1 << 113) - 1;
+        let negative = bits >> 127 == 1;
+        // The five bits after the sign select the special values and the
+        // layout of exponent and coefficient.
+        match (bits >> 122) & 0b1_1111 {
+            0b1_1111 => return DecimalValue::NaN,
+            0b1_1110 => return DecimalValue::Infinity { negative },
+            _ => {}
+        }
+        let (biased_exponent, coefficient) = if (bits >> 125) & 0b11 == 0b11 {
+            // The "large coefficient" form has an implicit `100` prefix,
+            // which puts every coefficient above 10^34 − 1: non-canonical.
+            ((bits >> 111) & EXPONENT_MASK, 0)
+        } else {
+            let coefficient = bits & COEFFICIENT_MASK;
+            let coefficient = if coefficient > MAX_COEFFICIENT {
+                0
+            } else {
+                coefficient
+            };
+            ((bits >> 113) & EXPONENT_MASK, coefficient)
+        };
+        // The mask keeps the stored exponent within 14 bits, so it fits.
+        let biased_exponent = i32::try_from(biased_exponent).unwrap_or(i32::MAX);
+        DecimalValue::Finite {
+            negative,
+            coefficient,
+            exponent: biased_exponent - EXPONENT_BIAS,
+        }
     }
 
     /// Parses the string forms Decimal128 prints (`-1.5E+3`, `0.001`,
