@@ -1329,7 +1329,7 @@ fn parse_regex_operator(ops: &Document) -> Result<QueryRegex> {
                     if !r.options.as_str().is_empty() {
                         if options.is_some() {
                             return Err(Error::new(
-                                ErrorCode::Location(51074),
+                                ErrorCode::RegexOptionsTwiceInRegex,
                                 "options set in both $regex and $options",
                             ));
                         }
@@ -1344,7 +1344,7 @@ fn parse_regex_operator(ops: &Document) -> Result<QueryRegex> {
                 };
                 if options.is_some() {
                     return Err(Error::new(
-                        ErrorCode::Location(51075),
+                        ErrorCode::RegexOptionsTwice,
                         "options set in both $regex and $options",
                     ));
                 }
@@ -2380,16 +2380,20 @@ mod tests {
             assert!(
                 matches!(
                     e.code,
-                    ErrorCode::BadValue | ErrorCode::Location(51091 | 51108 | 51074 | 51075)
+                    ErrorCode::BadValue
+                        | ErrorCode::RegexInvalid
+                        | ErrorCode::RegexBadOption
+                        | ErrorCode::RegexOptionsTwiceInRegex
+                        | ErrorCode::RegexOptionsTwice
                 ),
                 "{bad}: {e}"
             );
         }
         let e = err(doc! {"a": {"$regex": "a(?=b)"}});
-        assert_eq!(e.code, ErrorCode::Location(51091));
+        assert_eq!(e.code, ErrorCode::RegexInvalid);
         assert!(e.message.contains("lookahead"));
         let e = err(doc! {"a": {"$regex": "a", "$options": "z"}});
-        assert_eq!(e.code, ErrorCode::Location(51108));
+        assert_eq!(e.code, ErrorCode::RegexBadOption);
     }
 
     #[test]

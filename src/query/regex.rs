@@ -5,7 +5,6 @@
 
 use crate::error::{Error, ErrorCode, Result};
 
-
 /// Compiles a MongoDB (PCRE) regex for the `regex` crate, translating what
 /// differs and rejecting what the crate cannot do (lookaround,
 /// backreferences, atomic groups, possessive quantifiers, recursion).
@@ -29,7 +28,7 @@ pub(crate) fn compile_regex(pattern: &str, options: &str) -> Result<regex::Regex
             'u' => {}
             other => {
                 return Err(Error::new(
-                    ErrorCode::Location(51108),
+                    ErrorCode::RegexBadOption,
                     format!("invalid flag in regex options: {other}"),
                 ))
             }
@@ -49,7 +48,7 @@ pub(crate) fn compile_regex(pattern: &str, options: &str) -> Result<regex::Regex
 
 fn regex_error(detail: &str) -> Error {
     Error::new(
-        ErrorCode::Location(51091),
+        ErrorCode::RegexInvalid,
         format!("Regular expression is invalid: {detail}"),
     )
 }

@@ -255,18 +255,16 @@ pub fn operator_names() -> impl Iterator<Item = &'static str> {
 
 // ---------------------------------------------------------------------------
 // Errors. MongoDB reports most expression errors under numbered assertion
-// codes (`Location16554` and so on), which clients see as the error code.
+// codes (`Location16554` and so on), which clients see as the error code;
+// `ErrorCode` names each by its meaning.
 
 fn expression_error(code: ErrorCode, message: String) -> Error {
     Error::new(code, message)
 }
 
+/// The code of an operator's error from the number its table carries.
 fn location(code: i32) -> ErrorCode {
-    match code {
-        168 => ErrorCode::InvalidPipelineOperator,
-        241 => ErrorCode::ConversionFailure,
-        _ => ErrorCode::Location(code),
-    }
+    ErrorCode::from_number(code)
 }
 
 // ---------------------------------------------------------------------------
@@ -287,7 +285,7 @@ pub(super) fn parse_node(expr: &Bson) -> Result<Node> {
 fn parse_path(path: &str, original: &str) -> Result<Vec<String>> {
     if path.is_empty() {
         return Err(expression_error(
-            location(16872),
+            ErrorCode::FieldPathDollarAlone,
             format!("'{original}' by itself is not a valid FieldPath"),
         ));
     }
@@ -295,13 +293,13 @@ fn parse_path(path: &str, original: &str) -> Result<Vec<String>> {
         .map(|part| {
             if part.is_empty() {
                 return Err(expression_error(
-                    location(15998),
+                    ErrorCode::FieldPathEmptyComponent,
                     "FieldPath field names may not be empty strings.".to_string(),
                 ));
             }
             if part.starts_with('$') {
                 return Err(expression_error(
-                    ErrorCode::Location16410,
+                    ErrorCode::FieldPathDollarPrefixed,
                     format!(
                         "FieldPath field names may not start with '$'. Given FieldPath: {path}"
                     ),
@@ -332,7 +330,7 @@ fn parse_variable(text: &str) -> Result<Node> {
         && !matches!(name, "ROOT" | "CURRENT" | "REMOVE" | "NOW")
     {
         return Err(expression_error(
-            location(17276),
+            ErrorCode::UndefinedVariable,
             format!("Use of undefined variable: {name}"),
         ));
     }
@@ -351,7 +349,7 @@ fn parse_object(doc: &Document) -> Result<Node> {
     if first_is_operator {
         if doc.len() != 1 {
             return Err(expression_error(
-                location(15983),
+                ErrorCode::ExpressionWrongLenOfFields,
                 format!(
                     "an expression specification must contain exactly one field, the name of \
                      the expression. Found {} fields in {doc}",
@@ -368,13 +366,13 @@ fn parse_object(doc: &Document) -> Result<Node> {
     for (key, value) in doc {
         if key.starts_with('$') {
             crate::bail!(
-                Location16410,
+                FieldPathDollarPrefixed,
                 "FieldPath field names may not start with '$'. Given FieldPath: {key}"
             );
         }
         if key.contains('.') {
             return Err(expression_error(
-                location(16412),
+                ErrorCode::FieldPathContainsDot,
                 format!("FieldPath field names may not contain '.'. Given: {key}"),
             ));
         }
@@ -390,7 +388,7 @@ fn parse_operator(name: &str, arg: &Bson) -> Result<Node> {
     let Some(op) = find_operator(name) else {
         // MongoDB's InvalidPipelineOperator, which has no name in our table.
         return Err(expression_error(
-            location(168),
+            ErrorCode::InvalidPipelineOperator,
             format!("Unrecognized expression '{name}'"),
         ));
     };
@@ -421,7 +419,7 @@ fn parse_operator(name: &str, arg: &Bson) -> Result<Node> {
             }
             Arity::Any => String::new(),
         };
-        return Err(expression_error(location(16020), message));
+        return Err(expression_error(ErrorCode::OperatorWrongLenOfArgs, message));
     }
     Ok(Node::Operator { op, args })
 }
@@ -439,7 +437,7 @@ fn cond_object_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "else" => otherwise = Some(value.clone()),
             other => {
                 return Err(expression_error(
-                    location(17083),
+                    ErrorCode::CondUnknownParameter,
                     format!("Unrecognized parameter to $cond: {other}"),
                 ))
             }
@@ -514,7 +512,7 @@ fn eval_variable<'a>(name: &str, path: &[String], scope: &Scope<'a>) -> Result<V
         user => {
             let Some(value) = scope.vars.and_then(|vars| vars.get(user)) else {
                 return Err(expression_error(
-                    location(17276),
+                    ErrorCode::UndefinedVariable,
                     format!("Use of undefined variable: {user}"),
                 ));
             };
@@ -667,7 +665,7 @@ fn op_if_null<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 fn op_in<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(Bson::Array(items)) = args[1].as_deref() else {
         return Err(expression_error(
-            location(40081),
+            ErrorCode::InSecondArgNotArray,
             format!(
                 "$in requires an array as a second argument, found: {}",
                 type_of(&args[1])
@@ -683,7 +681,7 @@ fn op_in<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 fn op_size<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(Bson::Array(items)) = args[0].as_deref() else {
         return Err(expression_error(
-            location(17124),
+            ErrorCode::SizeNotArray,
             format!(
                 "The argument to $size must be an array. Type of the argument was: {}",
                 type_of(&args[0])
@@ -836,7 +834,7 @@ fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             Some(Bson::DateTime(d)) => {
                 if date.is_some() {
                     return Err(expression_error(
-                        location(16612),
+                        ErrorCode::AddMoreThanOneDate,
                         "only one date allowed in an $add expression".to_string(),
                     ));
                 }
@@ -853,7 +851,7 @@ fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 }
                 None => {
                     return Err(expression_error(
-                        location(16554),
+                        ErrorCode::AddNotNumericOrDate,
                         format!(
                             "$add only supports numeric or date types, not {}",
                             type_name(other)
@@ -883,7 +881,7 @@ fn op_multiply<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
         let Some(n) = number_of(arg) else {
             return Err(expression_error(
-                location(16555),
+                ErrorCode::MultiplyNotNumeric,
                 format!(
                     "$multiply only supports numeric types, not {}",
                     type_of(arg)
@@ -933,7 +931,7 @@ fn op_subtract<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                     .into_bson(),
             ),
             _ => Err(expression_error(
-                location(16556),
+                ErrorCode::SubtractBadTypes,
                 format!("can't $subtract {} from {}", type_name(b), type_name(a)),
             )),
         },
@@ -948,7 +946,7 @@ fn op_divide<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let (Some(x), Some(y)) = (number_of(lhs), number_of(rhs)) else {
         return Err(expression_error(
-            location(16609),
+            ErrorCode::DivideNotNumeric,
             format!(
                 "$divide only supports numeric types, not {} and {}",
                 type_of(lhs),
@@ -956,7 +954,8 @@ fn op_divide<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             ),
         ));
     };
-    let divide_by_zero = || expression_error(location(16608), "can't $divide by zero".to_string());
+    let divide_by_zero =
+        || expression_error(ErrorCode::DivideByZero, "can't $divide by zero".to_string());
     if matches!(x, Number::Decimal(_)) || matches!(y, Number::Decimal(_)) {
         let quotient = x
             .to_decimal()
@@ -978,7 +977,7 @@ fn op_mod<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let (Some(x), Some(y)) = (number_of(lhs), number_of(rhs)) else {
         return Err(expression_error(
-            location(16611),
+            ErrorCode::ModNotNumeric,
             format!(
                 "$mod only supports numeric types, not {} and {}",
                 type_of(lhs),
@@ -995,7 +994,7 @@ fn op_mod<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     };
     if zero {
         return Err(expression_error(
-            location(16610),
+            ErrorCode::ModByZero,
             "can't $mod by zero".to_string(),
         ));
     }
@@ -1022,7 +1021,7 @@ fn op_abs<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(n) = number_of(&args[0]) else {
         return Err(expression_error(
-            location(28765),
+            ErrorCode::AbsNotNumeric,
             format!(
                 "$abs only supports numeric types, not {}",
                 type_of(&args[0])
@@ -1037,7 +1036,7 @@ fn op_abs<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             Some(v) => Bson::Int64(v),
             None => {
                 return Err(expression_error(
-                    location(28680),
+                    ErrorCode::AbsOfLongMin,
                     "can't take $abs of long long min".to_string(),
                 ))
             }
@@ -1298,7 +1297,7 @@ mod tests {
             Bson::DateTime(DateTime::from_millis(1501))
         );
         let e = eval_on(Bson::Document(doc! {"$add": [1, "x"]}), doc! {}).unwrap_err();
-        assert_eq!(e.code, ErrorCode::Location(16554));
+        assert_eq!(e.code, ErrorCode::AddNotNumericOrDate);
         assert!(e.message.contains("only supports numeric or date types"));
         assert!(eval_on(
             Bson::Document(doc! {"$add": [date.clone(), date.clone()]}),
