@@ -19,6 +19,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{type_name, Number};
 use crate::query::expr::Expr;
 use crate::query::filter::{Filter, MatchDetails};
+use crate::query::path::get_in_documents;
 use crate::query::projection::Projection;
 use crate::query::size::{measure, Shape, SizeBudget};
 use crate::query::sort::SortSpec;
@@ -678,18 +679,6 @@ fn parse_unwind(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
     }))
 }
 
-fn get_path<'a>(doc: &'a Document, path: &[String]) -> Option<&'a Bson> {
-    let (first, rest) = path.split_first()?;
-    let v = doc.get(first)?;
-    if rest.is_empty() {
-        return Some(v);
-    }
-    match v {
-        Bson::Document(sub) => get_path(sub, rest),
-        _ => None,
-    }
-}
-
 /// The documents one input document unwinds into.
 type Unwound = Box<dyn Iterator<Item = Result<Document>> + Send>;
 
@@ -707,7 +696,7 @@ impl Unwind {
             d
         };
         let one = |d: Document| -> Unwound { Box::new(std::iter::once(Ok(d))) };
-        match get_path(&doc, &self.path) {
+        match get_in_documents(&doc, &self.path) {
             Some(Bson::Array(items)) if !items.is_empty() => {
                 let Some(Bson::Array(items)) = take_path(&mut doc, &self.path) else {
                     return Box::new(std::iter::empty());

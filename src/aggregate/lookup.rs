@@ -16,6 +16,7 @@ use super::{Context, DocStream, ParseContext, Pipeline, Split, Stage, StageParse
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::type_name;
 use crate::query::expr::Expr;
+use crate::query::path::all_values;
 
 /// The most the documents one `$lookup` joins may take (MongoDB's
 /// `internalLookupStageIntermediateDocumentMaxSizeBytes`).
@@ -260,7 +261,7 @@ fn join_predicate(input: &Document, local: &str, foreign: &str) -> Document {
     let mut values = Vec::new();
     if let Some((head, rest)) = path.split_first() {
         if let Some(value) = input.get(*head) {
-            values_at_path(value, rest, &mut values);
+            all_values(value, rest, &mut values);
         }
     }
     if values.is_empty() {
@@ -282,35 +283,6 @@ fn join_predicate(input: &Document, local: &str, foreign: &str) -> Document {
         return doc! { "$or": alternatives };
     }
     doc! { foreign: { "$in": values } }
-}
-
-/// Every value at `path`, arrays along the way and at the end expanded
-/// one level (MongoDB's `visitAllValuesAtPath`).
-fn values_at_path(value: &Bson, path: &[&str], out: &mut Vec<Bson>) {
-    let Some((head, rest)) = path.split_first() else {
-        match value {
-            Bson::Array(items) => out.extend(items.iter().cloned()),
-            other => out.push(other.clone()),
-        }
-        return;
-    };
-    match value {
-        Bson::Document(d) => {
-            if let Some(next) = d.get(*head) {
-                values_at_path(next, rest, out);
-            }
-        }
-        Bson::Array(items) => {
-            for item in items {
-                if let Bson::Document(d) = item {
-                    if let Some(next) = d.get(*head) {
-                        values_at_path(next, rest, out);
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
 }
 
 /// Sets a dotted path, replacing anything that is not a document on the

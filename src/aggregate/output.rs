@@ -13,6 +13,7 @@ use super::lookup::sub_pipeline;
 use super::{Context, DocStream, MergeSpec, ParseContext, Split, Stage, StageParser, WhenMatched};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::type_name;
+use crate::query::path::get_in_documents;
 
 /// This family's stages, sorted by name.
 pub(super) static STAGES: &[(&str, StageParser)] = &[("$merge", parse_merge), ("$out", parse_out)];
@@ -477,23 +478,10 @@ fn parse_when_matched(value: &Bson) -> Result<WhenMatched> {
     }
 }
 
-/// The value at a dotted path, `None` when missing.
-fn path_value<'a>(doc: &'a Document, path: &str) -> Option<&'a Bson> {
-    let mut parts = path.split('.');
-    let mut value = doc.get(parts.next()?)?;
-    for part in parts {
-        value = match value {
-            Bson::Document(d) => d.get(part)?,
-            _ => return None,
-        };
-    }
-    Some(value)
-}
-
 /// Every output document needs its `on` fields, none an array.
 fn check_on_fields(doc: &Document, on: &[String]) -> Result<()> {
     for field in on {
-        match path_value(doc, field) {
+        match get_in_documents(doc, field.split('.')) {
             None | Some(Bson::Null | Bson::Undefined | Bson::Array(_)) => {
                 return Err(Error::new(
                     ErrorCode::MergeOnFieldMissing,

@@ -34,6 +34,7 @@ use crate::query::compare::{
     NUMBER_RANK,
 };
 use crate::query::expr::Expr;
+use crate::query::path::{parts, walk, Container, Part};
 use crate::query::regex::compile_regex;
 
 /// A parsed query filter.
@@ -480,7 +481,7 @@ impl ElementMatcher {
     }
 }
 
-fn insert_at_path(doc: &mut Document, parts: &[PathPart], value: Bson) {
+fn insert_at_path(doc: &mut Document, parts: &[Part], value: Bson) {
     let Some((first, rest)) = parts.split_first() else {
         return;
     };
@@ -518,7 +519,7 @@ enum RawLeaf {
     Undecided,
 }
 
-fn raw_leaf(doc: &RawDocument, parts: &[PathPart]) -> RawLeaf {
+fn raw_leaf(doc: &RawDocument, parts: &[Part]) -> RawLeaf {
     let mut current = doc;
     for (i, part) in parts.iter().enumerate() {
         let last = i + 1 == parts.len();
@@ -648,28 +649,14 @@ struct PathNode {
 #[derive(Debug, Clone, PartialEq)]
 struct FieldPath {
     dotted: String,
-    parts: Vec<PathPart>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct PathPart {
-    name: String,
-    /// The array index this component names, when it is a canonical
-    /// decimal number (`"0"`, `"12"`, not `"01"`).
-    index: Option<usize>,
+    parts: Vec<Part>,
 }
 
 impl FieldPath {
     fn new(dotted: &str) -> FieldPath {
         FieldPath {
             dotted: dotted.to_string(),
-            parts: dotted
-                .split('.')
-                .map(|name| PathPart {
-                    name: name.to_string(),
-                    index: array_index(name),
-                })
-                .collect(),
+            parts: parts(dotted),
         }
     }
 
@@ -689,16 +676,6 @@ impl FieldPath {
                 .zip(&other.parts)
                 .all(|(a, b)| a.name == b.name)
     }
-}
-
-fn array_index(name: &str) -> Option<usize> {
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    if name.len() > 1 && name.starts_with('0') {
-        return None;
-    }
-    name.parse().ok()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1534,125 +1511,6 @@ fn parse_bits(path: &Arc<FieldPath>, op: &str, test: BitTest, arg: &Bson) -> Res
 
 // ---------------------------------------------------------------------------
 // Matching.
-
-/// A document or an array seen as a document with keys "0", "1", ...
-/// (`$elemMatch` applies document conditions to nested arrays that way).
-#[derive(Clone, Copy)]
-enum Container<'a> {
-    Doc(&'a Document),
-    Arr(&'a [Bson]),
-}
-
-impl<'a> Container<'a> {
-    fn get(self, part: &PathPart) -> Option<&'a Bson> {
-        match self {
-            Container::Doc(d) => field(d, &part.name),
-            Container::Arr(a) => part.index.and_then(|i| a.get(i)),
-        }
-    }
-}
-
-/// Looks a field up. Small documents (the common case) are scanned, which
-/// beats hashing the name; larger ones use the index.
-#[inline]
-pub(crate) fn field<'a>(doc: &'a Document, name: &str) -> Option<&'a Bson> {
-    if doc.len() <= 12 {
-        doc.iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v)
-    } else {
-        doc.get(name)
-    }
-}
-
-/// The value a path reached (`None` when missing) and the index of the
-/// outermost array element it came from.
-type Visit<'v, 'a> = &'v mut dyn FnMut(Option<&'a Bson>, Option<usize>) -> bool;
-
-/// Offers every value `parts` reaches in `start` to `visit`, in MongoDB's
-/// order, until `visit` returns true.
-fn walk<'a>(
-    start: Container<'a>,
-    parts: &[PathPart],
-    leaf_arrays: bool,
-    visit: Visit<'_, 'a>,
-) -> bool {
-    let mut current = start;
-    let mut i = 0;
-    while let Some(part) = parts.get(i) {
-        let last = i + 1 == parts.len();
-        match current.get(part) {
-            None => return visit(None, None),
-            Some(value @ Bson::Array(items)) => {
-                return walk_array(value, items, &parts[i + 1..], leaf_arrays, visit)
-            }
-            Some(value) if last => return visit(Some(value), None),
-            Some(Bson::Document(sub)) => {
-                current = Container::Doc(sub);
-                i += 1;
-            }
-            Some(_) => return visit(None, None),
-        }
-    }
-    false
-}
-
-fn walk_array<'a>(
-    array: &'a Bson,
-    items: &'a [Bson],
-    rest: &[PathPart],
-    leaf_arrays: bool,
-    visit: Visit<'_, 'a>,
-) -> bool {
-    if rest.is_empty() && !leaf_arrays {
-        return visit(Some(array), None);
-    }
-    for (index, item) in items.iter().enumerate() {
-        if rest.is_empty() {
-            if visit(Some(item), Some(index)) {
-                return true;
-            }
-            continue;
-        }
-        let index_match = rest[0].index == Some(index);
-        match item {
-            Bson::Document(sub) => {
-                // Implicit traversal: the outer position wins.
-                let found = walk(Container::Doc(sub), rest, leaf_arrays, &mut |v, _| {
-                    visit(v, Some(index))
-                });
-                if found {
-                    return true;
-                }
-                if index_match {
-                    let found = if rest.len() == 1 {
-                        visit(Some(item), None)
-                    } else {
-                        walk(Container::Doc(sub), &rest[1..], leaf_arrays, visit)
-                    };
-                    if found {
-                        return true;
-                    }
-                }
-            }
-            _ if index_match => {
-                let found = if rest.len() == 1 {
-                    visit(Some(item), None)
-                } else if let Bson::Array(inner) = item {
-                    walk_array(item, inner, &rest[1..], leaf_arrays, visit)
-                } else {
-                    false
-                };
-                if found {
-                    return true;
-                }
-            }
-            _ => {}
-        }
-    }
-    if !rest.is_empty() {
-        return false;
-    }
-    visit(Some(array), None)
-}
 
 #[derive(Default)]
 struct MatchContext {

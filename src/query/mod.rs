@@ -10,6 +10,7 @@ pub mod filter;
 pub mod hash;
 pub mod interrupt;
 pub mod keystring;
+pub mod path;
 pub mod projection;
 pub mod regex;
 pub mod size;

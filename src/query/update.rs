@@ -38,6 +38,7 @@ use bson::{Bson, DateTime, Document, Timestamp};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, values_equal, Canonical};
 use crate::query::filter::{Filter, MatchDetails};
+use crate::query::path::{child, get_positional, get_positional_mut, update_index};
 use crate::{bail, err};
 
 /// MongoDB refuses to pad an array by more than this many nulls
@@ -1320,7 +1321,7 @@ impl Applier<'_> {
     }
 
     fn apply_array(&mut self, nodes: &[&Internal], path: &mut Vec<String>) -> Result<()> {
-        let array = match get(&self.doc, path) {
+        let array = match get_positional(&self.doc, path) {
             Some(Bson::Array(array)) => array,
             Some(other) => bail!(
                 BadValue,
@@ -1389,7 +1390,7 @@ impl Applier<'_> {
             path,
             now: self.now,
         };
-        let Some(target) = get_mut(&mut self.doc, path) else {
+        let Some(target) = get_positional_mut(&mut self.doc, path) else {
             return Err(Error::internal(format!(
                 "update path {} vanished",
                 path.join(".")
@@ -1401,7 +1402,7 @@ impl Applier<'_> {
         };
         self.check_immutable(path)?;
         if op.may_deepen() {
-            if let Some(value) = get(&self.doc, path) {
+            if let Some(value) = get_positional(&self.doc, path) {
                 check_depth(path.len(), value)?;
             }
         }
@@ -1419,7 +1420,7 @@ impl Applier<'_> {
         let value = new_value(op, self.now)?;
         let added = approx_size(&value);
         create_path(&mut self.doc, path, found, value, &mut self.growth)?;
-        if let Some(value) = get(&self.doc, path) {
+        if let Some(value) = get_positional(&self.doc, path) {
             check_depth(path.len(), value)?;
         }
         if self.id_immutable && path[0] == "_id" {
@@ -1427,7 +1428,8 @@ impl Applier<'_> {
                 ImmutableField,
                 "Updating the path '{}' to {} would modify the immutable field '_id'",
                 path.join("."),
-                get(&self.doc, &path[..1]).map_or(String::new(), |v| element_string("_id", v))
+                get_positional(&self.doc, &path[..1])
+                    .map_or(String::new(), |v| element_string("_id", v))
             );
         }
         self.grow(added)
@@ -1437,14 +1439,14 @@ impl Applier<'_> {
     /// missing path is a no-op unless it runs through a scalar.
     fn check_viable(&self, path: &[String], found: usize) -> Result<()> {
         let Some(base) = (found > 0)
-            .then(|| get(&self.doc, &path[..found]))
+            .then(|| get_positional(&self.doc, &path[..found]))
             .flatten()
         else {
             return Ok(());
         };
         match base {
             Bson::Document(_) => Ok(()),
-            Bson::Array(_) if parse_index(&path[found]).is_some() => Ok(()),
+            Bson::Array(_) if update_index(&path[found]).is_some() => Ok(()),
             other => bail!(
                 PathNotViable,
                 "Cannot use the part ({}) of ({}) to traverse the element ({{{}}})",
@@ -1495,7 +1497,7 @@ impl Applier<'_> {
                 .map_or("no id".to_string(), |id| element_string("_id", id))
         };
         for k in (1..from.len()).rev() {
-            if let Some(Bson::Array(_)) = get(&self.doc, &from[..k]) {
+            if let Some(Bson::Array(_)) = get_positional(&self.doc, &from[..k]) {
                 bail!(
                     BadValue,
                     "The source field cannot be an array element, '{}' in doc with {} has an \
@@ -1509,7 +1511,7 @@ impl Applier<'_> {
         let found = probe(&self.doc, to);
         let start = if found == to.len() { found - 1 } else { found };
         for k in (1..=start).rev() {
-            if let Some(Bson::Array(_)) = get(&self.doc, &to[..k]) {
+            if let Some(Bson::Array(_)) = get_positional(&self.doc, &to[..k]) {
                 bail!(
                     BadValue,
                     "The destination field cannot be an array element, '{}' in doc with {} has \
@@ -1520,11 +1522,11 @@ impl Applier<'_> {
                 );
             }
         }
-        let Some(value) = get(&self.doc, from).cloned() else {
+        let Some(value) = get_positional(&self.doc, from).cloned() else {
             return Ok(());
         };
         if found == to.len() {
-            let Some(target) = get_mut(&mut self.doc, to) else {
+            let Some(target) = get_positional_mut(&mut self.doc, to) else {
                 return Ok(());
             };
             // Equal (not identical) values leave the destination alone.
@@ -1946,7 +1948,7 @@ fn extract_at_path<'a>(container: Container<'a>, path: &str, depth: usize) -> Op
         match container {
             Container::Document(doc) => doc.get(name),
             Container::Array(array) => {
-                let index = parse_index(name)?;
+                let index = update_index(name)?;
                 (index.to_string() == name)
                     .then(|| array.get(index))
                     .flatten()
@@ -2004,49 +2006,6 @@ where
 
 /// An array index as MongoDB's update code reads one: digits only,
 /// fitting in 32 bits.
-fn parse_index(part: &str) -> Option<usize> {
-    if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    part.parse::<u32>()
-        .ok()
-        .and_then(|n| usize::try_from(n).ok())
-}
-
-fn child<'a>(value: &'a Bson, part: &str) -> Option<&'a Bson> {
-    match value {
-        Bson::Document(doc) => doc.get(part),
-        Bson::Array(array) => array.get(parse_index(part)?),
-        _ => None,
-    }
-}
-
-fn child_mut<'a>(value: &'a mut Bson, part: &str) -> Option<&'a mut Bson> {
-    match value {
-        Bson::Document(doc) => doc.get_mut(part),
-        Bson::Array(array) => array.get_mut(parse_index(part)?),
-        _ => None,
-    }
-}
-
-fn get<'a>(doc: &'a Document, path: &[String]) -> Option<&'a Bson> {
-    let (first, rest) = path.split_first()?;
-    let mut current = doc.get(first)?;
-    for part in rest {
-        current = child(current, part)?;
-    }
-    Some(current)
-}
-
-fn get_mut<'a>(doc: &'a mut Document, path: &[String]) -> Option<&'a mut Bson> {
-    let (first, rest) = path.split_first()?;
-    let mut current = doc.get_mut(first)?;
-    for part in rest {
-        current = child_mut(current, part)?;
-    }
-    Some(current)
-}
-
 /// How many leading parts of `path` exist in `doc`.
 fn probe(doc: &Document, path: &[String]) -> usize {
     let Some((first, rest)) = path.split_first() else {
@@ -2077,12 +2036,12 @@ fn remove_at(doc: &mut Document, path: &[String]) {
         doc.remove(last);
         return;
     }
-    match get_mut(doc, parent) {
+    match get_positional_mut(doc, parent) {
         Some(Bson::Document(parent)) => {
             parent.remove(last);
         }
         Some(Bson::Array(parent)) => {
-            if let Some(element) = parse_index(last).and_then(|i| parent.get_mut(i)) {
+            if let Some(element) = update_index(last).and_then(|i| parent.get_mut(i)) {
                 *element = Bson::Null;
             }
         }
@@ -2115,7 +2074,7 @@ fn create_path(
         return Ok(());
     }
     let base_name = base_path.last().map_or("", String::as_str);
-    let Some(base) = get_mut(doc, base_path) else {
+    let Some(base) = get_positional_mut(doc, base_path) else {
         return Err(Error::internal("update path vanished"));
     };
     match base {
@@ -2185,7 +2144,7 @@ fn find_longest_prefix(doc: &Document, path: &[String]) -> Prefix {
         let next = match current {
             Bson::Document(d) => d.get(part),
             Bson::Array(a) if part.bytes().all(|b| b.is_ascii_digit()) => {
-                parse_index(part).and_then(|i| a.get(i))
+                update_index(part).and_then(|i| a.get(i))
             }
             other => {
                 return Prefix::NotViable {

@@ -249,7 +249,7 @@ async fn merge_one(
 ) -> Result<()> {
     let mut key = Document::new();
     for field in &spec.on {
-        let value = crate::query::filter::field(&doc, field)
+        let value = crate::query::path::field(&doc, field)
             .cloned()
             .unwrap_or(Bson::Null);
         key.insert(field.clone(), value);

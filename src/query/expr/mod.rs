@@ -21,6 +21,7 @@ use bson::{Bson, DateTime, Document};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, f64_fits_i64, type_name, DecimalValue, Number};
 use crate::query::filter::{nesting_exceeds, MAX_NESTING};
+use crate::query::path::{expression_value, expression_value_in};
 use crate::query::size::SizeBudget;
 
 mod array;
@@ -461,7 +462,7 @@ fn cond_object_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 pub(super) fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Result<Value<'a>> {
     match node {
         Node::Literal(v) => Ok(Some(Cow::Borrowed(v))),
-        Node::FieldPath(path) => Ok(document_path(scope.root, path)),
+        Node::FieldPath(path) => Ok(expression_value_in(scope.root, path)),
         Node::Variable { name, path } => eval_variable(name, path, scope),
         Node::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
@@ -504,7 +505,7 @@ fn eval_variable<'a>(name: &str, path: &[String], scope: &Scope<'a>) -> Result<V
             if path.is_empty() {
                 Ok(Some(Cow::Owned(Bson::Document(scope.root.clone()))))
             } else {
-                Ok(document_path(scope.root, path))
+                Ok(expression_value_in(scope.root, path))
             }
         }
         "REMOVE" => Ok(None),
@@ -516,41 +517,9 @@ fn eval_variable<'a>(name: &str, path: &[String], scope: &Scope<'a>) -> Result<V
                     format!("Use of undefined variable: {user}"),
                 ));
             };
-            Ok(value_path(value, path))
+            Ok(expression_value(value, path))
         }
     }
-}
-
-/// A path into a value: documents descend, arrays map the rest of the path
-/// over their document elements.
-fn value_path<'a>(value: &'a Bson, path: &[String]) -> Value<'a> {
-    if path.is_empty() {
-        return Some(Cow::Borrowed(value));
-    }
-    match value {
-        Bson::Document(d) => document_path(d, path),
-        Bson::Array(items) => Some(Cow::Owned(Bson::Array(array_path(items, path)))),
-        _ => None,
-    }
-}
-
-/// MongoDB's expression field paths: `"$a.b"` over `{a: [{b: 1}, {b: 2}]}`
-/// is `[1, 2]`; elements without the field (and non-document elements) are
-/// left out.
-fn document_path<'a>(doc: &'a Document, path: &[String]) -> Value<'a> {
-    let (first, rest) = path.split_first()?;
-    let value = crate::query::filter::field(doc, first)?;
-    value_path(value, rest)
-}
-
-fn array_path(items: &[Bson], path: &[String]) -> Vec<Bson> {
-    items
-        .iter()
-        .filter_map(|item| match item {
-            Bson::Document(d) => document_path(d, path).map(Cow::into_owned),
-            _ => None,
-        })
-        .collect()
 }
 
 fn owned<'a>(v: Bson) -> Result<Value<'a>> {
