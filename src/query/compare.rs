@@ -282,6 +282,59 @@ impl Number {
             _ => false,
         }
     }
+
+    /// The integer an int32 or int64 holds; `None` for doubles and decimals.
+    pub fn integral(self) -> Option<i64> {
+        match self {
+            Number::Int32(i) => Some(i64::from(i)),
+            Number::Int64(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// Arithmetic with MongoDB's promotion: decimal when either side is a
+    /// decimal, else double when either is a double, else integer (int32
+    /// when both are and the result fits, int64 otherwise). `None` when
+    /// the integer operation overflows int64, which updates refuse.
+    pub fn combine_checked(
+        self,
+        other: Number,
+        int_op: fn(i64, i64) -> Option<i64>,
+        float_op: fn(f64, f64) -> f64,
+        decimal_op: fn(&DecimalValue, &DecimalValue) -> DecimalValue,
+    ) -> Option<Number> {
+        match (self, other) {
+            (Number::Decimal(_), _) | (_, Number::Decimal(_)) => Some(Number::Decimal(decimal_op(
+                &self.to_decimal(),
+                &other.to_decimal(),
+            ))),
+            (Number::Double(_), _) | (_, Number::Double(_)) => {
+                Some(Number::Double(float_op(self.to_f64(), other.to_f64())))
+            }
+            (Number::Int32(a), Number::Int32(b)) => {
+                // Two int32s always fit in an int64; narrow back when possible.
+                let wide = int_op(i64::from(a), i64::from(b))?;
+                Some(i32::try_from(wide).map_or(Number::Int64(wide), Number::Int32))
+            }
+            _ => {
+                let (a, b) = (self.integral().unwrap_or(0), other.integral().unwrap_or(0));
+                int_op(a, b).map(Number::Int64)
+            }
+        }
+    }
+
+    /// [`Number::combine_checked`] where an int64 overflow gives the double
+    /// result instead, as aggregation expressions do.
+    pub fn combine_widening(
+        self,
+        other: Number,
+        int_op: fn(i64, i64) -> Option<i64>,
+        float_op: fn(f64, f64) -> f64,
+        decimal_op: fn(&DecimalValue, &DecimalValue) -> DecimalValue,
+    ) -> Number {
+        self.combine_checked(other, int_op, float_op, decimal_op)
+            .unwrap_or_else(|| Number::Double(float_op(self.to_f64(), other.to_f64())))
+    }
 }
 
 /// Compares two numbers exactly across types. NaN equals NaN and is below
@@ -1538,6 +1591,45 @@ mod tests {
 
     fn d(s: &str) -> DecimalValue {
         DecimalValue::parse(s).unwrap()
+    }
+
+    #[test]
+    fn number_arithmetic_promotes_like_mongodb() {
+        let add = |a: Number, b: Number| {
+            a.combine_checked(b, i64::checked_add, |x, y| x + y, DecimalValue::add)
+        };
+        assert!(matches!(
+            add(Number::Int32(1), Number::Int32(2)),
+            Some(Number::Int32(3))
+        ));
+        assert!(matches!(
+            add(Number::Int32(i32::MAX), Number::Int32(1)),
+            Some(Number::Int64(2_147_483_648))
+        ));
+        assert!(matches!(
+            add(Number::Int64(1), Number::Int32(2)),
+            Some(Number::Int64(3))
+        ));
+        assert!(
+            matches!(add(Number::Int64(1), Number::Double(0.5)), Some(Number::Double(x)) if x == 1.5)
+        );
+        assert!(matches!(
+            add(
+                Number::Double(1.0),
+                Number::Decimal(DecimalValue::from_i64(2))
+            ),
+            Some(Number::Decimal(_))
+        ));
+        assert!(add(Number::Int64(i64::MAX), Number::Int32(1)).is_none());
+        let widened = Number::Int64(i64::MAX).combine_widening(
+            Number::Int32(1),
+            i64::checked_add,
+            |x, y| x + y,
+            DecimalValue::add,
+        );
+        assert!(matches!(widened, Number::Double(x) if x == 9_223_372_036_854_775_808.0));
+        assert_eq!(Number::Int32(4).integral(), Some(4));
+        assert_eq!(Number::Double(4.0).integral(), None);
     }
 
     #[test]

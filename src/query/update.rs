@@ -36,7 +36,7 @@ use bson::oid::ObjectId;
 use bson::{Bson, DateTime, Document, Timestamp};
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::query::compare::{compare, values_equal, Canonical};
+use crate::query::compare::{compare, values_equal, Canonical, Number};
 use crate::query::filter::{Filter, MatchDetails};
 use crate::query::path::{child, get_positional, get_positional_mut, update_index};
 use crate::{bail, err};
@@ -824,7 +824,7 @@ fn parse_leaf(op: Operator, field: &str, arg: &Bson) -> Result<LeafOp> {
         Operator::SetOnInsert => LeafOp::SetOnInsert(arg.clone()),
         Operator::Unset => LeafOp::Unset,
         Operator::Inc | Operator::Mul => {
-            if Num::of(arg).is_none() {
+            if Number::of(arg).is_none() {
                 bail!(
                     TypeMismatch,
                     "Cannot {} with non-numeric argument: {{{}}}",
@@ -1060,7 +1060,7 @@ fn parse_push(arg: &Bson) -> Result<PushSpec> {
 
 fn parse_push_sort(value: &Bson) -> Result<PushSort> {
     let direction = |v: &Bson| -> Option<bool> {
-        let order = Num::of(v)?.to_f64();
+        let order = Number::of(v)?.to_f64();
         if order == 1.0 {
             Some(false)
         } else if order == -1.0 {
@@ -1095,7 +1095,7 @@ fn parse_push_sort(value: &Bson) -> Result<PushSort> {
             }
             Ok(PushSort::Pattern(fields))
         }
-        v if Num::of(v).is_some() => match direction(v) {
+        v if Number::of(v).is_some() => match direction(v) {
             Some(descending) => Ok(PushSort::Whole { descending }),
             None => bail!(BadValue, "The $sort element value must be either 1 or -1"),
         },
@@ -1623,7 +1623,7 @@ fn modify_existing(op: &LeafOp, target: &mut Bson, env: &OpEnv) -> Result<Outcom
         LeafOp::Inc(arg) | LeafOp::Mul(arg) => {
             let is_inc = matches!(op, LeafOp::Inc(_));
             let name = if is_inc { "$inc" } else { "$mul" };
-            let Some(current) = Num::of(target) else {
+            let Some(current) = Number::of(target) else {
                 bail!(
                     TypeMismatch,
                     "Cannot apply {name} to a value of non-numeric type. {{{}}} has the field \
@@ -1633,19 +1633,19 @@ fn modify_existing(op: &LeafOp, target: &mut Bson, env: &OpEnv) -> Result<Outcom
                     type_name(target)
                 );
             };
-            let Some(operand) = Num::of(arg) else {
+            let Some(operand) = Number::of(arg) else {
                 return Ok(Outcome::Unchanged);
             };
             let result = if is_inc {
-                current.add(operand)
+                current.combine_checked(operand, i64::checked_add, |a, b| a + b, DecimalValue::add)
             } else {
-                current.mul(operand)
+                current.combine_checked(operand, i64::checked_mul, |a, b| a * b, DecimalValue::mul)
             };
             let Some(result) = result else {
                 bail!(
                     BadValue,
                     "Failed to apply {name} operations to current value ({}) for document {{{}}}",
-                    current.debug_string(),
+                    safe_num_string(current),
                     if env.id.is_some() {
                         env.id_string()
                     } else {
@@ -1825,9 +1825,16 @@ fn new_value(op: &LeafOp, now: DateTime) -> Result<Bson> {
         | LeafOp::Min(value)
         | LeafOp::Max(value)
         | LeafOp::Inc(value) => value.clone(),
-        LeafOp::Mul(value) => match Num::of(value) {
+        LeafOp::Mul(value) => match Number::of(value) {
             // Multiplying "nothing" gives a zero of the argument's type.
-            Some(n) => n.mul(Num::Int(0)).map_or(Bson::Int32(0), Num::into_bson),
+            Some(n) => n
+                .combine_checked(
+                    Number::Int32(0),
+                    i64::checked_mul,
+                    |a, b| a * b,
+                    DecimalValue::mul,
+                )
+                .map_or(Bson::Int32(0), Number::into_bson),
             None => Bson::Int32(0),
         },
         LeafOp::CurrentDate { timestamp } => current_date(*timestamp, now),
@@ -2253,102 +2260,13 @@ fn arrays_identical(a: &[Bson], b: &[Bson]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| identical(x, y))
 }
 
-/// A number as MongoDB's `SafeNum` sees it.
-#[derive(Debug, Clone, Copy)]
-enum Num {
-    Int(i32),
-    Long(i64),
-    Double(f64),
-    Decimal(DecimalValue),
-}
-
-impl Num {
-    fn of(value: &Bson) -> Option<Num> {
-        Some(match value {
-            Bson::Int32(n) => Num::Int(*n),
-            Bson::Int64(n) => Num::Long(*n),
-            Bson::Double(d) => Num::Double(*d),
-            Bson::Decimal128(d) => Num::Decimal(DecimalValue::from_decimal128(d)),
-            _ => return None,
-        })
-    }
-
-    fn into_bson(self) -> Bson {
-        match self {
-            Num::Int(n) => Bson::Int32(n),
-            Num::Long(n) => Bson::Int64(n),
-            Num::Double(d) => Bson::Double(d),
-            Num::Decimal(d) => Bson::Decimal128(d.to_decimal128()),
-        }
-    }
-
-    fn to_f64(self) -> f64 {
-        match self {
-            Num::Int(n) => f64::from(n),
-            Num::Long(n) => n as f64,
-            Num::Double(d) => d,
-            Num::Decimal(d) => d.to_f64(),
-        }
-    }
-
-    fn to_decimal(self) -> DecimalValue {
-        match self {
-            Num::Int(n) => DecimalValue::from_i64(i64::from(n)),
-            Num::Long(n) => DecimalValue::from_i64(n),
-            Num::Double(d) => DecimalValue::from_f64(d),
-            Num::Decimal(d) => d,
-        }
-    }
-
-    /// `None` when int64 arithmetic overflows (MongoDB refuses the update).
-    fn add(self, other: Num) -> Option<Num> {
-        self.combine(other, i64::checked_add, |a, b| a + b, |a, b| a.add(&b))
-    }
-
-    fn mul(self, other: Num) -> Option<Num> {
-        self.combine(other, i64::checked_mul, |a, b| a * b, |a, b| a.mul(&b))
-    }
-
-    fn combine(
-        self,
-        other: Num,
-        int: fn(i64, i64) -> Option<i64>,
-        double: fn(f64, f64) -> f64,
-        dec: fn(DecimalValue, DecimalValue) -> DecimalValue,
-    ) -> Option<Num> {
-        match (self, other) {
-            (Num::Decimal(_), _) | (_, Num::Decimal(_)) => {
-                Some(Num::Decimal(dec(self.to_decimal(), other.to_decimal())))
-            }
-            (Num::Double(_), _) | (_, Num::Double(_)) => {
-                Some(Num::Double(double(self.to_f64(), other.to_f64())))
-            }
-            (Num::Int(a), Num::Int(b)) => {
-                // Two int32s always fit in an int64; narrow back when possible.
-                let wide = int(i64::from(a), i64::from(b))?;
-                Some(i32::try_from(wide).map_or(Num::Long(wide), Num::Int))
-            }
-            (a, b) => Some(Num::Long(int(a.as_i64(), b.as_i64())?)),
-        }
-    }
-
-    fn as_i64(self) -> i64 {
-        match self {
-            Num::Int(n) => i64::from(n),
-            Num::Long(n) => n,
-            Num::Double(d) => d as i64,
-            Num::Decimal(d) => d.to_f64() as i64,
-        }
-    }
-
-    /// `SafeNum::debugString`.
-    fn debug_string(self) -> String {
-        match self {
-            Num::Int(n) => format!("(NumberInt){n}"),
-            Num::Long(n) => format!("(NumberLong){n}"),
-            Num::Double(d) => format!("(NumberDouble){d}"),
-            Num::Decimal(d) => format!("(NumberDecimal){}", d.to_decimal128()),
-        }
+/// `SafeNum::debugString`: a number as update errors print it.
+fn safe_num_string(n: Number) -> String {
+    match n {
+        Number::Int32(n) => format!("(NumberInt){n}"),
+        Number::Int64(n) => format!("(NumberLong){n}"),
+        Number::Double(d) => format!("(NumberDouble){d}"),
+        Number::Decimal(d) => format!("(NumberDecimal){}", d.to_decimal128()),
     }
 }
 

@@ -682,101 +682,16 @@ fn op_type<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 // overflow becomes double, any double makes a double, any decimal makes a
 // decimal.
 
-/// A running numeric result.
-#[derive(Debug, Clone, Copy)]
-enum Acc {
-    Int(i32),
-    Long(i64),
-    Double(f64),
-    Decimal(DecimalValue),
-}
-
-impl Acc {
-    fn from_number(n: Number) -> Acc {
-        match n {
-            Number::Int32(i) => Acc::Int(i),
-            Number::Int64(i) => Acc::Long(i),
-            Number::Double(d) => Acc::Double(d),
-            Number::Decimal(d) => Acc::Decimal(d),
-        }
-    }
-
-    fn to_f64(self) -> f64 {
-        match self {
-            Acc::Int(i) => f64::from(i),
-            Acc::Long(i) => i as f64,
-            Acc::Double(d) => d,
-            Acc::Decimal(d) => d.to_f64(),
-        }
-    }
-
-    fn to_decimal(self) -> DecimalValue {
-        match self {
-            Acc::Int(i) => DecimalValue::from_i64(i64::from(i)),
-            Acc::Long(i) => DecimalValue::from_i64(i),
-            Acc::Double(d) => DecimalValue::from_f64(d),
-            Acc::Decimal(d) => d,
-        }
-    }
-
-    fn to_long(self) -> Option<i64> {
-        match self {
-            Acc::Int(i) => Some(i64::from(i)),
-            Acc::Long(i) => Some(i),
-            _ => None,
-        }
-    }
-
-    fn into_bson(self) -> Bson {
-        match self {
-            Acc::Int(i) => Bson::Int32(i),
-            Acc::Long(i) => Bson::Int64(i),
-            Acc::Double(d) => Bson::Double(d),
-            Acc::Decimal(d) => Bson::Decimal128(d.to_decimal128()),
-        }
-    }
-
-    /// Applies an integer operation, widening on overflow, or the double
-    /// or decimal one when either side needs it.
-    fn combine(
-        self,
-        other: Acc,
-        int_op: fn(i64, i64) -> Option<i64>,
-        float_op: fn(f64, f64) -> f64,
-        decimal_op: fn(&DecimalValue, &DecimalValue) -> DecimalValue,
-    ) -> Acc {
-        match (self, other) {
-            (Acc::Decimal(_), _) | (_, Acc::Decimal(_)) => {
-                Acc::Decimal(decimal_op(&self.to_decimal(), &other.to_decimal()))
-            }
-            (Acc::Double(_), _) | (_, Acc::Double(_)) => {
-                Acc::Double(float_op(self.to_f64(), other.to_f64()))
-            }
-            (Acc::Int(a), Acc::Int(b)) => match int_op(i64::from(a), i64::from(b)) {
-                Some(r) => i32::try_from(r).map_or(Acc::Long(r), Acc::Int),
-                None => Acc::Double(float_op(f64::from(a), f64::from(b))),
-            },
-            _ => {
-                let (a, b) = (self.to_long().unwrap_or(0), other.to_long().unwrap_or(0));
-                match int_op(a, b) {
-                    Some(r) => Acc::Long(r),
-                    None => Acc::Double(float_op(a as f64, b as f64)),
-                }
-            }
-        }
-    }
-}
-
 fn number_of(v: &Value<'_>) -> Option<Number> {
     v.as_deref().and_then(Number::of)
 }
 
 /// Milliseconds for date arithmetic: doubles and decimals round to the
 /// nearest integer.
-fn acc_to_millis(acc: Acc) -> Option<i64> {
+fn acc_to_millis(acc: Number) -> Option<i64> {
     match acc {
-        Acc::Int(i) => Some(i64::from(i)),
-        Acc::Long(i) => Some(i),
+        Number::Int32(i) => Some(i64::from(i)),
+        Number::Int64(i) => Some(i),
         other => {
             let f = other.to_f64().round();
             if f64_fits_i64(f) {
@@ -793,7 +708,7 @@ fn date_overflow(op: &str) -> Error {
 }
 
 fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    let mut total = Acc::Int(0);
+    let mut total = Number::Int32(0);
     let mut date: Option<i64> = None;
     for arg in args {
         if is_nullish(arg) {
@@ -811,12 +726,8 @@ fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             }
             Some(other) => match Number::of(other) {
                 Some(n) => {
-                    total = total.combine(
-                        Acc::from_number(n),
-                        i64::checked_add,
-                        |a, b| a + b,
-                        DecimalValue::add,
-                    )
+                    total =
+                        total.combine_widening(n, i64::checked_add, |a, b| a + b, DecimalValue::add)
                 }
                 None => {
                     return Err(expression_error(
@@ -843,7 +754,7 @@ fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 }
 
 fn op_multiply<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    let mut product = Acc::Int(1);
+    let mut product = Number::Int32(1);
     for arg in args {
         if is_nullish(arg) {
             return owned(Bson::Null);
@@ -857,12 +768,7 @@ fn op_multiply<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 ),
             ));
         };
-        product = product.combine(
-            Acc::from_number(n),
-            i64::checked_mul,
-            |a, b| a * b,
-            DecimalValue::mul,
-        );
+        product = product.combine_widening(n, i64::checked_mul, |a, b| a * b, DecimalValue::mul);
     }
     owned(product.into_bson())
 }
@@ -882,7 +788,6 @@ fn op_subtract<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
         (Some(Bson::DateTime(a)), Some(b)) if Number::of(b).is_some() => {
             let millis = Number::of(b)
-                .map(Acc::from_number)
                 .and_then(acc_to_millis)
                 .and_then(|delta| a.timestamp_millis().checked_sub(delta))
                 .ok_or_else(|| date_overflow("$subtract"))?;
@@ -890,13 +795,7 @@ fn op_subtract<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
         (Some(a), Some(b)) => match (Number::of(a), Number::of(b)) {
             (Some(x), Some(y)) => owned(
-                Acc::from_number(x)
-                    .combine(
-                        Acc::from_number(y),
-                        i64::checked_sub,
-                        |p, q| p - q,
-                        DecimalValue::sub,
-                    )
+                x.combine_widening(y, i64::checked_sub, |p, q| p - q, DecimalValue::sub)
                     .into_bson(),
             ),
             _ => Err(expression_error(
@@ -954,12 +853,12 @@ fn op_mod<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             ),
         ));
     };
-    let (a, b) = (Acc::from_number(x), Acc::from_number(y));
+    let (a, b) = (x, y);
     let zero = match b {
-        Acc::Int(i) => i == 0,
-        Acc::Long(i) => i == 0,
-        Acc::Double(d) => d == 0.0,
-        Acc::Decimal(d) => d.is_zero(),
+        Number::Int32(i) => i == 0,
+        Number::Int64(i) => i == 0,
+        Number::Double(d) => d == 0.0,
+        Number::Decimal(d) => d.is_zero(),
     };
     if zero {
         return Err(expression_error(
@@ -970,15 +869,15 @@ fn op_mod<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let result = match (a, b) {
         // Decimal remainders go through doubles (exact for the common
         // cases of small integral and short fractional values).
-        (Acc::Decimal(_), _) | (_, Acc::Decimal(_)) => {
-            Acc::Decimal(DecimalValue::from_f64(a.to_f64() % b.to_f64()))
+        (Number::Decimal(_), _) | (_, Number::Decimal(_)) => {
+            Number::Decimal(DecimalValue::from_f64(a.to_f64() % b.to_f64()))
         }
-        (Acc::Double(_), _) | (_, Acc::Double(_)) => Acc::Double(a.to_f64() % b.to_f64()),
-        (Acc::Int(p), Acc::Int(q)) => Acc::Int(p.wrapping_rem(q)),
-        _ => Acc::Long(
-            a.to_long()
+        (Number::Double(_), _) | (_, Number::Double(_)) => Number::Double(a.to_f64() % b.to_f64()),
+        (Number::Int32(p), Number::Int32(q)) => Number::Int32(p.wrapping_rem(q)),
+        _ => Number::Int64(
+            a.integral()
                 .unwrap_or(0)
-                .wrapping_rem(b.to_long().unwrap_or(1)),
+                .wrapping_rem(b.integral().unwrap_or(1)),
         ),
     };
     owned(result.into_bson())
