@@ -319,10 +319,10 @@ pub fn all_values<S: AsRef<str>>(value: &Bson, path: &[S], out: &mut Vec<Bson>) 
 
 /// The value at `path` following documents only; an array or a scalar on
 /// the way means missing.
-pub fn get_in_documents<'a, S: AsRef<str>>(
-    doc: &'a Document,
+pub fn get_in_documents<S: AsRef<str>>(
+    doc: &Document,
     path: impl IntoIterator<Item = S>,
-) -> Option<&'a Bson> {
+) -> Option<&Bson> {
     let mut parts = path.into_iter();
     let first = parts.next()?;
     let value = doc.get(first.as_ref())?;
@@ -331,10 +331,10 @@ pub fn get_in_documents<'a, S: AsRef<str>>(
 
 /// [`get_in_documents`] starting from any value (a non-document has no
 /// fields).
-pub fn value_in_documents<'a, S: AsRef<str>>(
-    value: &'a Bson,
+pub fn value_in_documents<S: AsRef<str>>(
+    value: &Bson,
     path: impl IntoIterator<Item = S>,
-) -> Option<&'a Bson> {
+) -> Option<&Bson> {
     let mut current = value;
     for part in path {
         let Bson::Document(doc) = current else {
