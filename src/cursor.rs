@@ -370,7 +370,7 @@ pub fn cursor_batch_size(cmd: &str, body: &Document) -> Result<Option<usize>> {
             Some(v) => match crate::query::compare::number_as_i64(v) {
                 Some(n) if n >= 0 => Ok(Some(n as usize)),
                 _ => Err(Error::new(
-                    ErrorCode::Location51024,
+                    ErrorCode::ValueNegative,
                     format!("BSON field 'batchSize' value must be >= 0, actual value '{v}'"),
                 )),
             },

@@ -10,14 +10,16 @@ use std::fmt;
 use bson::{doc, Document};
 
 macro_rules! error_codes {
-    ($($name:ident = $num:expr,)*) => {
+    ($($(#[$kind:ident])? $name:ident = $num:literal,)*) => {
         /// A MongoDB error code: its number and its `codeName`, as MongoDB
-        /// 7.0 reports them (`src/mongo/base/error_codes.yml`).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        /// 7.0 reports them (`src/mongo/base/error_codes.yml`). Codes marked
+        /// `#[location]` are MongoDB's numbered assertions: the variant names
+        /// what went wrong, clients see `Location<number>` as the `codeName`.
+        #[derive(Debug, Clone, Copy)]
         pub enum ErrorCode {
             $($name,)*
-            /// One of MongoDB's numbered assertion codes without a name of
-            /// its own; its `codeName` is `Location<number>`.
+            /// A numbered assertion code without a name here; its `codeName`
+            /// is `Location<number>`.
             Location(i32),
         }
 
@@ -33,30 +35,76 @@ macro_rules! error_codes {
             /// The name clients see in `codeName`.
             pub fn name(self) -> std::borrow::Cow<'static, str> {
                 match self {
-                    $(ErrorCode::$name => std::borrow::Cow::Borrowed(stringify!($name)),)*
+                    $(ErrorCode::$name => std::borrow::Cow::Borrowed(code_name!($($kind)? $name $num)),)*
                     ErrorCode::Location(n) => std::borrow::Cow::Owned(format!("Location{n}")),
                 }
             }
+
+            /// The code with this number: its named variant when there is
+            /// one. For tables of operators that carry their codes as numbers.
+            pub fn from_number(number: i32) -> ErrorCode {
+                match number {
+                    $($num => ErrorCode::$name,)*
+                    n => ErrorCode::Location(n),
+                }
+            }
+
+            #[cfg(test)]
+            const NUMBERS: &'static [i32] = &[$($num,)*];
         }
     };
 }
 
+/// The `codeName` of a code: its variant name, or `Location<number>` for the
+/// codes marked `#[location]`.
+macro_rules! code_name {
+    (location $name:ident $num:literal) => {
+        concat!("Location", $num)
+    };
+    ($name:ident $num:literal) => {
+        stringify!($name)
+    };
+}
+
+/// Codes are equal when clients cannot tell them apart: by number, so a
+/// named code and `Location(n)` of the same number are the same code.
+impl PartialEq for ErrorCode {
+    fn eq(&self, other: &Self) -> bool {
+        self.number() == other.number()
+    }
+}
+
+impl Eq for ErrorCode {}
+
+impl std::hash::Hash for ErrorCode {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.number().hash(state)
+    }
+}
+
+// Sorted by number. Numbered assertions (`#[location]`) are named by what
+// they mean; clients still see `Location<number>`.
 error_codes! {
     InternalError = 1,
     BadValue = 2,
-    HostUnreachable = 6,
     NoSuchKey = 4,
+    HostUnreachable = 6,
+    UnknownError = 8,
     FailedToParse = 9,
     Unauthorized = 13,
     TypeMismatch = 14,
     Overflow = 15,
     InvalidLength = 16,
+    ProtocolError = 17,
     IllegalOperation = 20,
     EmptyArrayOperation = 21,
     InvalidBSON = 22,
+    AlreadyInitialized = 23,
     NamespaceNotFound = 26,
     IndexNotFound = 27,
     PathNotViable = 28,
+    InvalidPath = 30,
+    CannotBackfillArray = 34,
     ConflictingUpdateOperators = 40,
     CursorNotFound = 43,
     NamespaceExists = 48,
@@ -64,68 +112,279 @@ error_codes! {
     DollarPrefixedFieldName = 52,
     InvalidIdField = 53,
     NotSingleValueField = 54,
+    EmptyFieldName = 56,
     CommandNotFound = 59,
+    ShardKeyNotFound = 61,
     ImmutableField = 66,
     CannotCreateIndex = 67,
     InvalidOptions = 72,
     InvalidNamespace = 73,
+    UnknownReplWriteConcern = 79,
     IndexOptionsConflict = 85,
     IndexKeySpecsConflict = 86,
-    OperationNotSupportedInTransaction = 263,
-    NoSuchTransaction = 251,
-    InvalidIndexSpecificationOption = 197,
-    ProtocolError = 17,
+    UnsatisfiableWriteConcern = 100,
     WriteConflict = 112,
     CommandNotSupported = 115,
     ConflictingOperationInProgress = 117,
     NamespaceNotSharded = 118,
     ExceededMemoryLimit = 146,
     InvalidSyntax = 150,
-    InvalidPath = 30,
+    InvalidPipelineOperator = 168,
+    CannotIndexParallelArrays = 171,
+    InvalidIndexSpecificationOption = 197,
+    QueryFeatureNotAllowed = 224,
+    TransactionTooOld = 225,
+    ConversionFailure = 241,
+    NoSuchTransaction = 251,
+    OperationNotSupportedInTransaction = 263,
+    ClientDisconnect = 279,
+    QueryExceededMemoryLimitNoDiskUseAllowed = 292,
+    #[location] LookupResultTooLarge = 4568,
+    #[location] LetVarsNotObject = 10065,
     BSONObjectTooLarge = 10334,
     DuplicateKey = 11000,
-    Location16410 = 16410,
-    TooManyRequests = 16500,
-    Location17217 = 17217,
-    Location17419 = 17419,
-    QueryExceededMemoryLimitNoDiskUseAllowed = 292,
-    Location31254 = 31254,
-    Location40352 = 40352,
-    Location51270 = 51270,
-    UnknownError = 8,
-    TransactionTooOld = 225,
-    InvalidPipelineOperator = 168,
-    QueryFeatureNotAllowed = 224,
-    EmptyFieldName = 56,
-    CannotBackfillArray = 34,
-    Location40571 = 40571,
-    Location40324 = 40324,
-    Location40323 = 40323,
-    Location13113 = 13113,
-    Location28769 = 28769,
-    ConversionFailure = 241,
-    Location40415 = 40415,
-    Location40414 = 40414,
-    Location51024 = 51024,
-    Location15958 = 15958,
-    Location31253 = 31253,
-    Location31250 = 31250,
-    Location51091 = 51091,
-    Location16554 = 16554,
-    Location16608 = 16608,
-    AlreadyInitialized = 23,
-    ShardKeyNotFound = 61,
-    OutOfDiskSpace = 14031,
-    Location15955 = 15955,
-    Location40602 = 40602,
-    Location5858203 = 5858203,
-    Location40228 = 40228,
-    CannotIndexParallelArrays = 171,
-    AmbiguousIndexKeyPattern = 27000,
-    UnknownReplWriteConcern = 79,
-    UnsatisfiableWriteConcern = 100,
-    ClientDisconnect = 279,
     Interrupted = 11601,
+    #[location] MergeNoMatchingDocument = 13113,
+    OutOfDiskSpace = 14031,
+    #[location] StageGroupInvalidFields = 15947,
+    #[location] GroupUnknownOperator = 15952,
+    #[location] StageGroupMissingId = 15955,
+    #[location] StageLimitNotPositive = 15958,
+    #[location] MatchNotObject = 15959,
+    #[location] ProjectNotObject = 15969,
+    #[location] SortNotObject = 15973,
+    #[location] SortMissingKey = 15976,
+    #[location] StageUnwindWrongType = 15981,
+    #[location] ExpressionWrongLenOfFields = 15983,
+    #[location] FieldPathEmptyComponent = 15998,
+    #[location] ConvertToDateUnsupported = 16006,
+    #[location] OperatorWrongLenOfArgs = 16020,
+    #[location] GroupDuplicateFieldName = 16406,
+    #[location] FieldPathDollarPrefixed = 16410,
+    #[location] FieldPathNullByte = 16411,
+    #[location] FieldPathContainsDot = 16412,
+    #[location] StringTooLong = 16493,
+    TooManyRequests = 16500,
+    #[location] AddNotNumericOrDate = 16554,
+    #[location] MultiplyNotNumeric = 16555,
+    #[location] SubtractBadTypes = 16556,
+    #[location] DivideByZero = 16608,
+    #[location] DivideNotNumeric = 16609,
+    #[location] ModByZero = 16610,
+    #[location] ModNotNumeric = 16611,
+    #[location] AddMoreThanOneDate = 16612,
+    #[location] HashedIndexOnArray = 16766,
+    #[location] VariableNameEmpty = 16866,
+    #[location] VariableNameBadStart = 16867,
+    #[location] VariableNameBadCharacter = 16868,
+    #[location] FieldPathDollarAlone = 16872,
+    #[location] LetNotObject = 16874,
+    #[location] LetUnknownParameter = 16875,
+    #[location] LetMissingVars = 16876,
+    #[location] LetMissingIn = 16877,
+    #[location] StageOutWrongType = 16990,
+    #[location] CondUnknownParameter = 17083,
+    #[location] SizeNotArray = 17124,
+    #[location] DistinctTooBig = 17217,
+    #[location] UndefinedVariable = 17276,
+    #[location] OutToSpecialCollection = 17385,
+    #[location] GroupMemoryLimit = 17419,
+    #[location] DateToStringFormatNotString = 18533,
+    #[location] DateToStringUnknownArgument = 18534,
+    #[location] DateFormatTrailingPercent = 18535,
+    #[location] DateFormatBadCharacter = 18536,
+    #[location] DateToStringYearOutOfRange = 18537,
+    #[location] DateToStringMissingDate = 18628,
+    #[location] DateToStringNotObject = 18629,
+    AmbiguousIndexKeyPattern = 27000,
+    #[location] ExpressionWrongNumberOfArgs = 28667,
+    #[location] AbsOfLongMin = 28680,
+    #[location] StageSampleNotObject = 28745,
+    #[location] StageSampleSizeNotNumber = 28746,
+    #[location] StageSampleSizeNegative = 28747,
+    #[location] StageSampleUnknownOption = 28748,
+    #[location] StageSampleMissingSize = 28749,
+    #[location] LogArgumentNotNumeric = 28756,
+    #[location] LogBaseNotNumeric = 28757,
+    #[location] LogArgumentNotPositive = 28758,
+    #[location] LogBaseInvalid = 28759,
+    #[location] PowBaseNotNumeric = 28762,
+    #[location] PowExponentNotNumeric = 28763,
+    #[location] PowZeroToNegative = 28764,
+    #[location] AbsNotNumeric = 28765,
+    #[location] OutToShardedCollection = 28769,
+    #[location] StageUnwindPathNotString = 28808,
+    #[location] StageUnwindPreserveNotBool = 28809,
+    #[location] StageUnwindIndexFieldBad = 28810,
+    #[location] StageUnwindUnknownOption = 28811,
+    #[location] StageUnwindNoPath = 28812,
+    #[location] StageUnwindNoPrefix = 28818,
+    #[location] StageUnwindIndexFieldDollar = 28822,
+    #[location] StageUnsetInvalidType = 31002,
+    #[location] StageUnsetNoPath = 31119,
+    #[location] StageUnsetArrElementInvalidType = 31120,
+    #[location] ProjectionPathCollision = 31249,
+    #[location] ProjectionPathOverwrite = 31250,
+    #[location] ExclusionExpression = 31252,
+    #[location] ProjectionInclusionInExclusion = 31253,
+    #[location] ProjectionExclusionInInclusion = 31254,
+    #[location] PositionalWithElemMatch = 31255,
+    #[location] ElemMatchWithPositional = 31256,
+    #[location] SliceSkipNotNumber = 31257,
+    #[location] SliceLimitNotNumber = 31258,
+    #[location] SliceLimitNotPositive = 31259,
+    #[location] PositionalWithExpression = 31271,
+    #[location] SliceArrayWrongShape = 31272,
+    #[location] SliceWrongType = 31273,
+    #[location] ElemMatchProjectionNotObject = 31274,
+    #[location] ElemMatchProjectionNested = 31275,
+    #[location] PositionalMoreThanOne = 31276,
+    #[location] PositionalWithLiteral = 31308,
+    #[location] ExclusionWithExpression = 31310,
+    #[location] MergeToSpecialCollection = 31319,
+    #[location] MergeToInternalDatabase = 31320,
+    #[location] OutToInternalDatabase = 31321,
+    #[location] AggregatePositionalProject = 31324,
+    #[location] AggregateElemMatchProject = 31325,
+    #[location] PositionalNotAtEnd = 31394,
+    #[location] ExclusionPositionalProjection = 31395,
+    #[location] UnionWithSubPipelineStage = 31441,
+    #[location] SwitchNotObject = 40060,
+    #[location] SwitchBranchesNotArray = 40061,
+    #[location] SwitchBranchNotObject = 40062,
+    #[location] SwitchBranchUnknownArgument = 40063,
+    #[location] SwitchBranchMissingCase = 40064,
+    #[location] SwitchBranchMissingThen = 40065,
+    #[location] SwitchNoMatchingBranch = 40066,
+    #[location] SwitchUnknownArgument = 40067,
+    #[location] SwitchNoBranches = 40068,
+    #[location] InSecondArgNotArray = 40081,
+    #[location] SortByCountNotExpression = 40147,
+    #[location] SortByCountFieldPath = 40148,
+    #[location] StageCountNotString = 40156,
+    #[location] StageCountBadPrefix = 40158,
+    #[location] StageCountNullByte = 40159,
+    #[location] StageCountContainsDot = 40160,
+    #[location] FacetNotObject = 40169,
+    #[location] FacetPipelineNotArray = 40170,
+    #[location] FacetStageNotObject = 40171,
+    #[location] BucketTooFewBoundaries = 40192,
+    #[location] BucketBoundariesMixedTypes = 40193,
+    #[location] BucketBoundariesNotSorted = 40194,
+    #[location] BucketDefaultNotConstant = 40195,
+    #[location] BucketOutputNotObject = 40196,
+    #[location] BucketUnknownOption = 40197,
+    #[location] BucketMissingRequired = 40198,
+    #[location] BucketDefaultInsideBoundaries = 40199,
+    #[location] BucketBoundariesNotArray = 40200,
+    #[location] BucketNotObject = 40201,
+    #[location] BucketGroupByNotExpression = 40202,
+    #[location] ReplaceRootNotObject = 40228,
+    #[location] ReplaceRootSpecNotObject = 40229,
+    #[location] StageGroupInvalidAccumulator = 40234,
+    #[location] StageGroupFieldContainsDot = 40235,
+    #[location] StageGroupFieldIsOperator = 40236,
+    #[location] StageGroupUnaryOperator = 40237,
+    #[location] StageGroupMultipleAccumulator = 40238,
+    #[location] BucketAutoGroupByNotExpression = 40239,
+    #[location] BucketAutoNotObject = 40240,
+    #[location] BucketAutoBucketsNotNumber = 40241,
+    #[location] BucketAutoBucketsNotInt32 = 40242,
+    #[location] BucketAutoBucketsNotPositive = 40243,
+    #[location] BucketAutoOutputNotObject = 40244,
+    #[location] BucketAutoUnknownOption = 40245,
+    #[location] BucketAutoMissingRequired = 40246,
+    #[location] BucketAutoUnknownGranularity = 40257,
+    #[location] BucketAutoGranularityNonNumeric = 40258,
+    #[location] BucketAutoGranularityNaN = 40259,
+    #[location] BucketAutoGranularityNegative = 40260,
+    #[location] BucketAutoGranularityNotString = 40261,
+    #[location] StageSpecificationNotObject = 40272,
+    #[location] StageNotSingleField = 40323,
+    #[location] StageUnknown = 40324,
+    #[location] EmptyFieldPath = 40352,
+    #[location] FieldPathTrailingDot = 40353,
+    #[location] MergeObjectsNotObject = 40400,
+    #[location] MissingField = 40414,
+    #[location] UnknownField = 40415,
+    #[location] UnknownTimeZone = 40485,
+    #[location] DateFromPartsMixedIso = 40489,
+    #[location] DatePartNotInteger = 40515,
+    #[location] DateFromPartsMissingYear = 40516,
+    #[location] TimezoneNotString = 40517,
+    #[location] DateFromPartsUnknownArgument = 40518,
+    #[location] DateFromPartsNotObject = 40519,
+    #[location] DateToPartsUnknownArgument = 40520,
+    #[location] DateToPartsIsoNotBool = 40521,
+    #[location] DateToPartsMissingDate = 40522,
+    #[location] DateToPartsNotObject = 40524,
+    #[location] DateConversionUnknownOption = 40535,
+    #[location] DateConversionMissingDate = 40539,
+    #[location] DateFromStringNotObject = 40540,
+    #[location] DateFromStringUnknownArgument = 40541,
+    #[location] DateFromStringMissingDateString = 40542,
+    #[location] OpMsgMissingDb = 40571,
+    #[location] StageNotAllowedInFacet = 40600,
+    #[location] StageMustBeLast = 40601,
+    #[location] StageMustBeFirst = 40602,
+    #[location] DateFromStringFormatNotString = 40684,
+    #[location] ValueNegative = 51024,
+    #[location] LookupSubPipelineStage = 51047,
+    #[location] RegexOptionsTwiceInRegex = 51074,
+    #[location] RegexOptionsTwice = 51075,
+    #[location] RoundPrecisionNotIntegral = 51082,
+    #[location] RoundPrecisionOutOfRange = 51083,
+    #[location] RegexInvalid = 51091,
+    #[location] RegexBadOption = 51108,
+    #[location] MergeOnFieldMissing = 51132,
+    #[location] MergeOnElementNotString = 51134,
+    #[location] MergeIntoWrongType = 51178,
+    #[location] StageMergeWrongType = 51182,
+    #[location] MergeOnWrongType = 51186,
+    #[location] MergeOnEmpty = 51187,
+    #[location] MergeModesUnsupported = 51189,
+    #[location] MergeWhenMatchedWrongType = 51191,
+    #[location] MergeLetWithoutPipeline = 51199,
+    #[location] PositionalNoMatchingElement = 51246,
+    #[location] PositionalElementMismatch = 51247,
+    #[location] EmptySubProjection = 51270,
+    #[location] EmptyProjection = 51272,
+    #[location] MergeLetReservedNew = 51273,
+    #[location] FacetOutputTooLarge = 4031700,
+    #[location] StageSkipBadValue = 5107200,
+    #[location] StageLimitBadValue = 5107201,
+    #[location] DateDiffNotObject = 5166301,
+    #[location] DateDiffUnknownArgument = 5166302,
+    #[location] DateArgumentNotDate = 5166307,
+    #[location] DateAddNotObject = 5166400,
+    #[location] DateAddUnknownArgument = 5166401,
+    #[location] DateAddMissingArgument = 5166402,
+    #[location] DateAddStartNotDate = 5166403,
+    #[location] DateAddUnitNotString = 5166404,
+    #[location] DateAddAmountNotInteger = 5166405,
+    #[location] ProjectionFieldInvalid = 5392900,
+    #[location] DateTruncNotObject = 5439007,
+    #[location] DateTruncUnknownArgument = 5439008,
+    #[location] DateTruncDateNotDate = 5439012,
+    #[location] DateUnitNotString = 5439013,
+    #[location] DateUnitUnknown = 5439014,
+    #[location] DateStartOfWeekNotString = 5439015,
+    #[location] DateStartOfWeekUnknown = 5439016,
+    #[location] DateTruncBinSizeNotInt64 = 5439017,
+    #[location] DateTruncBinSizeNotPositive = 5439018,
+    #[location] MatchOperatorInExpression = 5626500,
+    #[location] MergeIntoEmpty = 5786800,
+    #[location] MergeIntoCollEmpty = 5786801,
+    #[location] NAccumulatorNotObject = 5787801,
+    #[location] NAccumulatorUnknownArgument = 5787901,
+    #[location] NAccumulatorNNotIntegral = 5787902,
+    #[location] NAccumulatorMissingN = 5787906,
+    #[location] NAccumulatorMissingInput = 5787907,
+    #[location] NAccumulatorNNotPositive = 5787908,
+    #[location] NAccumulatorUnexpectedN = 5788002,
+    #[location] NAccumulatorMissingOutput = 5788004,
+    #[location] NAccumulatorSortByNotObject = 5788604,
+    #[location] ArrayExpected = 5858203,
 }
 
 /// A failure to report to the client as `{ok: 0, errmsg, code, codeName}`.
@@ -267,6 +526,37 @@ mod tests {
         assert_eq!(ErrorCode::DuplicateKey.number(), 11000);
         assert_eq!(ErrorCode::Location(31249).number(), 31249);
         assert_eq!(ErrorCode::Location(31249).name(), "Location31249");
+    }
+
+    #[test]
+    fn numbered_assertions_keep_their_location_code_name() {
+        assert_eq!(ErrorCode::StageGroupMissingId.number(), 15955);
+        assert_eq!(ErrorCode::StageGroupMissingId.name(), "Location15955");
+        assert_eq!(
+            ErrorCode::from_number(15955),
+            ErrorCode::StageGroupMissingId
+        );
+        assert!(matches!(
+            ErrorCode::from_number(15955),
+            ErrorCode::StageGroupMissingId
+        ));
+        assert_eq!(ErrorCode::Location(15955), ErrorCode::StageGroupMissingId);
+        assert!(matches!(
+            ErrorCode::from_number(1),
+            ErrorCode::InternalError
+        ));
+        assert!(matches!(
+            ErrorCode::from_number(424242),
+            ErrorCode::Location(424242)
+        ));
+    }
+
+    #[test]
+    fn codes_are_sorted_and_unique() {
+        assert!(ErrorCode::NUMBERS.windows(2).all(|w| w[0] < w[1]));
+        for &n in ErrorCode::NUMBERS {
+            assert!(!matches!(ErrorCode::from_number(n), ErrorCode::Location(_)));
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{type_name, Number};
 use crate::query::expr::Expr;
 use crate::query::filter::{Filter, MatchDetails};
+use crate::query::path::get_in_documents;
 use crate::query::projection::Projection;
 use crate::query::size::{measure, Shape, SizeBudget};
 use crate::query::sort::SortSpec;
@@ -42,8 +43,8 @@ pub(super) static STAGES: &[(&str, StageParser)] = &[
     ("$unwind", parse_unwind),
 ];
 
-fn loc(code: i32, message: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), message)
+fn loc(code: ErrorCode, message: impl Into<String>) -> Error {
+    Error::new(code, message)
 }
 
 /// Evaluates with the pipeline's `let` variables when there are any.
@@ -77,14 +78,14 @@ struct Match {
 fn parse_match(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
         return Err(loc(
-            15959,
+            ErrorCode::MatchNotObject,
             "the match filter must be an expression in an object",
         ));
     };
     for key in ["$where", "$near", "$nearSphere"] {
         if spec.contains_key(key) {
             return Err(loc(
-                5626500,
+                ErrorCode::MatchOperatorInExpression,
                 format!("{key} is not allowed inside of a $match aggregation expression"),
             ));
         }
@@ -124,11 +125,14 @@ struct Project {
 
 fn parse_project(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
-        return Err(loc(15969, "$project specification must be an object"));
+        return Err(loc(
+            ErrorCode::ProjectNotObject,
+            "$project specification must be an object",
+        ));
     };
     if spec.is_empty() {
         return Err(loc(
-            51272,
+            ErrorCode::EmptyProjection,
             "Invalid $project :: caused by :: projection specification must have at least one \
              field",
         ));
@@ -159,7 +163,7 @@ fn aggregation_projection(spec: &Document) -> Result<Document> {
     for (name, value) in spec {
         if name.ends_with(".$") || name == "$" {
             return Err(loc(
-                31324,
+                ErrorCode::AggregatePositionalProject,
                 "Invalid $project :: caused by :: Cannot use positional projection in \
                  aggregation projection",
             ));
@@ -168,7 +172,7 @@ fn aggregation_projection(spec: &Document) -> Result<Document> {
             Bson::Document(sub) if sub.len() == 1 => match sub.iter().next() {
                 Some((op, _)) if op == "$elemMatch" => {
                     return Err(loc(
-                        31325,
+                        ErrorCode::AggregateElemMatchProject,
                         "Invalid $project :: caused by :: Cannot use $elemMatch projection in \
                          aggregation projection",
                     ))
@@ -199,7 +203,7 @@ fn parse_unset(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
             for item in items {
                 let Bson::String(s) = item else {
                     return Err(loc(
-                        31120,
+                        ErrorCode::StageUnsetArrElementInvalidType,
                         "$unset specification must be a string or an array containing only \
                          string values",
                     ));
@@ -210,14 +214,14 @@ fn parse_unset(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
         }
         _ => {
             return Err(loc(
-                31002,
+                ErrorCode::StageUnsetInvalidType,
                 "$unset specification must be a string or an array",
             ))
         }
     };
     if fields.is_empty() {
         return Err(loc(
-            31119,
+            ErrorCode::StageUnsetNoPath,
             "$unset specification must be a string or an array with at least one field",
         ));
     }
@@ -225,12 +229,15 @@ fn parse_unset(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
     for f in &fields {
         if f.is_empty() {
             return Err(loc(
-                40352,
+                ErrorCode::EmptyFieldPath,
                 "FieldPath cannot be constructed with empty string",
             ));
         }
         if f.starts_with('$') {
-            return Err(loc(16410, "FieldPath field names may not start with '$'."));
+            return Err(loc(
+                ErrorCode::FieldPathDollarPrefixed,
+                "FieldPath field names may not start with '$'.",
+            ));
         }
         spec.insert(f.clone(), 0);
     }
@@ -289,7 +296,7 @@ fn parse_add_fields_as(
 ) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
         return Err(loc(
-            40272,
+            ErrorCode::StageSpecificationNotObject,
             format!(
                 "{name} specification stage must be an object, got {}",
                 type_name(arg)
@@ -316,20 +323,20 @@ fn collect_setters(
     for (name, value) in spec {
         if name.is_empty() {
             return Err(loc(
-                40352,
+                ErrorCode::EmptyFieldPath,
                 "FieldPath cannot be constructed with empty string",
             ));
         }
         if name.starts_with('$') {
             return Err(loc(
-                16410,
+                ErrorCode::FieldPathDollarPrefixed,
                 "FieldPath field names may not start with '$'. Consider using $getField or $setField.",
             ));
         }
         let parts: Vec<String> = name.split('.').map(str::to_string).collect();
         if parts.iter().any(String::is_empty) {
             return Err(loc(
-                15998,
+                ErrorCode::FieldPathEmptyComponent,
                 "FieldPath field names may not be empty strings.",
             ));
         }
@@ -478,7 +485,7 @@ struct ReplaceRoot {
 fn parse_replace_root(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
         return Err(loc(
-            40229,
+            ErrorCode::ReplaceRootSpecNotObject,
             format!(
                 "expected an object as specification for $replaceRoot stage, got {}",
                 type_name(arg)
@@ -491,14 +498,14 @@ fn parse_replace_root(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> 
             new_root = Some(v);
         } else {
             return Err(Error::new(
-                ErrorCode::Location40415,
+                ErrorCode::UnknownField,
                 format!("BSON field '$replaceRoot.{k}' is an unknown field."),
             ));
         }
     }
     let Some(new_root) = new_root else {
         return Err(Error::new(
-            ErrorCode::Location(40414),
+            ErrorCode::MissingField,
             "BSON field '$replaceRoot.newRoot' is missing but a required field",
         ));
     };
@@ -534,7 +541,7 @@ impl Stage for ReplaceRoot {
                     None => ("MISSING".to_string(), "missing"),
                 };
                 Err(Error::new(
-                    ErrorCode::Location40228,
+                    ErrorCode::ReplaceRootNotObject,
                     format!(
                         "'newRoot' expression must evaluate to an object, but resulting value \
                          was: {value}. Type of resulting value: '{ty}'. Input document: {d}"
@@ -575,7 +582,7 @@ fn parse_unwind(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
                         Bson::String(s) => path = Some(s.clone()),
                         _ => {
                             return Err(loc(
-                                28808,
+                                ErrorCode::StageUnwindPathNotString,
                                 format!(
                                     "expected a string as the path for $unwind stage, got {}",
                                     type_name(v)
@@ -587,7 +594,7 @@ fn parse_unwind(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
                         Bson::String(s) => {
                             if s.starts_with('$') {
                                 return Err(loc(
-                                    28822,
+                                    ErrorCode::StageUnwindIndexFieldDollar,
                                     format!(
                                         "includeArrayIndex option to $unwind stage should not \
                                          be prefixed with a '$': {s}"
@@ -598,7 +605,7 @@ fn parse_unwind(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
                         }
                         _ => {
                             return Err(loc(
-                                28810,
+                                ErrorCode::StageUnwindIndexFieldBad,
                                 format!(
                                     "expected a non-empty string for the includeArrayIndex \
                                      option to $unwind stage, got {}",
@@ -611,7 +618,7 @@ fn parse_unwind(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
                         Bson::Boolean(b) => preserve = *b,
                         _ => {
                             return Err(loc(
-                                28809,
+                                ErrorCode::StageUnwindPreserveNotBool,
                                 format!(
                                     "expected a boolean for the preserveNullAndEmptyArrays \
                                      option to $unwind stage, got {}",
@@ -622,20 +629,23 @@ fn parse_unwind(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
                     },
                     other => {
                         return Err(loc(
-                            28811,
+                            ErrorCode::StageUnwindUnknownOption,
                             format!("unrecognized option to $unwind stage: {other}"),
                         ))
                     }
                 }
             }
             let Some(path) = path else {
-                return Err(loc(28812, "no path specified to $unwind stage"));
+                return Err(loc(
+                    ErrorCode::StageUnwindNoPath,
+                    "no path specified to $unwind stage",
+                ));
             };
             (path, index.filter(|s| !s.is_empty()), preserve)
         }
         other => {
             return Err(loc(
-                15981,
+                ErrorCode::StageUnwindWrongType,
                 format!(
                     "expected either a string or an object as specification for $unwind \
                      stage, got {}",
@@ -646,36 +656,27 @@ fn parse_unwind(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
     };
     let Some(field) = path.strip_prefix('$') else {
         return Err(loc(
-            28818,
+            ErrorCode::StageUnwindNoPrefix,
             format!("path option to $unwind stage should be prefixed with a '$': {path}"),
         ));
     };
     if field.is_empty() || field.split('.').any(str::is_empty) {
         return Err(loc(
-            40352,
+            ErrorCode::EmptyFieldPath,
             "FieldPath cannot be constructed with empty string",
         ));
     }
     if field.starts_with('$') {
-        return Err(loc(16410, "FieldPath field names may not start with '$'."));
+        return Err(loc(
+            ErrorCode::FieldPathDollarPrefixed,
+            "FieldPath field names may not start with '$'.",
+        ));
     }
     Ok(Box::new(Unwind {
         path: field.split('.').map(str::to_string).collect(),
         index_field: index_field.clone(),
         preserve,
     }))
-}
-
-fn get_path<'a>(doc: &'a Document, path: &[String]) -> Option<&'a Bson> {
-    let (first, rest) = path.split_first()?;
-    let v = doc.get(first)?;
-    if rest.is_empty() {
-        return Some(v);
-    }
-    match v {
-        Bson::Document(sub) => get_path(sub, rest),
-        _ => None,
-    }
 }
 
 /// The documents one input document unwinds into.
@@ -695,7 +696,7 @@ impl Unwind {
             d
         };
         let one = |d: Document| -> Unwound { Box::new(std::iter::once(Ok(d))) };
-        match get_path(&doc, &self.path) {
+        match get_in_documents(&doc, &self.path) {
             Some(Bson::Array(items)) if !items.is_empty() => {
                 let Some(Bson::Array(items)) = take_path(&mut doc, &self.path) else {
                     return Box::new(std::iter::empty());
@@ -820,8 +821,12 @@ fn parse_count_arg(arg: &Bson) -> std::result::Result<i64, String> {
 struct Skip(u64);
 
 fn parse_skip(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
-    let n = parse_count_arg(arg)
-        .map_err(|m| loc(5107200, format!("invalid argument to $skip stage: {m}")))?;
+    let n = parse_count_arg(arg).map_err(|m| {
+        loc(
+            ErrorCode::StageSkipBadValue,
+            format!("invalid argument to $skip stage: {m}"),
+        )
+    })?;
     Ok(Box::new(Skip(n as u64)))
 }
 
@@ -844,10 +849,17 @@ impl Stage for Skip {
 pub(super) struct Limit(pub(super) u64);
 
 fn parse_limit(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
-    let n = parse_count_arg(arg)
-        .map_err(|m| loc(5107201, format!("invalid argument to $limit stage: {m}")))?;
+    let n = parse_count_arg(arg).map_err(|m| {
+        loc(
+            ErrorCode::StageLimitBadValue,
+            format!("invalid argument to $limit stage: {m}"),
+        )
+    })?;
     if n == 0 {
-        return Err(loc(15958, "the limit must be positive"));
+        return Err(loc(
+            ErrorCode::StageLimitNotPositive,
+            "the limit must be positive",
+        ));
     }
     Ok(Box::new(Limit(n as u64)))
 }
@@ -883,19 +895,34 @@ struct Count {
 
 fn parse_count(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::String(field) = arg else {
-        return Err(loc(40156, "the count field must be a non-empty string"));
+        return Err(loc(
+            ErrorCode::StageCountNotString,
+            "the count field must be a non-empty string",
+        ));
     };
     if field.is_empty() {
-        return Err(loc(40156, "the count field must be a non-empty string"));
+        return Err(loc(
+            ErrorCode::StageCountNotString,
+            "the count field must be a non-empty string",
+        ));
     }
     if field.starts_with('$') {
-        return Err(loc(40158, "the count field cannot be a $-prefixed path"));
+        return Err(loc(
+            ErrorCode::StageCountBadPrefix,
+            "the count field cannot be a $-prefixed path",
+        ));
     }
     if field.contains('\0') {
-        return Err(loc(40159, "the count field cannot contain a null byte"));
+        return Err(loc(
+            ErrorCode::StageCountNullByte,
+            "the count field cannot contain a null byte",
+        ));
     }
     if field.contains('.') {
-        return Err(loc(40160, "the count field cannot contain '.'"));
+        return Err(loc(
+            ErrorCode::StageCountContainsDot,
+            "the count field cannot contain '.'",
+        ));
     }
     Ok(Box::new(Count {
         field: field.clone(),
@@ -974,10 +1001,16 @@ pub fn sort(spec: SortSpec) -> Box<dyn Stage> {
 
 fn parse_sort(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
-        return Err(loc(15973, "the $sort key specification must be an object"));
+        return Err(loc(
+            ErrorCode::SortNotObject,
+            "the $sort key specification must be an object",
+        ));
     };
     if spec.is_empty() {
-        return Err(loc(15976, "$sort stage must have at least one sort key"));
+        return Err(loc(
+            ErrorCode::SortMissingKey,
+            "$sort stage must have at least one sort key",
+        ));
     }
     Ok(sort(SortSpec::parse(spec)?))
 }
@@ -1104,13 +1137,13 @@ fn parse_sort_by_count(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>>
             if d.keys().next().is_some_and(|k| k.starts_with('$')) && d.len() == 1 => {}
         Bson::Document(_) => {
             return Err(loc(
-                40147,
+                ErrorCode::SortByCountNotExpression,
                 "the sortByCount field must be defined as a $-prefixed path or an expression",
             ))
         }
         _ => {
             return Err(loc(
-                40148,
+                ErrorCode::SortByCountFieldPath,
                 "the sortByCount field must be defined as a $-prefixed path or an expression",
             ))
         }
@@ -1156,7 +1189,7 @@ struct Documents {
 fn parse_documents(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     let value = eval(&Expr::parse(arg)?, &Document::new(), &ctx.vars)?;
     let Some(Bson::Array(items)) = value else {
-        return Err(loc(5858203, "an array is expected"));
+        return Err(loc(ErrorCode::ArrayExpected, "an array is expected"));
     };
     let mut docs = Vec::with_capacity(items.len());
     for item in items {
@@ -1164,7 +1197,7 @@ fn parse_documents(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
             Bson::Document(d) => docs.push(d),
             other => {
                 return Err(Error::new(
-                    ErrorCode::Location40228,
+                    ErrorCode::ReplaceRootNotObject,
                     format!(
                         "'newRoot' expression must evaluate to an object, but resulting value \
                          was: {other}. Type of resulting value: '{}'. Input document: {{}}",
@@ -1204,21 +1237,30 @@ struct Sample(usize);
 fn parse_sample(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
         return Err(loc(
-            28745,
+            ErrorCode::StageSampleNotObject,
             "the $sample stage specification must be an object",
         ));
     };
     let mut size = None;
     for (k, v) in spec {
         if k != "size" {
-            return Err(loc(28748, format!("unrecognized option to $sample: {k}")));
+            return Err(loc(
+                ErrorCode::StageSampleUnknownOption,
+                format!("unrecognized option to $sample: {k}"),
+            ));
         }
         let Some(n) = Number::of(v) else {
-            return Err(loc(28746, "size argument to $sample must be a number"));
+            return Err(loc(
+                ErrorCode::StageSampleSizeNotNumber,
+                "size argument to $sample must be a number",
+            ));
         };
         let f = n.to_f64();
         if f < 0.0 {
-            return Err(loc(28747, "size argument to $sample must not be negative"));
+            return Err(loc(
+                ErrorCode::StageSampleSizeNegative,
+                "size argument to $sample must not be negative",
+            ));
         }
         size = Some(if f >= usize::MAX as f64 {
             usize::MAX
@@ -1227,7 +1269,10 @@ fn parse_sample(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
         });
     }
     let Some(size) = size else {
-        return Err(loc(28749, "$sample stage must specify a size"));
+        return Err(loc(
+            ErrorCode::StageSampleMissingSize,
+            "$sample stage must specify a size",
+        ));
     };
     Ok(Box::new(Sample(size)))
 }

@@ -48,8 +48,8 @@ pub(super) static STAGES: &[(&str, StageParser)] = &[
     ("$group", parse_group),
 ];
 
-fn loc(code: i32, message: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), message)
+fn loc(code: ErrorCode, message: impl Into<String>) -> Error {
+    Error::new(code, message)
 }
 
 /// Bytes charged per group and per accumulator state besides their values.
@@ -129,29 +129,32 @@ pub const ACCUMULATORS: &[&str] = &[
 fn parse_accumulator(field: &str, spec: &Bson) -> Result<Accumulator> {
     let Bson::Document(spec) = spec else {
         return Err(loc(
-            40234,
+            ErrorCode::StageGroupInvalidAccumulator,
             format!("The field '{field}' must be an accumulator object"),
         ));
     };
     if spec.len() != 1 {
         return Err(loc(
-            40238,
+            ErrorCode::StageGroupMultipleAccumulator,
             format!("The field '{field}' must specify one accumulator"),
         ));
     }
     let Some((name, arg)) = spec.iter().next() else {
         return Err(loc(
-            40238,
+            ErrorCode::StageGroupMultipleAccumulator,
             format!("The field '{field}' must specify one accumulator"),
         ));
     };
     if !ACCUMULATORS.contains(&name.as_str()) {
-        return Err(loc(15952, format!("unknown group operator '{name}'")));
+        return Err(loc(
+            ErrorCode::GroupUnknownOperator,
+            format!("unknown group operator '{name}'"),
+        ));
     }
     let unary = |arg: &Bson| -> Result<Expr> {
         if matches!(arg, Bson::Array(_)) {
             return Err(loc(
-                40237,
+                ErrorCode::StageGroupUnaryOperator,
                 format!("The {name} accumulator is a unary operator"),
             ));
         }
@@ -186,7 +189,7 @@ fn parse_accumulator(field: &str, spec: &Bson) -> Result<Accumulator> {
             } else {
                 if args.contains_key("n") {
                     return Err(loc(
-                        5788002,
+                        ErrorCode::NAccumulatorUnexpectedN,
                         format!("Unknown argument for '{name}' operator: n"),
                     ));
                 }
@@ -194,13 +197,13 @@ fn parse_accumulator(field: &str, spec: &Bson) -> Result<Accumulator> {
             };
             let Some(Bson::Document(sort)) = args.get("sortBy") else {
                 return Err(loc(
-                    5788604,
+                    ErrorCode::NAccumulatorSortByNotObject,
                     format!("{name} requires 'sortBy' to be an object"),
                 ));
             };
             let Some(output) = args.get("output") else {
                 return Err(loc(
-                    5788004,
+                    ErrorCode::NAccumulatorMissingOutput,
                     format!("Missing value for 'output' in {name}"),
                 ));
             };
@@ -217,7 +220,10 @@ fn parse_accumulator(field: &str, spec: &Bson) -> Result<Accumulator> {
             let args = n_args(name, arg, &["n", "input"])?;
             let n = parse_n(name, args.get("n"))?;
             let Some(input) = args.get("input") else {
-                return Err(loc(5787907, format!("Missing value for 'input' in {name}")));
+                return Err(loc(
+                    ErrorCode::NAccumulatorMissingInput,
+                    format!("Missing value for 'input' in {name}"),
+                ));
             };
             let op = match name.as_str() {
                 "$firstN" => Op::FirstN(n),
@@ -227,7 +233,12 @@ fn parse_accumulator(field: &str, spec: &Bson) -> Result<Accumulator> {
             };
             (op, Expr::parse(input)?)
         }
-        other => return Err(loc(15952, format!("unknown group operator '{other}'"))),
+        other => {
+            return Err(loc(
+                ErrorCode::GroupUnknownOperator,
+                format!("unknown group operator '{other}'"),
+            ))
+        }
     };
     Ok(Accumulator {
         field: field.to_string(),
@@ -239,7 +250,7 @@ fn parse_accumulator(field: &str, spec: &Bson) -> Result<Accumulator> {
 fn n_args<'a>(name: &str, arg: &'a Bson, allowed: &[&str]) -> Result<&'a Document> {
     let Bson::Document(args) = arg else {
         return Err(loc(
-            5787801,
+            ErrorCode::NAccumulatorNotObject,
             format!(
                 "specification must be an object; found {arg} of type {}",
                 type_name(arg)
@@ -249,7 +260,7 @@ fn n_args<'a>(name: &str, arg: &'a Bson, allowed: &[&str]) -> Result<&'a Documen
     for k in args.keys() {
         if !allowed.contains(&k.as_str()) {
             return Err(loc(
-                5787901,
+                ErrorCode::NAccumulatorUnknownArgument,
                 format!("Unknown argument for '{name}' operator: {k}"),
             ));
         }
@@ -260,7 +271,10 @@ fn n_args<'a>(name: &str, arg: &'a Bson, allowed: &[&str]) -> Result<&'a Documen
 /// `n` of the N-accumulators: a constant positive integer.
 fn parse_n(name: &str, n: Option<&Bson>) -> Result<usize> {
     let Some(n) = n else {
-        return Err(loc(5787906, format!("Missing value for 'n' in {name}")));
+        return Err(loc(
+            ErrorCode::NAccumulatorMissingN,
+            format!("Missing value for 'n' in {name}"),
+        ));
     };
     let value = Expr::parse(n)?.evaluate(&Document::new())?;
     let int = match Number::of(&value) {
@@ -269,14 +283,14 @@ fn parse_n(name: &str, n: Option<&Bson>) -> Result<usize> {
         Some(x) if x.to_f64().fract() == 0.0 && x.to_f64().abs() < 9.0e18 => x.to_f64() as i64,
         _ => {
             return Err(loc(
-                5787902,
+                ErrorCode::NAccumulatorNNotIntegral,
                 format!("Value for 'n' must be of integral type, but found {value}"),
             ))
         }
     };
     if int <= 0 {
         return Err(loc(
-            5787908,
+            ErrorCode::NAccumulatorNNotPositive,
             format!("'n' must be greater than 0, found {int}"),
         ));
     }
@@ -532,7 +546,7 @@ fn merge_object(into: &mut Document, size: &mut SizeBudget, v: Option<Bson>) -> 
             Ok(())
         }
         Some(other) => Err(loc(
-            40400,
+            ErrorCode::MergeObjectsNotObject,
             format!(
                 "$mergeObjects requires object inputs, but input {other} is of type {}",
                 type_name(&other)
@@ -1012,7 +1026,7 @@ impl GroupSpec {
                     (Some(w), _) => Ok(w[0].clone()),
                     (None, Some(d)) => Ok(d.clone()),
                     (None, None) => Err(loc(
-                        40066,
+                        ErrorCode::SwitchNoMatchingBranch,
                         "$switch could not find a matching branch for an input, and no \
                          default was specified.",
                     )),
@@ -1272,25 +1286,25 @@ fn parse_accumulators<'a>(
     for (name, spec) in fields {
         if name.is_empty() {
             return Err(loc(
-                40352,
+                ErrorCode::EmptyFieldPath,
                 "FieldPath cannot be constructed with empty string",
             ));
         }
         if name.starts_with('$') {
             return Err(loc(
-                40236,
+                ErrorCode::StageGroupFieldIsOperator,
                 format!("The field name '{name}' cannot be an operator name"),
             ));
         }
         if name.contains('.') {
             return Err(loc(
-                40235,
+                ErrorCode::StageGroupFieldContainsDot,
                 format!("The field name '{name}' cannot contain '.'"),
             ));
         }
         if accs.iter().any(|a| &a.field == name) {
             return Err(loc(
-                16406,
+                ErrorCode::GroupDuplicateFieldName,
                 format!("duplicate field name specified: {name}"),
             ));
         }
@@ -1302,13 +1316,13 @@ fn parse_accumulators<'a>(
 fn parse_group(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
         return Err(loc(
-            15947,
+            ErrorCode::StageGroupInvalidFields,
             "a group's fields must be specified in an object",
         ));
     };
     let Some(id) = spec.get("_id") else {
         return Err(Error::new(
-            ErrorCode::Location15955,
+            ErrorCode::StageGroupMissingId,
             "a group specification must include an _id",
         ));
     };
@@ -1401,7 +1415,7 @@ impl Stage for SortByCount {
 fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
         return Err(loc(
-            40201,
+            ErrorCode::BucketNotObject,
             format!(
                 "Argument to $bucket stage must be an object, but found type: {}.",
                 type_name(arg)
@@ -1417,7 +1431,7 @@ fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
             "output" => output = Some(v),
             other => {
                 return Err(loc(
-                    40197,
+                    ErrorCode::BucketUnknownOption,
                     format!("Unrecognized option to $bucket: {other}."),
                 ))
             }
@@ -1425,14 +1439,14 @@ fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     }
     let (Some(group_by), Some(boundaries)) = (group_by, boundaries) else {
         return Err(loc(
-            40198,
+            ErrorCode::BucketMissingRequired,
             "$bucket requires 'groupBy' and 'boundaries' to be specified.",
         ));
     };
-    check_group_by(group_by, 40202, "$bucket")?;
+    check_group_by(group_by, ErrorCode::BucketGroupByNotExpression, "$bucket")?;
     let Bson::Array(raw) = boundaries else {
         return Err(loc(
-            40200,
+            ErrorCode::BucketBoundariesNotArray,
             format!(
                 "The $bucket 'boundaries' field must be an array, but found type: {}.",
                 type_name(boundaries)
@@ -1444,7 +1458,7 @@ fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
         let e = Expr::parse(b)?;
         if !e.is_constant() {
             return Err(loc(
-                40201,
+                ErrorCode::BucketNotObject,
                 format!(
                     "The $bucket 'boundaries' field must be an array of constant values, but \
                      found value: {b}."
@@ -1455,7 +1469,7 @@ fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     }
     if bounds.len() < 2 {
         return Err(loc(
-            40192,
+            ErrorCode::BucketTooFewBoundaries,
             format!(
                 "The $bucket 'boundaries' field must have at least 2 values, but found {} \
                  value(s).",
@@ -1466,7 +1480,7 @@ fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     for w in bounds.windows(2) {
         if !same_type(&w[0], &w[1]) {
             return Err(loc(
-                40193,
+                ErrorCode::BucketBoundariesMixedTypes,
                 format!(
                     "All values in the the 'boundaries' option to $bucket must have the same \
                      type. Found conflicting types {} and {}.",
@@ -1477,7 +1491,7 @@ fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
         }
         if !compare(&w[0], &w[1]).is_lt() {
             return Err(loc(
-                40194,
+                ErrorCode::BucketBoundariesNotSorted,
                 format!(
                     "The 'boundaries' option to $bucket must be sorted in ascending order, but \
                      elements {} and {} are not in ascending order ({} is not less than {}).",
@@ -1491,7 +1505,7 @@ fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
             let e = Expr::parse(d)?;
             if !e.is_constant() {
                 return Err(loc(
-                    40195,
+                    ErrorCode::BucketDefaultNotConstant,
                     format!("The $bucket 'default' field must be a constant expression, but found: {d}."),
                 ));
             }
@@ -1499,7 +1513,7 @@ fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
             let (lo, hi) = (&bounds[0], &bounds[bounds.len() - 1]);
             if same_type(&v, lo) && compare(&v, lo).is_ge() && compare(&v, hi).is_lt() {
                 return Err(loc(
-                    40199,
+                    ErrorCode::BucketDefaultInsideBoundaries,
                     "The $bucket 'default' field must be less than the lowest boundary or \
                      greater than or equal to the highest boundary.",
                 ));
@@ -1508,7 +1522,7 @@ fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
         }
         None => None,
     };
-    let accs = bucket_output(output, 40196, "$bucket")?;
+    let accs = bucket_output(output, ErrorCode::BucketOutputNotObject, "$bucket")?;
     Ok(Box::new(Group {
         spec: Arc::new(GroupSpec {
             key: KeyFn::Bucket {
@@ -1525,7 +1539,7 @@ fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     }))
 }
 
-fn check_group_by(group_by: &Bson, code: i32, stage: &str) -> Result<()> {
+fn check_group_by(group_by: &Bson, code: ErrorCode, stage: &str) -> Result<()> {
     let ok = match group_by {
         Bson::String(s) => s.starts_with('$'),
         Bson::Document(d) => d.len() == 1 && d.keys().all(|k| k.starts_with('$')),
@@ -1546,7 +1560,7 @@ fn check_group_by(group_by: &Bson, code: i32, stage: &str) -> Result<()> {
 
 /// `output` of `$bucket`/`$bucketAuto`: accumulators, `{count: {$sum: 1}}`
 /// when absent.
-fn bucket_output(output: Option<&Bson>, code: i32, stage: &str) -> Result<Vec<Accumulator>> {
+fn bucket_output(output: Option<&Bson>, code: ErrorCode, stage: &str) -> Result<Vec<Accumulator>> {
     match output {
         None => Ok(vec![parse_accumulator(
             "count",
@@ -1612,7 +1626,7 @@ impl Granularity {
             "1-2-5" => Granularity::Series(ONE_TWO_FIVE),
             other => {
                 return Err(loc(
-                    40257,
+                    ErrorCode::BucketAutoUnknownGranularity,
                     format!("Rounding granularity not recognized: {other}"),
                 ))
             }
@@ -1622,7 +1636,7 @@ impl Granularity {
     fn number(v: &Bson) -> Result<f64> {
         let Some(n) = Number::of(v) else {
             return Err(loc(
-                40258,
+                ErrorCode::BucketAutoGranularityNonNumeric,
                 format!(
                     "$bucketAuto can specify a 'granularity' with numeric boundaries only, but \
                      found a value with type: {}",
@@ -1633,14 +1647,14 @@ impl Granularity {
         let f = n.to_f64();
         if f.is_nan() {
             return Err(loc(
-                40259,
+                ErrorCode::BucketAutoGranularityNaN,
                 "$bucketAuto can specify a 'granularity' with numeric boundaries only, but found \
                  a NaN",
             ));
         }
         if f < 0.0 {
             return Err(loc(
-                40260,
+                ErrorCode::BucketAutoGranularityNegative,
                 "$bucketAuto can specify a 'granularity' with non-negative numbers only, but \
                  found a negative number",
             ));
@@ -1708,7 +1722,7 @@ impl Granularity {
 fn parse_bucket_auto(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
         return Err(loc(
-            40240,
+            ErrorCode::BucketAutoNotObject,
             format!(
                 "The argument to $bucketAuto must be an object, but found type: {}.",
                 type_name(arg)
@@ -1724,7 +1738,7 @@ fn parse_bucket_auto(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
             "granularity" => granularity = Some(v),
             other => {
                 return Err(loc(
-                    40245,
+                    ErrorCode::BucketAutoUnknownOption,
                     format!("Unrecognized option to $bucketAuto: {other}."),
                 ))
             }
@@ -1732,14 +1746,18 @@ fn parse_bucket_auto(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     }
     let (Some(group_by), Some(buckets)) = (group_by, buckets) else {
         return Err(loc(
-            40246,
+            ErrorCode::BucketAutoMissingRequired,
             "$bucketAuto requires 'groupBy' and 'buckets' to be specified",
         ));
     };
-    check_group_by(group_by, 40239, "$bucketAuto")?;
+    check_group_by(
+        group_by,
+        ErrorCode::BucketAutoGroupByNotExpression,
+        "$bucketAuto",
+    )?;
     let Some(n) = Number::of(buckets) else {
         return Err(loc(
-            40241,
+            ErrorCode::BucketAutoBucketsNotNumber,
             format!(
                 "The $bucketAuto 'buckets' field must be a numeric value, but found type: {}.",
                 type_name(buckets)
@@ -1749,7 +1767,7 @@ fn parse_bucket_auto(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     let f = n.to_f64();
     if f.fract() != 0.0 || f < f64::from(i32::MIN) || f > f64::from(i32::MAX) {
         return Err(loc(
-            40242,
+            ErrorCode::BucketAutoBucketsNotInt32,
             format!(
                 "The $bucketAuto 'buckets' field must be representable as a 32-bit integer, \
                  but found {buckets}."
@@ -1758,7 +1776,7 @@ fn parse_bucket_auto(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     }
     if f <= 0.0 {
         return Err(loc(
-            40243,
+            ErrorCode::BucketAutoBucketsNotPositive,
             format!("The $bucketAuto 'buckets' field must be greater than 0, but found: {f}."),
         ));
     }
@@ -1767,7 +1785,7 @@ fn parse_bucket_auto(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
         Some(Bson::String(s)) => Some(Granularity::parse(s)?),
         Some(other) => {
             return Err(loc(
-                40261,
+                ErrorCode::BucketAutoGranularityNotString,
                 format!(
                     "The $bucketAuto 'granularity' field must be a string, but found type: {}.",
                     type_name(other)
@@ -1779,7 +1797,7 @@ fn parse_bucket_auto(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
         group_by: Expr::parse(group_by)?,
         spec: Arc::new(BucketAutoSpec {
             buckets: f as usize,
-            accs: bucket_output(output, 40244, "$bucketAuto")?,
+            accs: bucket_output(output, ErrorCode::BucketAutoOutputNotObject, "$bucketAuto")?,
             granularity,
             vars: ctx.vars.clone(),
         }),

@@ -16,6 +16,7 @@ use super::{Context, DocStream, ParseContext, Pipeline, Split, Stage, StageParse
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::type_name;
 use crate::query::expr::Expr;
+use crate::query::path::all_values;
 
 /// The most the documents one `$lookup` joins may take (MongoDB's
 /// `internalLookupStageIntermediateDocumentMaxSizeBytes`).
@@ -140,7 +141,7 @@ fn parse_lookup(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
         let_vars.push((name.clone(), Expr::parse(value)?));
     }
     if let Some(stages) = &pipeline {
-        check_sub_stages(stages, "$lookup", 51047)?;
+        check_sub_stages(stages, "$lookup", ErrorCode::LookupSubPipelineStage)?;
         // Parse once now so a bad sub-pipeline fails the command, not the
         // first document. Variables get placeholder values.
         let mut vars = pctx.vars.clone();
@@ -201,7 +202,7 @@ impl Lookup {
             bytes = bytes.saturating_add(doc_size(&d));
             if bytes > LOOKUP_MAX_BYTES {
                 return Err(Error::new(
-                    ErrorCode::Location(4568),
+                    ErrorCode::LookupResultTooLarge,
                     format!(
                         "Total size of documents in {} matching pipeline's $lookup stage \
                          exceeds {LOOKUP_MAX_BYTES} bytes",
@@ -260,7 +261,7 @@ fn join_predicate(input: &Document, local: &str, foreign: &str) -> Document {
     let mut values = Vec::new();
     if let Some((head, rest)) = path.split_first() {
         if let Some(value) = input.get(*head) {
-            values_at_path(value, rest, &mut values);
+            all_values(value, rest, &mut values);
         }
     }
     if values.is_empty() {
@@ -282,35 +283,6 @@ fn join_predicate(input: &Document, local: &str, foreign: &str) -> Document {
         return doc! { "$or": alternatives };
     }
     doc! { foreign: { "$in": values } }
-}
-
-/// Every value at `path`, arrays along the way and at the end expanded
-/// one level (MongoDB's `visitAllValuesAtPath`).
-fn values_at_path(value: &Bson, path: &[&str], out: &mut Vec<Bson>) {
-    let Some((head, rest)) = path.split_first() else {
-        match value {
-            Bson::Array(items) => out.extend(items.iter().cloned()),
-            other => out.push(other.clone()),
-        }
-        return;
-    };
-    match value {
-        Bson::Document(d) => {
-            if let Some(next) = d.get(*head) {
-                values_at_path(next, rest, out);
-            }
-        }
-        Bson::Array(items) => {
-            for item in items {
-                if let Bson::Document(d) = item {
-                    if let Some(next) = d.get(*head) {
-                        values_at_path(next, rest, out);
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
 }
 
 /// Sets a dotted path, replacing anything that is not a document on the
@@ -398,12 +370,12 @@ fn collectionless_check(pipeline: Option<&[Document]>, stage: &str) -> Result<()
 
 /// Refuses writing stages inside a `$lookup` / `$unionWith` sub-pipeline,
 /// with the code MongoDB uses for each parent.
-fn check_sub_stages(stages: &[Document], parent: &str, code: i32) -> Result<()> {
+fn check_sub_stages(stages: &[Document], parent: &str, code: ErrorCode) -> Result<()> {
     for stage in stages {
         if let Some(name) = stage.keys().next() {
             if matches!(name.as_str(), "$out" | "$merge") {
                 return Err(Error::new(
-                    ErrorCode::Location(code),
+                    code,
                     format!("{name} is not allowed within a {parent}'s sub-pipeline"),
                 ));
             }
@@ -430,14 +402,14 @@ pub(super) fn to_array(stages: &[Document]) -> Bson {
 pub(super) fn validate_field_path(path: &str) -> Result<()> {
     if path.starts_with('$') {
         return Err(Error::new(
-            ErrorCode::Location16410,
+            ErrorCode::FieldPathDollarPrefixed,
             "FieldPath field names may not start with '$'. Consider using $getField or \
              $setField.",
         ));
     }
     if path.split('.').any(str::is_empty) {
         return Err(Error::new(
-            ErrorCode::Location(15998),
+            ErrorCode::FieldPathEmptyComponent,
             "FieldPath field names may not be empty strings.",
         ));
     }
@@ -454,19 +426,19 @@ pub(super) fn validate_variable_name(name: &str) -> Result<()> {
     let mut chars = name.chars();
     let Some(first) = chars.next() else {
         return Err(Error::new(
-            ErrorCode::Location(16866),
+            ErrorCode::VariableNameEmpty,
             "empty variable names are not allowed",
         ));
     };
     if first.is_ascii() && !first.is_ascii_lowercase() {
         return Err(Error::new(
-            ErrorCode::Location(16867),
+            ErrorCode::VariableNameBadStart,
             format!("'{name}' starts with an invalid character for a user variable name"),
         ));
     }
     if let Some(bad) = chars.find(|c| c.is_ascii() && !(c.is_ascii_alphanumeric() || *c == '_')) {
         return Err(Error::new(
-            ErrorCode::Location(16868),
+            ErrorCode::VariableNameBadCharacter,
             format!("'{name}' contains an invalid character for a variable name: '{bad}'"),
         ));
     }
@@ -503,7 +475,7 @@ fn parse_union_with(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
                     "pipeline" => pipeline = Some(sub_pipeline(value)?),
                     _ => {
                         return Err(Error::new(
-                            ErrorCode::Location40415,
+                            ErrorCode::UnknownField,
                             format!("BSON field '$unionWith.{name}' is an unknown field."),
                         ))
                     }
@@ -534,7 +506,11 @@ fn parse_union_with(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
             COLLECTIONLESS.to_string()
         }
     };
-    check_sub_stages(&pipeline, "$unionWith", 31441)?;
+    check_sub_stages(
+        &pipeline,
+        "$unionWith",
+        ErrorCode::UnionWithSubPipelineStage,
+    )?;
     parse_sub_pipeline(&pipeline, pctx.vars.clone(), pctx)?;
     Ok(Box::new(UnionWith {
         coll,
@@ -800,7 +776,7 @@ mod tests {
             vec![doc! { "_id": 1, "k": 1 }],
         )
         .unwrap_err();
-        assert_eq!(e.code, ErrorCode::Location(4568));
+        assert_eq!(e.code, ErrorCode::LookupResultTooLarge);
         assert_eq!(
             e.message,
             "Total size of documents in big matching pipeline's $lookup stage exceeds \

@@ -247,7 +247,7 @@ impl Pipeline {
             let (name, arg) = stage_arg(stage)?;
             let parser = find_stage(name).ok_or_else(|| {
                 Error::new(
-                    ErrorCode::Location40324,
+                    ErrorCode::StageUnknown,
                     format!("Unrecognized pipeline stage name: '{name}'"),
                 )
             })?;
@@ -335,7 +335,7 @@ pub fn bind_variables(value: &Bson, vars: &Document) -> Bson {
 pub fn stage_arg(stage: &Document) -> Result<(&str, &Bson)> {
     if stage.len() != 1 {
         return Err(Error::new(
-            ErrorCode::Location40323,
+            ErrorCode::StageNotSingleField,
             "A pipeline stage specification object must contain exactly one field.",
         ));
     }

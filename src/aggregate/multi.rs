@@ -50,7 +50,7 @@ fn parse_facet(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
         Bson::Document(d) if !d.is_empty() => d,
         other => {
             return Err(Error::new(
-                ErrorCode::Location(40169),
+                ErrorCode::FacetNotObject,
                 format!("the $facet specification must be a non-empty object, but found: {other}"),
             ))
         }
@@ -64,7 +64,7 @@ fn parse_facet(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
         validate_facet_name(name)?;
         let Bson::Array(stages) = value else {
             return Err(Error::new(
-                ErrorCode::Location(40170),
+                ErrorCode::FacetPipelineNotArray,
                 format!(
                     "arguments to $facet must be arrays, {name} is type {}",
                     type_name(value)
@@ -74,7 +74,7 @@ fn parse_facet(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
         for stage in stages {
             let Bson::Document(stage) = stage else {
                 return Err(Error::new(
-                    ErrorCode::Location(40171),
+                    ErrorCode::FacetStageNotObject,
                     format!(
                         "elements of arrays in $facet spec must be non-empty objects, {name} \
                          argument contained an element of type {}: {stage}",
@@ -85,7 +85,7 @@ fn parse_facet(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
             if let Some(stage_name) = stage.keys().next() {
                 if NOT_IN_FACET.contains(&stage_name.as_str()) {
                     return Err(Error::new(
-                        ErrorCode::Location(40600),
+                        ErrorCode::StageNotAllowedInFacet,
                         format!("{stage_name} is not allowed to be used within a $facet stage"),
                     ));
                 }
@@ -101,27 +101,33 @@ fn parse_facet(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
 /// Facet names follow the rules of field names in a path.
 fn validate_facet_name(name: &str) -> Result<()> {
     let problem = if name.is_empty() {
-        Some((15998, "FieldPath field names may not be empty strings."))
+        Some((
+            ErrorCode::FieldPathEmptyComponent,
+            "FieldPath field names may not be empty strings.",
+        ))
     } else if name.starts_with('$') {
         Some((
-            16410,
+            ErrorCode::FieldPathDollarPrefixed,
             "FieldPath field names may not start with '$'. Consider using $getField or \
              $setField.",
         ))
     } else if name.contains('.') {
         Some((
-            16412,
+            ErrorCode::FieldPathContainsDot,
             "FieldPath field names may not contain '.'. Consider using $getField or $setField.",
         ))
     } else if name.contains('\0') {
-        Some((16411, "FieldPath field names may not contain '\0'."))
+        Some((
+            ErrorCode::FieldPathNullByte,
+            "FieldPath field names may not contain '\0'.",
+        ))
     } else {
         None
     };
     match problem {
         None => Ok(()),
         Some((code, reason)) => Err(Error::new(
-            ErrorCode::Location(code),
+            code,
             format!(
                 "$facet pipeline names must follow the naming rules of field path \
                  expressions. :: caused by :: {reason}"
@@ -193,7 +199,7 @@ fn run_facets(
             out_bytes = out_bytes.saturating_add(doc_size(&doc));
             if out_bytes > MAX_OUTPUT_BYTES {
                 return Err(Error::new(
-                    ErrorCode::Location(4031700),
+                    ErrorCode::FacetOutputTooLarge,
                     format!(
                         "document constructed by $facet is {out_bytes} bytes, which exceeds \
                              the limit of {MAX_OUTPUT_BYTES} bytes"

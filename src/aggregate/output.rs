@@ -13,6 +13,7 @@ use super::lookup::sub_pipeline;
 use super::{Context, DocStream, MergeSpec, ParseContext, Split, Stage, StageParser, WhenMatched};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::type_name;
+use crate::query::path::get_in_documents;
 
 /// This family's stages, sorted by name.
 pub(super) static STAGES: &[(&str, StageParser)] = &[("$merge", parse_merge), ("$out", parse_out)];
@@ -25,19 +26,19 @@ const INTERNAL_DBS: &[&str] = &["admin", "config", "local"];
 fn check_position(stage: &str, pctx: &ParseContext) -> Result<()> {
     if pctx.in_facet {
         return Err(Error::new(
-            ErrorCode::Location(40600),
+            ErrorCode::StageNotAllowedInFacet,
             format!("{stage} is not allowed to be used within a $facet stage"),
         ));
     }
     if pctx.nested {
         return Err(Error::new(
-            ErrorCode::Location(51047),
+            ErrorCode::LookupSubPipelineStage,
             format!("{stage} is not allowed within a $lookup's sub-pipeline"),
         ));
     }
     if !pctx.last {
         return Err(Error::new(
-            ErrorCode::Location(40601),
+            ErrorCode::StageMustBeLast,
             format!("{stage} can only be the final stage in the pipeline"),
         ));
     }
@@ -116,7 +117,7 @@ fn parse_out(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
                     }
                     _ => {
                         return Err(Error::new(
-                            ErrorCode::Location40415,
+                            ErrorCode::UnknownField,
                             format!("BSON field '$out.{name}' is an unknown field."),
                         ))
                     }
@@ -131,7 +132,7 @@ fn parse_out(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
             }
             let missing = |field: &str| {
                 Error::new(
-                    ErrorCode::Location40414,
+                    ErrorCode::MissingField,
                     format!("BSON field '$out.{field}' is missing but a required field"),
                 )
             };
@@ -141,7 +142,7 @@ fn parse_out(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
         }
         other => {
             return Err(Error::new(
-                ErrorCode::Location(16990),
+                ErrorCode::StageOutWrongType,
                 format!(
                     "$out only supports a string or object argument, but found {}",
                     type_name(other)
@@ -160,13 +161,13 @@ fn parse_out(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
     }
     if coll.starts_with("system.") {
         return Err(Error::new(
-            ErrorCode::Location(17385),
+            ErrorCode::OutToSpecialCollection,
             format!("Can't $out to special collection: {coll}"),
         ));
     }
     if INTERNAL_DBS.contains(&db.as_str()) {
         return Err(Error::new(
-            ErrorCode::Location(31321),
+            ErrorCode::OutToInternalDatabase,
             format!("Can't $out to internal database: {db}"),
         ));
     }
@@ -253,7 +254,7 @@ fn parse_merge(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
                     "targetCollectionVersion" => {}
                     _ => {
                         return Err(Error::new(
-                            ErrorCode::Location40415,
+                            ErrorCode::UnknownField,
                             format!("BSON field '$merge.{name}' is an unknown field."),
                         ))
                     }
@@ -262,7 +263,7 @@ fn parse_merge(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
         }
         other => {
             return Err(Error::new(
-                ErrorCode::Location(51182),
+                ErrorCode::StageMergeWrongType,
                 format!(
                     "$merge only supports a string or object argument, not {}",
                     type_name(other)
@@ -272,7 +273,7 @@ fn parse_merge(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
     }
     let (db, coll) = into.ok_or_else(|| {
         Error::new(
-            ErrorCode::Location40414,
+            ErrorCode::MissingField,
             "BSON field '$merge.into' is missing but a required field",
         )
     })?;
@@ -284,7 +285,7 @@ fn parse_merge(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
     };
     if !supported {
         return Err(Error::new(
-            ErrorCode::Location(51189),
+            ErrorCode::MergeModesUnsupported,
             format!(
                 "Combination of $merge modes 'whenMatched: {}' and 'whenNotMatched: \
                  {when_not_matched}' is not supported",
@@ -300,13 +301,13 @@ fn parse_merge(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
     }
     if coll.starts_with("system.") {
         return Err(Error::new(
-            ErrorCode::Location(31319),
+            ErrorCode::MergeToSpecialCollection,
             format!("Cannot $merge to special collection: {coll}"),
         ));
     }
     if INTERNAL_DBS.contains(&db.as_str()) {
         return Err(Error::new(
-            ErrorCode::Location(31320),
+            ErrorCode::MergeToInternalDatabase,
             format!("Cannot $merge to internal database: {db}"),
         ));
     }
@@ -320,7 +321,7 @@ fn parse_merge(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
             None => {}
             Some(_) => {
                 return Err(Error::new(
-                    ErrorCode::Location(51273),
+                    ErrorCode::MergeLetReservedNew,
                     "'let' may not define a value for the reserved 'new' variable other than \
                      '$$ROOT'",
                 ))
@@ -330,7 +331,7 @@ fn parse_merge(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
     } else {
         if let_vars.is_some() {
             return Err(Error::new(
-                ErrorCode::Location(51199),
+                ErrorCode::MergeLetWithoutPipeline,
                 format!(
                     "Cannot use 'let' variables with 'whenMatched: {}' mode",
                     when_matched_name(&when_matched)
@@ -367,7 +368,7 @@ fn when_matched_name(mode: &WhenMatched) -> &'static str {
 fn parse_into(value: &Bson) -> Result<(String, String)> {
     match value {
         Bson::String(s) if s.is_empty() => Err(Error::new(
-            ErrorCode::Location(5786800),
+            ErrorCode::MergeIntoEmpty,
             "$merge 'into' field cannot be an empty string",
         )),
         Bson::String(s) => Ok((String::new(), s.clone())),
@@ -380,7 +381,7 @@ fn parse_into(value: &Bson) -> Result<(String, String)> {
                     "coll" => coll.get_or_insert_with(String::new),
                     _ => {
                         return Err(Error::new(
-                            ErrorCode::Location40415,
+                            ErrorCode::UnknownField,
                             format!("BSON field 'into.{name}' is an unknown field."),
                         ))
                     }
@@ -400,14 +401,14 @@ fn parse_into(value: &Bson) -> Result<(String, String)> {
             match coll {
                 Some(coll) if !coll.is_empty() => Ok((db, coll)),
                 _ => Err(Error::new(
-                    ErrorCode::Location(5786801),
+                    ErrorCode::MergeIntoCollEmpty,
                     "$merge 'into' field must specify a 'coll' that is not empty, null or \
                      undefined",
                 )),
             }
         }
         other => Err(Error::new(
-            ErrorCode::Location(51178),
+            ErrorCode::MergeIntoWrongType,
             format!(
                 "$merge 'into' field  must be either a string or an object, but found {}",
                 type_name(other)
@@ -424,7 +425,7 @@ fn parse_on(value: &Bson) -> Result<Vec<String>> {
             .map(|item| match item {
                 Bson::String(s) => Ok(s.clone()),
                 other => Err(Error::new(
-                    ErrorCode::Location(51134),
+                    ErrorCode::MergeOnElementNotString,
                     format!(
                         "$merge 'on' array elements must be strings, but found {}",
                         type_name(other)
@@ -434,7 +435,7 @@ fn parse_on(value: &Bson) -> Result<Vec<String>> {
             .collect::<Result<Vec<_>>>()?,
         other => {
             return Err(Error::new(
-                ErrorCode::Location(51186),
+                ErrorCode::MergeOnWrongType,
                 format!(
                     "$merge 'on' field  must be either a string or an array of strings, but \
                      found {}",
@@ -445,7 +446,7 @@ fn parse_on(value: &Bson) -> Result<Vec<String>> {
     };
     if fields.is_empty() {
         return Err(Error::new(
-            ErrorCode::Location(51187),
+            ErrorCode::MergeOnEmpty,
             "If explicitly specifying $merge 'on', must include at least one field",
         ));
     }
@@ -468,7 +469,7 @@ fn parse_when_matched(value: &Bson) -> Result<WhenMatched> {
         },
         Bson::Array(_) => Ok(WhenMatched::Pipeline(sub_pipeline(value)?)),
         other => Err(Error::new(
-            ErrorCode::Location(51191),
+            ErrorCode::MergeWhenMatchedWrongType,
             format!(
                 "$merge 'whenMatched' field  must be either a string or an array, but found {}",
                 type_name(other)
@@ -477,26 +478,13 @@ fn parse_when_matched(value: &Bson) -> Result<WhenMatched> {
     }
 }
 
-/// The value at a dotted path, `None` when missing.
-fn path_value<'a>(doc: &'a Document, path: &str) -> Option<&'a Bson> {
-    let mut parts = path.split('.');
-    let mut value = doc.get(parts.next()?)?;
-    for part in parts {
-        value = match value {
-            Bson::Document(d) => d.get(part)?,
-            _ => return None,
-        };
-    }
-    Some(value)
-}
-
 /// Every output document needs its `on` fields, none an array.
 fn check_on_fields(doc: &Document, on: &[String]) -> Result<()> {
     for field in on {
-        match path_value(doc, field) {
+        match get_in_documents(doc, field.split('.')) {
             None | Some(Bson::Null | Bson::Undefined | Bson::Array(_)) => {
                 return Err(Error::new(
-                    ErrorCode::Location(51132),
+                    ErrorCode::MergeOnFieldMissing,
                     "$merge write error: 'on' field cannot be missing, null, undefined or an \
                      array",
                 ))

@@ -49,7 +49,7 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Aggregate> {
     };
     let Some(pipeline) = args::opt_array("aggregate", b, "pipeline")? else {
         return Err(Error::new(
-            ErrorCode::Location40414,
+            ErrorCode::MissingField,
             "BSON field 'aggregate.pipeline' is missing but a required field",
         ));
     };
@@ -133,7 +133,7 @@ fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
             let (_, arg) = stage_arg(stage)?;
             let Bson::Document(spec) = arg else {
                 return Err(Error::new(
-                    ErrorCode::Location15958,
+                    ErrorCode::StageLimitNotPositive,
                     "the $collStats stage specification must be an object",
                 ));
             };
@@ -156,7 +156,7 @@ fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
                 d.keys().next().map(String::as_str)
             {
                 return Err(Error::new(
-                    ErrorCode::Location40602,
+                    ErrorCode::StageMustBeFirst,
                     format!("{name} is only valid as the first stage in a pipeline (found at {i})"),
                 ));
             }

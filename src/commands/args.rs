@@ -81,7 +81,7 @@ pub fn opt_non_negative(cmd: &str, body: &Document, field: &str) -> Result<Optio
     match opt_i64(cmd, body, field)? {
         None => Ok(None),
         Some(n) if n < 0 => Err(Error::new(
-            ErrorCode::Location51024,
+            ErrorCode::ValueNegative,
             format!("BSON field '{field}' value must be >= 0, actual value '{n}'"),
         )),
         Some(n) => Ok(Some(n as u64)),
@@ -129,7 +129,7 @@ pub fn check_fields(req: &Request<'_>, known: &[&str]) -> Result<()> {
             continue;
         }
         return Err(Error::new(
-            ErrorCode::Location40415,
+            ErrorCode::UnknownField,
             format!("BSON field '{}.{key}' is an unknown field.", req.name),
         ));
     }
@@ -138,7 +138,7 @@ pub fn check_fields(req: &Request<'_>, known: &[&str]) -> Result<()> {
 
 fn missing(cmd: &str, field: &str) -> Error {
     Error::new(
-        ErrorCode::Location40414,
+        ErrorCode::MissingField,
         format!("BSON field '{cmd}.{field}' is missing but a required field"),
     )
 }

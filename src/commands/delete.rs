@@ -29,7 +29,7 @@ fn check_statement(entry: &Document) -> Result<Statement<'_>> {
         }
         None => {
             return Err(Error::new(
-                ErrorCode::Location40414,
+                ErrorCode::MissingField,
                 "BSON field 'delete.deletes.q' is missing but a required field",
             ))
         }
@@ -37,7 +37,7 @@ fn check_statement(entry: &Document) -> Result<Statement<'_>> {
     let limit = match entry.get("limit") {
         None => {
             return Err(Error::new(
-                ErrorCode::Location40414,
+                ErrorCode::MissingField,
                 "BSON field 'delete.deletes.limit' is missing but a required field",
             ))
         }

@@ -42,7 +42,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("distinct", &req.db, b)?;
     let Some(key) = opt_str("distinct", b, "key")? else {
         return Err(Error::new(
-            ErrorCode::Location40414,
+            ErrorCode::MissingField,
             "BSON field 'distinct.key' is missing but a required field",
         ));
     };
@@ -88,7 +88,7 @@ fn dedup(values: &mut Vec<Bson>) -> Result<usize> {
         .sum();
     if bytes > crate::wire::MAX_BSON_OBJECT_SIZE {
         return Err(Error::new(
-            ErrorCode::Location17217,
+            ErrorCode::DistinctTooBig,
             "distinct too big, 16mb cap",
         ));
     }

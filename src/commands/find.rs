@@ -168,7 +168,7 @@ pub async fn get_more(req: &Request<'_>) -> Result<Document> {
         }
         None => {
             return Err(Error::new(
-                ErrorCode::Location40414,
+                ErrorCode::MissingField,
                 "BSON field 'getMore.collection' is missing but a required field",
             ))
         }
@@ -206,7 +206,7 @@ pub async fn kill_cursors(req: &Request<'_>) -> Result<Document> {
     collection_namespace("killCursors", &req.db, &req.body)?;
     let Some(ids) = args::opt_array("killCursors", &req.body, "cursors")? else {
         return Err(Error::new(
-            ErrorCode::Location40414,
+            ErrorCode::MissingField,
             "BSON field 'killCursors.cursors' is missing but a required field",
         ));
     };

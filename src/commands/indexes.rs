@@ -169,7 +169,7 @@ pub async fn coll_mod(req: &Request<'_>) -> Result<Document> {
             "keyPattern" | "name" | "expireAfterSeconds" | "hidden"
         ) {
             return Err(Error::new(
-                ErrorCode::Location40415,
+                ErrorCode::UnknownField,
                 format!("BSON field 'collMod.index.{key}' is an unknown field."),
             ));
         }

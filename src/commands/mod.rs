@@ -262,7 +262,7 @@ async fn run(
         }
         None => {
             return Err(Error::new(
-                ErrorCode::Location40571,
+                ErrorCode::OpMsgMissingDb,
                 "OP_MSG requests require a $db argument",
             ))
         }

@@ -68,7 +68,7 @@ pub async fn shard_collection(req: &Request<'_>) -> Result<Document> {
     check_shardable(&ns)?;
     let Some(pattern) = opt_document("shardCollection", b, "key")? else {
         return Err(Error::new(
-            ErrorCode::Location40414,
+            ErrorCode::MissingField,
             "BSON field 'shardCollection.key' is missing but a required field",
         ));
     };
@@ -131,7 +131,7 @@ fn collection_arg(req: &Request<'_>) -> Result<Namespace> {
     match opt_str("customAction", &req.body, "collection")? {
         Some(c) => Namespace::new(&req.db, c),
         None => Err(Error::new(
-            ErrorCode::Location40414,
+            ErrorCode::MissingField,
             "BSON field 'customAction.collection' is missing but a required field",
         )),
     }

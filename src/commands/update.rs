@@ -27,14 +27,14 @@ pub fn parse_statement(entry: &Document) -> Result<UpdateStatement> {
         }
         None => {
             return Err(Error::new(
-                crate::error::ErrorCode::Location40414,
+                crate::error::ErrorCode::MissingField,
                 "BSON field 'update.updates.q' is missing but a required field",
             ))
         }
     };
     let Some(u) = entry.get("u") else {
         return Err(Error::new(
-            crate::error::ErrorCode::Location40414,
+            crate::error::ErrorCode::MissingField,
             "BSON field 'update.updates.u' is missing but a required field",
         ));
     };
@@ -102,7 +102,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
                 }
                 None => {
                     return Err(Error::new(
-                        crate::error::ErrorCode::Location40414,
+                        crate::error::ErrorCode::MissingField,
                         format!("BSON field 'update.updates.{field}' is missing but a required field"),
                     ))
                 }

@@ -78,7 +78,7 @@ fn parse(wc: &Document) -> Result<Option<Error>> {
             "wElectionId" | "wOpTime" | "getLastError" | "provenance" => {}
             other => {
                 return Err(Error::new(
-                    ErrorCode::Location40415,
+                    ErrorCode::UnknownField,
                     format!("BSON field 'writeConcern.{other}' is an unknown field."),
                 ))
             }

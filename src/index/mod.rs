@@ -312,7 +312,7 @@ impl Index {
             if field.kind == KeyKind::Hashed {
                 if through_array {
                     return Err(Error::new(
-                        ErrorCode::Location(16766),
+                        ErrorCode::HashedIndexOnArray,
                         format!(
                             "Error: hashed indexes do not currently support array values. Found array at path: {}",
                             field.path
@@ -728,7 +728,7 @@ mod tests {
         );
         assert_eq!(
             i.keys_of(&doc! {"a": [1]}).unwrap_err().code,
-            ErrorCode::Location(16766)
+            ErrorCode::HashedIndexOnArray
         );
     }
 

@@ -282,6 +282,59 @@ impl Number {
             _ => false,
         }
     }
+
+    /// The integer an int32 or int64 holds; `None` for doubles and decimals.
+    pub fn integral(self) -> Option<i64> {
+        match self {
+            Number::Int32(i) => Some(i64::from(i)),
+            Number::Int64(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// Arithmetic with MongoDB's promotion: decimal when either side is a
+    /// decimal, else double when either is a double, else integer (int32
+    /// when both are and the result fits, int64 otherwise). `None` when
+    /// the integer operation overflows int64, which updates refuse.
+    pub fn combine_checked(
+        self,
+        other: Number,
+        int_op: fn(i64, i64) -> Option<i64>,
+        float_op: fn(f64, f64) -> f64,
+        decimal_op: fn(&DecimalValue, &DecimalValue) -> DecimalValue,
+    ) -> Option<Number> {
+        match (self, other) {
+            (Number::Decimal(_), _) | (_, Number::Decimal(_)) => Some(Number::Decimal(decimal_op(
+                &self.to_decimal(),
+                &other.to_decimal(),
+            ))),
+            (Number::Double(_), _) | (_, Number::Double(_)) => {
+                Some(Number::Double(float_op(self.to_f64(), other.to_f64())))
+            }
+            (Number::Int32(a), Number::Int32(b)) => {
+                // Two int32s always fit in an int64; narrow back when possible.
+                let wide = int_op(i64::from(a), i64::from(b))?;
+                Some(i32::try_from(wide).map_or(Number::Int64(wide), Number::Int32))
+            }
+            _ => {
+                let (a, b) = (self.integral().unwrap_or(0), other.integral().unwrap_or(0));
+                int_op(a, b).map(Number::Int64)
+            }
+        }
+    }
+
+    /// [`Number::combine_checked`] where an int64 overflow gives the double
+    /// result instead, as aggregation expressions do.
+    pub fn combine_widening(
+        self,
+        other: Number,
+        int_op: fn(i64, i64) -> Option<i64>,
+        float_op: fn(f64, f64) -> f64,
+        decimal_op: fn(&DecimalValue, &DecimalValue) -> DecimalValue,
+    ) -> Number {
+        self.combine_checked(other, int_op, float_op, decimal_op)
+            .unwrap_or_else(|| Number::Double(float_op(self.to_f64(), other.to_f64())))
+    }
 }
 
 /// Compares two numbers exactly across types. NaN equals NaN and is below
@@ -355,7 +408,7 @@ fn compare_i64_f64(x: i64, y: f64) -> Ordering {
 }
 
 /// The largest coefficient a Decimal128 holds (34 nines).
-const MAX_COEFFICIENT: u128 = 9_999_999_999_999_999_999_999_999_999_999_999;
+pub(crate) const MAX_COEFFICIENT: u128 = 9_999_999_999_999_999_999_999_999_999_999_999;
 const MAX_DIGITS: u32 = 34;
 /// Decimal128 exponent limits.
 const MAX_EXPONENT: i32 = 6111;
@@ -385,8 +438,47 @@ impl DecimalValue {
         exponent: 0,
     };
 
+    /// The one Decimal128 decoder: hashing, key strings, comparison and
+    /// arithmetic all read decimals through it.
     pub fn from_decimal128(d: &Decimal128) -> DecimalValue {
-        DecimalValue::parse(&d.to_string()).unwrap_or(DecimalValue::NaN)
+        DecimalValue::from_bits(u128::from_le_bytes(d.bytes()))
+    }
+
+    /// Decodes an IEEE 754-2008 decimal128 in binary integer decimal (BID)
+    /// encoding, the format BSON stores. Non-canonical encodings (a
+    /// coefficient above 10^34 − 1) denote zero, as the standard says.
+    pub fn from_bits(bits: u128) -> DecimalValue {
+        const EXPONENT_BIAS: i32 = 6176;
+        const EXPONENT_MASK: u128 = 0x3fff;
+        const COEFFICIENT_MASK: u128 = (1 << 113) - 1;
+        let negative = bits >> 127 == 1;
+        // The five bits after the sign select the special values and the
+        // layout of exponent and coefficient.
+        match (bits >> 122) & 0b1_1111 {
+            0b1_1111 => return DecimalValue::NaN,
+            0b1_1110 => return DecimalValue::Infinity { negative },
+            _ => {}
+        }
+        let (biased_exponent, coefficient) = if (bits >> 125) & 0b11 == 0b11 {
+            // The "large coefficient" form has an implicit `100` prefix,
+            // which puts every coefficient above 10^34 − 1: non-canonical.
+            ((bits >> 111) & EXPONENT_MASK, 0)
+        } else {
+            let coefficient = bits & COEFFICIENT_MASK;
+            let coefficient = if coefficient > MAX_COEFFICIENT {
+                0
+            } else {
+                coefficient
+            };
+            ((bits >> 113) & EXPONENT_MASK, coefficient)
+        };
+        // The mask keeps the stored exponent within 14 bits, so it fits.
+        let biased_exponent = i32::try_from(biased_exponent).unwrap_or(i32::MAX);
+        DecimalValue::Finite {
+            negative,
+            coefficient,
+            exponent: biased_exponent - EXPONENT_BIAS,
+        }
     }
 
     /// Parses the string forms Decimal128 prints (`-1.5E+3`, `0.001`,
@@ -1499,6 +1591,45 @@ mod tests {
 
     fn d(s: &str) -> DecimalValue {
         DecimalValue::parse(s).unwrap()
+    }
+
+    #[test]
+    fn number_arithmetic_promotes_like_mongodb() {
+        let add = |a: Number, b: Number| {
+            a.combine_checked(b, i64::checked_add, |x, y| x + y, DecimalValue::add)
+        };
+        assert!(matches!(
+            add(Number::Int32(1), Number::Int32(2)),
+            Some(Number::Int32(3))
+        ));
+        assert!(matches!(
+            add(Number::Int32(i32::MAX), Number::Int32(1)),
+            Some(Number::Int64(2_147_483_648))
+        ));
+        assert!(matches!(
+            add(Number::Int64(1), Number::Int32(2)),
+            Some(Number::Int64(3))
+        ));
+        assert!(
+            matches!(add(Number::Int64(1), Number::Double(0.5)), Some(Number::Double(x)) if x == 1.5)
+        );
+        assert!(matches!(
+            add(
+                Number::Double(1.0),
+                Number::Decimal(DecimalValue::from_i64(2))
+            ),
+            Some(Number::Decimal(_))
+        ));
+        assert!(add(Number::Int64(i64::MAX), Number::Int32(1)).is_none());
+        let widened = Number::Int64(i64::MAX).combine_widening(
+            Number::Int32(1),
+            i64::checked_add,
+            |x, y| x + y,
+            DecimalValue::add,
+        );
+        assert!(matches!(widened, Number::Double(x) if x == 9_223_372_036_854_775_808.0));
+        assert_eq!(Number::Int32(4).integral(), Some(4));
+        assert_eq!(Number::Double(4.0).integral(), None);
     }
 
     #[test]

@@ -75,7 +75,7 @@
 //! instead of panicking; no server could have produced a hash to compare them
 //! with.
 
-use crate::query::compare::canonical_type_rank;
+use crate::query::compare::{canonical_type_rank, DecimalValue};
 use bson::raw::{cstr, RawDocumentBuf};
 use bson::spec::BinarySubtype;
 use bson::{Binary, Bson, DbPointer, Decimal128, Document};
@@ -290,11 +290,11 @@ fn double_to_hash_integer(value: f64) -> i64 {
 /// `safeNumberLong` for decimals: NaN to zero, round half to even, saturate
 /// at the `i64` bounds.
 fn decimal_to_hash_integer(value: &Decimal128) -> i64 {
-    match DecodedDecimal::from_bits(u128::from_le_bytes(value.bytes())) {
-        DecodedDecimal::NaN => 0,
-        DecodedDecimal::Infinity { negative: false } => i64::MAX,
-        DecodedDecimal::Infinity { negative: true } => i64::MIN,
-        DecodedDecimal::Finite {
+    match DecimalValue::from_decimal128(value) {
+        DecimalValue::NaN => 0,
+        DecimalValue::Infinity { negative: false } => i64::MAX,
+        DecimalValue::Infinity { negative: true } => i64::MIN,
+        DecimalValue::Finite {
             negative,
             coefficient,
             exponent,
@@ -304,67 +304,6 @@ fn decimal_to_hash_integer(value: &Decimal128) -> i64 {
                 .unwrap_or(i128::MAX);
             let signed = if negative { -magnitude } else { magnitude };
             i64::try_from(signed).unwrap_or(if negative { i64::MIN } else { i64::MAX })
-        }
-    }
-}
-
-/// An IEEE 754-2008 decimal128 in binary integer decimal (BID) encoding, the
-/// format BSON uses, reduced to what integer conversion needs.
-#[derive(Debug, PartialEq, Eq)]
-enum DecodedDecimal {
-    NaN,
-    Infinity {
-        negative: bool,
-    },
-    /// `(-1)^negative * coefficient * 10^exponent`.
-    Finite {
-        negative: bool,
-        coefficient: u128,
-        exponent: i32,
-    },
-}
-
-impl DecodedDecimal {
-    /// Difference between the stored and the actual exponent.
-    const EXPONENT_BIAS: i32 = 6176;
-    /// Largest canonical coefficient, 10^34 - 1. Larger encodings are
-    /// non-canonical and, per IEEE 754, denote zero.
-    const MAX_COEFFICIENT: u128 = 9_999_999_999_999_999_999_999_999_999_999_999;
-    const EXPONENT_MASK: u128 = 0x3fff;
-    const COEFFICIENT_MASK: u128 = (1 << 113) - 1;
-
-    fn from_bits(bits: u128) -> Self {
-        let negative = bits >> 127 == 1;
-        // The five bits after the sign select the special values and the
-        // layout of exponent and coefficient.
-        let combination = (bits >> 122) & 0b1_1111;
-        if combination == 0b1_1111 {
-            return Self::NaN;
-        }
-        if combination == 0b1_1110 {
-            return Self::Infinity { negative };
-        }
-
-        let (biased_exponent, coefficient) = if (bits >> 125) & 0b11 == 0b11 {
-            // The "large coefficient" form has an implicit `100` prefix, which
-            // puts every coefficient above 2^113 > 10^34 - 1: non-canonical.
-            ((bits >> 111) & Self::EXPONENT_MASK, 0)
-        } else {
-            let coefficient = bits & Self::COEFFICIENT_MASK;
-            let coefficient = if coefficient > Self::MAX_COEFFICIENT {
-                0
-            } else {
-                coefficient
-            };
-            ((bits >> 113) & Self::EXPONENT_MASK, coefficient)
-        };
-
-        // The mask keeps the stored exponent within 14 bits, so it fits.
-        let biased_exponent = i32::try_from(biased_exponent).unwrap_or(i32::MAX);
-        Self::Finite {
-            negative,
-            coefficient,
-            exponent: biased_exponent - Self::EXPONENT_BIAS,
         }
     }
 }
@@ -411,6 +350,7 @@ mod tests {
     //! * the MongoDB manual page for `$toHashedIndexKey`.
 
     use super::*;
+    use crate::query::compare::MAX_COEFFICIENT;
     use bson::oid::ObjectId;
     use bson::{doc, DateTime, JavaScriptCodeWithScope, Regex, Timestamp};
     use std::str::FromStr;
@@ -828,10 +768,8 @@ mod tests {
     #[test]
     fn decimal_decoding() {
         assert_eq!(
-            DecodedDecimal::from_bits(u128::from_le_bytes(
-                Decimal128::from_str("-12.5").unwrap().bytes()
-            )),
-            DecodedDecimal::Finite {
+            DecimalValue::from_decimal128(&Decimal128::from_str("-12.5").unwrap()),
+            DecimalValue::Finite {
                 negative: true,
                 coefficient: 125,
                 exponent: -1,
@@ -839,15 +777,15 @@ mod tests {
         );
         // Non-canonical encodings denote zero: a coefficient above 10^34 - 1
         // in the normal form, and anything in the "large coefficient" form.
-        let too_big = (6176_u128 << 113) | (DecodedDecimal::MAX_COEFFICIENT + 1);
+        let too_big = (6176_u128 << 113) | (MAX_COEFFICIENT + 1);
         assert!(matches!(
-            DecodedDecimal::from_bits(too_big),
-            DecodedDecimal::Finite { coefficient: 0, .. }
+            DecimalValue::from_bits(too_big),
+            DecimalValue::Finite { coefficient: 0, .. }
         ));
         let large_form = (0b11_u128 << 125) | (6176_u128 << 111) | 5;
         assert!(matches!(
-            DecodedDecimal::from_bits(large_form),
-            DecodedDecimal::Finite { coefficient: 0, .. }
+            DecimalValue::from_bits(large_form),
+            DecimalValue::Finite { coefficient: 0, .. }
         ));
         assert_eq!(
             decimal_to_hash_integer(&Decimal128::from_bytes(too_big.to_le_bytes())),

@@ -46,6 +46,8 @@
 
 use bson::{Bson, Decimal128, Document};
 
+use crate::query::compare::DecimalValue;
+
 /// Type bytes, in MongoDB's canonical order of types.
 mod ty {
     /// Ends a document or an array: below every type byte.
@@ -306,40 +308,30 @@ fn below_leading_bit(magnitude: u64, top: u32) -> u128 {
     rest.checked_shl(128 - top).unwrap_or(0)
 }
 
-/// Largest canonical Decimal128 coefficient, 10^34 − 1.
-const DECIMAL_MAX_COEFFICIENT: u128 = 9_999_999_999_999_999_999_999_999_999_999_999;
-const DECIMAL_EXPONENT_BIAS: i64 = 6176;
-
 fn encode_decimal(d: &Decimal128, out: &mut Vec<u8>) {
-    // IEEE 754-2008 decimal128, binary integer decimal encoding, little-endian.
-    let bits = u128::from_le_bytes(d.bytes());
-    let negative = bits >> 127 == 1;
-    let (biased, coefficient) = if (bits >> 125) & 0b11 == 0b11 {
-        match (bits >> 122) & 0b1_1111 {
-            0b1_1111 => {
-                out.push(class::NAN);
-                return;
-            }
-            0b1_1110 => {
-                out.push(if negative {
-                    class::NEG_INFINITY
-                } else {
-                    class::POS_INFINITY
-                });
-                return;
-            }
-            // The implied `100` prefix puts the coefficient above 10^34 − 1:
-            // not canonical, which the specification reads as zero.
-            _ => ((bits >> 111) & 0x3FFF, 0),
+    let (negative, coefficient, exponent10) = match DecimalValue::from_decimal128(d) {
+        DecimalValue::NaN => {
+            out.push(class::NAN);
+            return;
         }
-    } else {
-        ((bits >> 113) & 0x3FFF, bits & ((1u128 << 113) - 1))
+        DecimalValue::Infinity { negative } => {
+            out.push(if negative {
+                class::NEG_INFINITY
+            } else {
+                class::POS_INFINITY
+            });
+            return;
+        }
+        DecimalValue::Finite {
+            negative,
+            coefficient,
+            exponent,
+        } => (negative, coefficient, i64::from(exponent)),
     };
-    if coefficient == 0 || coefficient > DECIMAL_MAX_COEFFICIENT {
+    if coefficient == 0 {
         out.push(class::ZERO);
         return;
     }
-    let exponent10 = biased as i64 - DECIMAL_EXPONENT_BIAS;
     let (exponent, fraction, sticky) = decimal_to_binary(coefficient, exponent10);
     encode_binary(
         Binary {
@@ -947,8 +939,8 @@ mod tests {
             (-1000i32..1000, -3i32..3).prop_map(|(c, q)| dec(&format!("{c}E{q}"))),
             (any::<u64>(), any::<u64>(), -6176i32..6111, any::<bool>()).prop_map(
                 |(hi, lo, q, neg)| {
-                    let c =
-                        ((u128::from(hi) << 64) | u128::from(lo)) % (DECIMAL_MAX_COEFFICIENT + 1);
+                    let c = ((u128::from(hi) << 64) | u128::from(lo))
+                        % (crate::query::compare::MAX_COEFFICIENT + 1);
                     dec(&format!("{}{c}E{q}", if neg { "-" } else { "" }))
                 }
             ),

@@ -85,20 +85,14 @@ impl PathNode {
     }
 }
 
-/// MongoDB's projection error codes, most of which are numbered
-/// assertions (`Location<n>`).
+/// The code of a projection error as a number, for the tests' tables.
+#[cfg(test)]
 fn location(code: i32) -> ErrorCode {
-    match code {
-        31254 => ErrorCode::Location31254,
-        51270 => ErrorCode::Location51270,
-        16410 => ErrorCode::Location16410,
-        40352 => ErrorCode::Location40352,
-        other => ErrorCode::Location(other),
-    }
+    ErrorCode::from_number(code)
 }
 
-fn proj_err(code: i32, message: impl Into<String>) -> Error {
-    Error::new(location(code), message)
+fn proj_err(code: ErrorCode, message: impl Into<String>) -> Error {
+    Error::new(code, message)
 }
 
 #[derive(Default)]
@@ -236,7 +230,7 @@ fn parse_element(
     let positional = name.ends_with(".$");
     if name.contains(".$.") {
         return Err(proj_err(
-            31394,
+            ErrorCode::PositionalNotAtEnd,
             "As of 4.4, it's illegal to specify positional operator in the middle of a path.\
              Positional projection may only be used at the end, for example: a.b.$. If the \
              query previously used a form like a.b.$.d, remove the parts following the '$' and \
@@ -247,7 +241,7 @@ fn parse_element(
         Bson::Document(sub) => {
             if positional {
                 return Err(proj_err(
-                    31271,
+                    ErrorCode::PositionalWithExpression,
                     "positional projection cannot be used with an expression or sub object",
                 ));
             }
@@ -263,7 +257,7 @@ fn parse_element(
             } else {
                 if positional {
                     return Err(proj_err(
-                        31395,
+                        ErrorCode::ExclusionPositionalProjection,
                         "positional projection cannot be used with exclusion",
                     ));
                 }
@@ -273,7 +267,7 @@ fn parse_element(
         _ => {
             if positional {
                 return Err(proj_err(
-                    31308,
+                    ErrorCode::PositionalWithLiteral,
                     "positional projection cannot be used with a literal",
                 ));
             }
@@ -282,7 +276,7 @@ fn parse_element(
             add_node_at_path(parent, &path, ProjNode::Expr(Arc::new(expr)))?;
             if ctx.kind == Some(Kind::Exclusion) {
                 return Err(proj_err(
-                    31310,
+                    ErrorCode::ExclusionWithExpression,
                     format!(
                         "Cannot use an expression {name}: {} in an exclusion projection",
                         value
@@ -332,19 +326,19 @@ fn parse_inclusion(
     } else {
         if ctx.has_positional {
             return Err(proj_err(
-                31276,
+                ErrorCode::PositionalMoreThanOne,
                 "Cannot specify more than one positional projection per query.",
             ));
         }
         if ctx.has_elem_match {
             return Err(proj_err(
-                31256,
+                ErrorCode::ElemMatchWithPositional,
                 "Cannot specify positional operator and $elemMatch.",
             ));
         }
         if name == ".$" {
             return Err(proj_err(
-                5392900,
+                ErrorCode::ProjectionFieldInvalid,
                 format!("Projection on field {name} is invalid"),
             ));
         }
@@ -355,7 +349,7 @@ fn parse_inclusion(
     if !is_top_level_id {
         if ctx.kind == Some(Kind::Exclusion) {
             return Err(proj_err(
-                31253,
+                ErrorCode::ProjectionInclusionInExclusion,
                 format!("Cannot do inclusion on field {name} in exclusion projection"),
             ));
         }
@@ -378,7 +372,7 @@ fn parse_exclusion(
     }
     if ctx.kind == Some(Kind::Inclusion) {
         return Err(proj_err(
-            31254,
+            ErrorCode::ProjectionExclusionInInclusion,
             format!("Cannot do exclusion on field {name} in inclusion projection"),
         ));
     }
@@ -395,7 +389,7 @@ fn parse_sub_object(
 ) -> Result<()> {
     if sub.is_empty() {
         return Err(proj_err(
-            51270,
+            ErrorCode::EmptySubProjection,
             format!("Invalid empty sub-projection: {name}"),
         ));
     }
@@ -461,7 +455,7 @@ fn parse_operator(
         "$elemMatch" => {
             let Bson::Document(condition) = argument else {
                 return Err(proj_err(
-                    31274,
+                    ErrorCode::ElemMatchProjectionNotObject,
                     format!(
                         "elemMatch: Invalid argument, object required, but got {}",
                         type_name(argument)
@@ -470,13 +464,13 @@ fn parse_operator(
             };
             if ctx.has_positional {
                 return Err(proj_err(
-                    31255,
+                    ErrorCode::PositionalWithElemMatch,
                     "Cannot specify positional operator and $elemMatch.",
                 ));
             }
             if path.len() != 1 || !parent_is_root {
                 return Err(proj_err(
-                    31275,
+                    ErrorCode::ElemMatchProjectionNested,
                     "Cannot use $elemMatch projection on a nested field.",
                 ));
             }
@@ -502,7 +496,7 @@ fn parse_expression(
     let is_meta = sub.keys().next().is_some_and(|key| key == "$meta");
     if ctx.kind == Some(Kind::Exclusion) && !is_meta {
         return Err(proj_err(
-            31252,
+            ErrorCode::ExclusionExpression,
             "Cannot use expression other than $meta in exclusion projection",
         ));
     }
@@ -520,19 +514,19 @@ fn parse_find_slice(argument: &Bson) -> Result<(Option<i32>, i32)> {
     }
     let Bson::Array(array) = argument else {
         return Err(proj_err(
-            31273,
+            ErrorCode::SliceWrongType,
             "$slice only supports numbers and [skip, limit] arrays",
         ));
     };
     let [skip, limit] = array.as_slice() else {
         return Err(proj_err(
-            31272,
+            ErrorCode::SliceArrayWrongShape,
             "$slice array argument should be of form [skip, limit]",
         ));
     };
     if !is_number(skip) {
         return Err(proj_err(
-            31257,
+            ErrorCode::SliceSkipNotNumber,
             format!(
                 "$slice expects the skip argument to be a number, got {}",
                 type_name(skip)
@@ -541,7 +535,7 @@ fn parse_find_slice(argument: &Bson) -> Result<(Option<i32>, i32)> {
     }
     if !is_number(limit) {
         return Err(proj_err(
-            31258,
+            ErrorCode::SliceLimitNotNumber,
             format!(
                 "$slice expects the limit argument to be a number, got {}",
                 type_name(limit)
@@ -551,7 +545,7 @@ fn parse_find_slice(argument: &Bson) -> Result<(Option<i32>, i32)> {
     let limit = safe_number_int(limit);
     if limit <= 0 {
         return Err(proj_err(
-            31259,
+            ErrorCode::SliceLimitNotPositive,
             format!("$slice limit must be positive, got {limit}"),
         ));
     }
@@ -581,31 +575,34 @@ fn safe_number_int(value: &Bson) -> i32 {
 fn field_path(name: &str) -> Result<Vec<String>> {
     if name.is_empty() {
         return Err(proj_err(
-            40352,
+            ErrorCode::EmptyFieldPath,
             "FieldPath cannot be constructed with empty string",
         ));
     }
     if name.ends_with('.') {
-        return Err(proj_err(40353, "FieldPath must not end with a '.'."));
+        return Err(proj_err(
+            ErrorCode::FieldPathTrailingDot,
+            "FieldPath must not end with a '.'.",
+        ));
     }
     let mut parts = Vec::new();
     for part in name.split('.') {
         if part.is_empty() {
             return Err(proj_err(
-                15998,
+                ErrorCode::FieldPathEmptyComponent,
                 "FieldPath field names may not be empty strings.",
             ));
         }
         if part.starts_with('$') && !matches!(part, "$id" | "$ref" | "$db") {
             return Err(proj_err(
-                16410,
+                ErrorCode::FieldPathDollarPrefixed,
                 "FieldPath field names may not start with '$'. Consider using $getField or \
                  $setField.",
             ));
         }
         if part.contains('\0') {
             return Err(proj_err(
-                16411,
+                ErrorCode::FieldPathNullByte,
                 "FieldPath field names may not contain '\\0'.",
             ));
         }
@@ -636,7 +633,7 @@ fn add_node_at_path(root: &mut PathNode, path: &[String], node: ProjNode) -> Res
             ProjNode::Path(path_node) => path_node,
             _ => {
                 return Err(proj_err(
-                    31249,
+                    ErrorCode::ProjectionPathCollision,
                     format!(
                         "Path collision at {full} remaining portion {}",
                         path[1..].join(".")
@@ -646,7 +643,10 @@ fn add_node_at_path(root: &mut PathNode, path: &[String], node: ProjNode) -> Res
         };
     }
     if current.get(last).is_some() {
-        return Err(proj_err(31250, format!("Path collision at {full}")));
+        return Err(proj_err(
+            ErrorCode::ProjectionPathOverwrite,
+            format!("Path collision at {full}"),
+        ));
     }
     current.children.push((last.clone(), node));
     Ok(())
@@ -929,12 +929,15 @@ fn positional_at(out: &mut Document, path: &[String], details: &MatchDetails) ->
             Some(Bson::Array(array)) => {
                 let Some(position) = details.array_position else {
                     return Err(proj_err(
-                        51246,
+                        ErrorCode::PositionalNoMatchingElement,
                         "positional operator '.$' couldn't find a matching element in the array",
                     ));
                 };
                 let Some(element) = array.get(position).cloned() else {
-                    return Err(proj_err(51247, "positional operator '.$' element mismatch"));
+                    return Err(proj_err(
+                        ErrorCode::PositionalElementMismatch,
+                        "positional operator '.$' element mismatch",
+                    ));
                 };
                 *array = vec![element];
                 return Ok(());

@@ -126,7 +126,7 @@ fn decimal_len(mut i: usize) -> usize {
 /// MongoDB's error for a string that would reach 16 MiB.
 pub fn string_too_long() -> Error {
     Error::new(
-        ErrorCode::Location(16493),
+        ErrorCode::StringTooLong,
         format!(
             "Tried to create string longer than {}MB",
             MAX_BSON_OBJECT_SIZE / 1024 / 1024
@@ -297,7 +297,7 @@ mod tests {
         assert!(check_string_len(MAX_STRING_BYTES).is_ok());
         assert_eq!(
             check_string_len(MAX_STRING_BYTES + 1).unwrap_err().code,
-            ErrorCode::Location(16493)
+            ErrorCode::StringTooLong
         );
     }
 }

@@ -18,6 +18,7 @@ use bson::{Bson, Document};
 
 use crate::error::Result;
 use crate::query::compare::{compare, Number};
+use crate::query::path::{parts, visit_sort_values, Part, SortLeaf};
 
 /// A parsed sort specification such as `{a: 1, b: -1}`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -31,12 +32,6 @@ pub struct SortField {
     path: String,
     parts: Vec<Part>,
     ascending: bool,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct Part {
-    name: String,
-    index: Option<usize>,
 }
 
 impl SortField {
@@ -82,13 +77,7 @@ impl SortSpec {
             };
             fields.push(SortField {
                 path: path.clone(),
-                parts: path
-                    .split('.')
-                    .map(|name| Part {
-                        name: name.to_string(),
-                        index: array_index(name),
-                    })
-                    .collect(),
+                parts: parts(path),
                 ascending,
             });
         }
@@ -138,21 +127,16 @@ impl SortSpec {
     }
 }
 
-fn array_index(name: &str) -> Option<usize> {
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    if name.len() > 1 && name.starts_with('0') {
-        return None;
-    }
-    name.parse().ok()
-}
-
 /// The one value a field sorts a document by: the smallest (ascending) or
 /// largest (descending) of the values its path reaches.
 fn sort_value<'a>(doc: &'a Document, field: &SortField) -> &'a Bson {
     let mut best: Option<&'a Bson> = None;
-    let mut offer = |v: &'a Bson| {
+    let mut offer = |leaf: SortLeaf<'a>| {
+        let v = match leaf {
+            SortLeaf::Value(v) => v,
+            SortLeaf::Missing => &NULL,
+            SortLeaf::EmptyArray => &EMPTY_ARRAY,
+        };
         let better = match best {
             None => true,
             Some(current) => {
@@ -168,53 +152,8 @@ fn sort_value<'a>(doc: &'a Document, field: &SortField) -> &'a Bson {
             best = Some(v);
         }
     };
-    visit_document(doc, &field.parts, &mut offer);
+    visit_sort_values(doc, &field.parts, &mut offer);
     best.unwrap_or(&NULL)
-}
-
-fn visit_document<'a>(doc: &'a Document, parts: &[Part], offer: &mut dyn FnMut(&'a Bson)) {
-    let Some((first, rest)) = parts.split_first() else {
-        return;
-    };
-    match crate::query::filter::field(doc, &first.name) {
-        None => offer(&NULL),
-        Some(value) if rest.is_empty() => visit_leaf(value, offer),
-        Some(Bson::Document(sub)) => visit_document(sub, rest, offer),
-        Some(Bson::Array(items)) => visit_array(items, rest, offer),
-        Some(_) => offer(&NULL),
-    }
-}
-
-fn visit_leaf<'a>(value: &'a Bson, offer: &mut dyn FnMut(&'a Bson)) {
-    match value {
-        Bson::Array(items) if items.is_empty() => offer(&EMPTY_ARRAY),
-        Bson::Array(items) => items.iter().for_each(&mut *offer),
-        other => offer(other),
-    }
-}
-
-/// An array in the middle of a path: a numeric component selects an
-/// element; otherwise every document element continues the path.
-fn visit_array<'a>(items: &'a [Bson], rest: &[Part], offer: &mut dyn FnMut(&'a Bson)) {
-    if let Some(item) = rest[0].index.and_then(|i| items.get(i)) {
-        match (item, &rest[1..]) {
-            (value, []) => visit_leaf(value, offer),
-            (Bson::Document(sub), tail) => visit_document(sub, tail, offer),
-            (Bson::Array(inner), tail) => visit_array(inner, tail, offer),
-            _ => offer(&NULL),
-        }
-        return;
-    }
-    let mut any = false;
-    for item in items {
-        if let Bson::Document(sub) = item {
-            any = true;
-            visit_document(sub, rest, offer);
-        }
-    }
-    if !any {
-        offer(&NULL);
-    }
 }
 
 #[cfg(test)]

@@ -36,8 +36,9 @@ use bson::oid::ObjectId;
 use bson::{Bson, DateTime, Document, Timestamp};
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::query::compare::{compare, values_equal, Canonical};
+use crate::query::compare::{compare, values_equal, Canonical, Number};
 use crate::query::filter::{Filter, MatchDetails};
+use crate::query::path::{child, get_positional, get_positional_mut, update_index};
 use crate::{bail, err};
 
 /// MongoDB refuses to pad an array by more than this many nulls
@@ -836,7 +837,7 @@ fn parse_leaf(op: Operator, field: &str, arg: &Bson) -> Result<LeafOp> {
         Operator::SetOnInsert => LeafOp::SetOnInsert(arg.clone()),
         Operator::Unset => LeafOp::Unset,
         Operator::Inc | Operator::Mul => {
-            if Num::of(arg).is_none() {
+            if Number::of(arg).is_none() {
                 bail!(
                     TypeMismatch,
                     "Cannot {} with non-numeric argument: {{{}}}",
@@ -1072,7 +1073,7 @@ fn parse_push(arg: &Bson) -> Result<PushSpec> {
 
 fn parse_push_sort(value: &Bson) -> Result<PushSort> {
     let direction = |v: &Bson| -> Option<bool> {
-        let order = Num::of(v)?.to_f64();
+        let order = Number::of(v)?.to_f64();
         if order == 1.0 {
             Some(false)
         } else if order == -1.0 {
@@ -1107,7 +1108,7 @@ fn parse_push_sort(value: &Bson) -> Result<PushSort> {
             }
             Ok(PushSort::Pattern(fields))
         }
-        v if Num::of(v).is_some() => match direction(v) {
+        v if Number::of(v).is_some() => match direction(v) {
             Some(descending) => Ok(PushSort::Whole { descending }),
             None => bail!(BadValue, "The $sort element value must be either 1 or -1"),
         },
@@ -1333,7 +1334,7 @@ impl Applier<'_> {
     }
 
     fn apply_array(&mut self, nodes: &[&Internal], path: &mut Vec<String>) -> Result<()> {
-        let array = match get(&self.doc, path) {
+        let array = match get_positional(&self.doc, path) {
             Some(Bson::Array(array)) => array,
             Some(other) => bail!(
                 BadValue,
@@ -1402,7 +1403,7 @@ impl Applier<'_> {
             path,
             now: self.now,
         };
-        let Some(target) = get_mut(&mut self.doc, path) else {
+        let Some(target) = get_positional_mut(&mut self.doc, path) else {
             return Err(Error::internal(format!(
                 "update path {} vanished",
                 path.join(".")
@@ -1414,7 +1415,7 @@ impl Applier<'_> {
         };
         self.check_immutable(path)?;
         if op.may_deepen() {
-            if let Some(value) = get(&self.doc, path) {
+            if let Some(value) = get_positional(&self.doc, path) {
                 check_depth(path.len(), value)?;
             }
         }
@@ -1432,7 +1433,7 @@ impl Applier<'_> {
         let value = new_value(op, self.now)?;
         let added = approx_size(&value);
         create_path(&mut self.doc, path, found, value, &mut self.growth)?;
-        if let Some(value) = get(&self.doc, path) {
+        if let Some(value) = get_positional(&self.doc, path) {
             check_depth(path.len(), value)?;
         }
         if self.id_immutable && path[0] == "_id" {
@@ -1440,7 +1441,8 @@ impl Applier<'_> {
                 ImmutableField,
                 "Updating the path '{}' to {} would modify the immutable field '_id'",
                 path.join("."),
-                get(&self.doc, &path[..1]).map_or(String::new(), |v| element_string("_id", v))
+                get_positional(&self.doc, &path[..1])
+                    .map_or(String::new(), |v| element_string("_id", v))
             );
         }
         self.grow(added)
@@ -1450,14 +1452,14 @@ impl Applier<'_> {
     /// missing path is a no-op unless it runs through a scalar.
     fn check_viable(&self, path: &[String], found: usize) -> Result<()> {
         let Some(base) = (found > 0)
-            .then(|| get(&self.doc, &path[..found]))
+            .then(|| get_positional(&self.doc, &path[..found]))
             .flatten()
         else {
             return Ok(());
         };
         match base {
             Bson::Document(_) => Ok(()),
-            Bson::Array(_) if parse_index(&path[found]).is_some() => Ok(()),
+            Bson::Array(_) if update_index(&path[found]).is_some() => Ok(()),
             other => bail!(
                 PathNotViable,
                 "Cannot use the part ({}) of ({}) to traverse the element ({{{}}})",
@@ -1508,7 +1510,7 @@ impl Applier<'_> {
                 .map_or("no id".to_string(), |id| element_string("_id", id))
         };
         for k in (1..from.len()).rev() {
-            if let Some(Bson::Array(_)) = get(&self.doc, &from[..k]) {
+            if let Some(Bson::Array(_)) = get_positional(&self.doc, &from[..k]) {
                 bail!(
                     BadValue,
                     "The source field cannot be an array element, '{}' in doc with {} has an \
@@ -1522,7 +1524,7 @@ impl Applier<'_> {
         let found = probe(&self.doc, to);
         let start = if found == to.len() { found - 1 } else { found };
         for k in (1..=start).rev() {
-            if let Some(Bson::Array(_)) = get(&self.doc, &to[..k]) {
+            if let Some(Bson::Array(_)) = get_positional(&self.doc, &to[..k]) {
                 bail!(
                     BadValue,
                     "The destination field cannot be an array element, '{}' in doc with {} has \
@@ -1533,11 +1535,11 @@ impl Applier<'_> {
                 );
             }
         }
-        let Some(value) = get(&self.doc, from).cloned() else {
+        let Some(value) = get_positional(&self.doc, from).cloned() else {
             return Ok(());
         };
         if found == to.len() {
-            let Some(target) = get_mut(&mut self.doc, to) else {
+            let Some(target) = get_positional_mut(&mut self.doc, to) else {
                 return Ok(());
             };
             // Equal (not identical) values leave the destination alone.
@@ -1634,7 +1636,7 @@ fn modify_existing(op: &LeafOp, target: &mut Bson, env: &OpEnv) -> Result<Outcom
         LeafOp::Inc(arg) | LeafOp::Mul(arg) => {
             let is_inc = matches!(op, LeafOp::Inc(_));
             let name = if is_inc { "$inc" } else { "$mul" };
-            let Some(current) = Num::of(target) else {
+            let Some(current) = Number::of(target) else {
                 bail!(
                     TypeMismatch,
                     "Cannot apply {name} to a value of non-numeric type. {{{}}} has the field \
@@ -1644,19 +1646,19 @@ fn modify_existing(op: &LeafOp, target: &mut Bson, env: &OpEnv) -> Result<Outcom
                     type_name(target)
                 );
             };
-            let Some(operand) = Num::of(arg) else {
+            let Some(operand) = Number::of(arg) else {
                 return Ok(Outcome::Unchanged);
             };
             let result = if is_inc {
-                current.add(operand)
+                current.combine_checked(operand, i64::checked_add, |a, b| a + b, DecimalValue::add)
             } else {
-                current.mul(operand)
+                current.combine_checked(operand, i64::checked_mul, |a, b| a * b, DecimalValue::mul)
             };
             let Some(result) = result else {
                 bail!(
                     BadValue,
                     "Failed to apply {name} operations to current value ({}) for document {{{}}}",
-                    current.debug_string(),
+                    safe_num_string(current),
                     if env.id.is_some() {
                         env.id_string()
                     } else {
@@ -1836,9 +1838,16 @@ fn new_value(op: &LeafOp, now: DateTime) -> Result<Bson> {
         | LeafOp::Min(value)
         | LeafOp::Max(value)
         | LeafOp::Inc(value) => value.clone(),
-        LeafOp::Mul(value) => match Num::of(value) {
+        LeafOp::Mul(value) => match Number::of(value) {
             // Multiplying "nothing" gives a zero of the argument's type.
-            Some(n) => n.mul(Num::Int(0)).map_or(Bson::Int32(0), Num::into_bson),
+            Some(n) => n
+                .combine_checked(
+                    Number::Int32(0),
+                    i64::checked_mul,
+                    |a, b| a * b,
+                    DecimalValue::mul,
+                )
+                .map_or(Bson::Int32(0), Number::into_bson),
             None => Bson::Int32(0),
         },
         LeafOp::CurrentDate { timestamp } => current_date(*timestamp, now),
@@ -1959,7 +1968,7 @@ fn extract_at_path<'a>(container: Container<'a>, path: &str, depth: usize) -> Op
         match container {
             Container::Document(doc) => doc.get(name),
             Container::Array(array) => {
-                let index = parse_index(name)?;
+                let index = update_index(name)?;
                 (index.to_string() == name)
                     .then(|| array.get(index))
                     .flatten()
@@ -2017,49 +2026,6 @@ where
 
 /// An array index as MongoDB's update code reads one: digits only,
 /// fitting in 32 bits.
-fn parse_index(part: &str) -> Option<usize> {
-    if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    part.parse::<u32>()
-        .ok()
-        .and_then(|n| usize::try_from(n).ok())
-}
-
-fn child<'a>(value: &'a Bson, part: &str) -> Option<&'a Bson> {
-    match value {
-        Bson::Document(doc) => doc.get(part),
-        Bson::Array(array) => array.get(parse_index(part)?),
-        _ => None,
-    }
-}
-
-fn child_mut<'a>(value: &'a mut Bson, part: &str) -> Option<&'a mut Bson> {
-    match value {
-        Bson::Document(doc) => doc.get_mut(part),
-        Bson::Array(array) => array.get_mut(parse_index(part)?),
-        _ => None,
-    }
-}
-
-fn get<'a>(doc: &'a Document, path: &[String]) -> Option<&'a Bson> {
-    let (first, rest) = path.split_first()?;
-    let mut current = doc.get(first)?;
-    for part in rest {
-        current = child(current, part)?;
-    }
-    Some(current)
-}
-
-fn get_mut<'a>(doc: &'a mut Document, path: &[String]) -> Option<&'a mut Bson> {
-    let (first, rest) = path.split_first()?;
-    let mut current = doc.get_mut(first)?;
-    for part in rest {
-        current = child_mut(current, part)?;
-    }
-    Some(current)
-}
-
 /// How many leading parts of `path` exist in `doc`.
 fn probe(doc: &Document, path: &[String]) -> usize {
     let Some((first, rest)) = path.split_first() else {
@@ -2090,12 +2056,12 @@ fn remove_at(doc: &mut Document, path: &[String]) {
         doc.remove(last);
         return;
     }
-    match get_mut(doc, parent) {
+    match get_positional_mut(doc, parent) {
         Some(Bson::Document(parent)) => {
             parent.remove(last);
         }
         Some(Bson::Array(parent)) => {
-            if let Some(element) = parse_index(last).and_then(|i| parent.get_mut(i)) {
+            if let Some(element) = update_index(last).and_then(|i| parent.get_mut(i)) {
                 *element = Bson::Null;
             }
         }
@@ -2128,7 +2094,7 @@ fn create_path(
         return Ok(());
     }
     let base_name = base_path.last().map_or("", String::as_str);
-    let Some(base) = get_mut(doc, base_path) else {
+    let Some(base) = get_positional_mut(doc, base_path) else {
         return Err(Error::internal("update path vanished"));
     };
     match base {
@@ -2198,7 +2164,7 @@ fn find_longest_prefix(doc: &Document, path: &[String]) -> Prefix {
         let next = match current {
             Bson::Document(d) => d.get(part),
             Bson::Array(a) if part.bytes().all(|b| b.is_ascii_digit()) => {
-                parse_index(part).and_then(|i| a.get(i))
+                update_index(part).and_then(|i| a.get(i))
             }
             other => {
                 return Prefix::NotViable {
@@ -2307,102 +2273,13 @@ fn arrays_identical(a: &[Bson], b: &[Bson]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| identical(x, y))
 }
 
-/// A number as MongoDB's `SafeNum` sees it.
-#[derive(Debug, Clone, Copy)]
-enum Num {
-    Int(i32),
-    Long(i64),
-    Double(f64),
-    Decimal(DecimalValue),
-}
-
-impl Num {
-    fn of(value: &Bson) -> Option<Num> {
-        Some(match value {
-            Bson::Int32(n) => Num::Int(*n),
-            Bson::Int64(n) => Num::Long(*n),
-            Bson::Double(d) => Num::Double(*d),
-            Bson::Decimal128(d) => Num::Decimal(DecimalValue::from_decimal128(d)),
-            _ => return None,
-        })
-    }
-
-    fn into_bson(self) -> Bson {
-        match self {
-            Num::Int(n) => Bson::Int32(n),
-            Num::Long(n) => Bson::Int64(n),
-            Num::Double(d) => Bson::Double(d),
-            Num::Decimal(d) => Bson::Decimal128(d.to_decimal128()),
-        }
-    }
-
-    fn to_f64(self) -> f64 {
-        match self {
-            Num::Int(n) => f64::from(n),
-            Num::Long(n) => n as f64,
-            Num::Double(d) => d,
-            Num::Decimal(d) => d.to_f64(),
-        }
-    }
-
-    fn to_decimal(self) -> DecimalValue {
-        match self {
-            Num::Int(n) => DecimalValue::from_i64(i64::from(n)),
-            Num::Long(n) => DecimalValue::from_i64(n),
-            Num::Double(d) => DecimalValue::from_f64(d),
-            Num::Decimal(d) => d,
-        }
-    }
-
-    /// `None` when int64 arithmetic overflows (MongoDB refuses the update).
-    fn add(self, other: Num) -> Option<Num> {
-        self.combine(other, i64::checked_add, |a, b| a + b, |a, b| a.add(&b))
-    }
-
-    fn mul(self, other: Num) -> Option<Num> {
-        self.combine(other, i64::checked_mul, |a, b| a * b, |a, b| a.mul(&b))
-    }
-
-    fn combine(
-        self,
-        other: Num,
-        int: fn(i64, i64) -> Option<i64>,
-        double: fn(f64, f64) -> f64,
-        dec: fn(DecimalValue, DecimalValue) -> DecimalValue,
-    ) -> Option<Num> {
-        match (self, other) {
-            (Num::Decimal(_), _) | (_, Num::Decimal(_)) => {
-                Some(Num::Decimal(dec(self.to_decimal(), other.to_decimal())))
-            }
-            (Num::Double(_), _) | (_, Num::Double(_)) => {
-                Some(Num::Double(double(self.to_f64(), other.to_f64())))
-            }
-            (Num::Int(a), Num::Int(b)) => {
-                // Two int32s always fit in an int64; narrow back when possible.
-                let wide = int(i64::from(a), i64::from(b))?;
-                Some(i32::try_from(wide).map_or(Num::Long(wide), Num::Int))
-            }
-            (a, b) => Some(Num::Long(int(a.as_i64(), b.as_i64())?)),
-        }
-    }
-
-    fn as_i64(self) -> i64 {
-        match self {
-            Num::Int(n) => i64::from(n),
-            Num::Long(n) => n,
-            Num::Double(d) => d as i64,
-            Num::Decimal(d) => d.to_f64() as i64,
-        }
-    }
-
-    /// `SafeNum::debugString`.
-    fn debug_string(self) -> String {
-        match self {
-            Num::Int(n) => format!("(NumberInt){n}"),
-            Num::Long(n) => format!("(NumberLong){n}"),
-            Num::Double(d) => format!("(NumberDouble){d}"),
-            Num::Decimal(d) => format!("(NumberDecimal){}", d.to_decimal128()),
-        }
+/// `SafeNum::debugString`: a number as update errors print it.
+fn safe_num_string(n: Number) -> String {
+    match n {
+        Number::Int32(n) => format!("(NumberInt){n}"),
+        Number::Int64(n) => format!("(NumberLong){n}"),
+        Number::Double(d) => format!("(NumberDouble){d}"),
+        Number::Decimal(d) => format!("(NumberDecimal){}", d.to_decimal128()),
     }
 }
 

@@ -193,7 +193,7 @@ impl Context for RouterContext {
             .is_some_and(|c| c.sharding.is_some())
         {
             bail!(
-                Location28769,
+                OutToShardedCollection,
                 "{ns} cannot be sharded: $out writes only unsharded collections"
             );
         }
@@ -249,7 +249,7 @@ async fn merge_one(
 ) -> Result<()> {
     let mut key = Document::new();
     for field in &spec.on {
-        let value = crate::query::filter::field(&doc, field)
+        let value = crate::query::path::field(&doc, field)
             .cloned()
             .unwrap_or(Bson::Null);
         key.insert(field.clone(), value);
@@ -270,7 +270,7 @@ async fn merge_one(
         None => match spec.when_not_matched.as_str() {
             "discard" => Ok(()),
             "fail" => bail!(
-                Location13113,
+                MergeNoMatchingDocument,
                 "$merge could not find a matching document in the target collection for at least one document in the source collection"
             ),
             _ => {

@@ -996,13 +996,7 @@ fn op_sort_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 /// its smallest element ascending and its largest descending (an empty
 /// one as `undefined`).
 fn sort_key<'v>(item: &'v Bson, path: &[&str], descending: bool) -> Value<'v> {
-    let mut current = item;
-    for part in path {
-        let Bson::Document(doc) = current else {
-            return None;
-        };
-        current = doc.get(*part)?;
-    }
+    let current = crate::query::path::value_in_documents(item, path)?;
     match current {
         Bson::Array(items) => {
             let pick = if descending {

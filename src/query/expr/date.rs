@@ -239,7 +239,7 @@ fn timezone_of<'a>(node: Option<&'a Node>, scope: &Scope<'a>) -> Result<Option<T
     }
     let Some(Bson::String(name)) = value.as_deref() else {
         return Err(expression_error(
-            location(40517),
+            ErrorCode::TimezoneNotString,
             format!(
                 "timezone must evaluate to a string, found {}",
                 type_of(&value)
@@ -248,7 +248,7 @@ fn timezone_of<'a>(node: Option<&'a Node>, scope: &Scope<'a>) -> Result<Option<T
     };
     TimeZone::parse(name).map(Some).ok_or_else(|| {
         expression_error(
-            location(40485),
+            ErrorCode::UnknownTimeZone,
             format!("unrecognized time zone identifier: \"{name}\""),
         )
     })
@@ -268,7 +268,7 @@ pub(super) fn date_millis(value: &Bson) -> Option<i64> {
 fn require_date(value: &Value<'_>) -> Result<i64> {
     value.as_deref().and_then(date_millis).ok_or_else(|| {
         expression_error(
-            location(16006),
+            ErrorCode::ConvertToDateUnsupported,
             format!("can't convert from BSON type {} to Date", type_of(value)),
         )
     })
@@ -288,13 +288,13 @@ fn extractor_args(name: &str, arg: &Bson) -> Result<Option<Vec<Bson>>> {
     }
     let args = named_args(doc, &["date", "timezone"], |field| {
         expression_error(
-            location(40535),
+            ErrorCode::DateConversionUnknownOption,
             format!("unrecognized option to {name}: \"{field}\""),
         )
     })?;
     if !object_fields_present(&args, 0) {
         return Err(expression_error(
-            location(40539),
+            ErrorCode::DateConversionMissingDate,
             format!("missing 'date' argument to {name}, provided: {doc}"),
         ));
     }
@@ -313,7 +313,7 @@ fn extract<'a>(name: &str, args: &'a [Node], scope: &Scope<'a>) -> Result<Option
         None => {
             if args.len() != 1 {
                 return Err(expression_error(
-                    location(16020),
+                    ErrorCode::OperatorWrongLenOfArgs,
                     format!(
                         "Expression {name} takes exactly 1 arguments. {} were passed in.",
                         args.len()
@@ -396,7 +396,7 @@ pub(super) fn format_date(format: &str, utc_ms: i64, tz: TimeZone) -> Result<Str
         }
         let Some(spec) = chars.next() else {
             return Err(expression_error(
-                location(18535),
+                ErrorCode::DateFormatTrailingPercent,
                 "Unmatched '%' at end of format string".to_string(),
             ));
         };
@@ -404,7 +404,7 @@ pub(super) fn format_date(format: &str, utc_ms: i64, tz: TimeZone) -> Result<Str
             'Y' => {
                 if !(0..=9999).contains(&p.year) {
                     return Err(expression_error(
-                        location(18537),
+                        ErrorCode::DateToStringYearOutOfRange,
                         format!(
                             "Could not convert date to string: date component was outside the \
                              supported range of 0-9999: {}",
@@ -438,7 +438,7 @@ pub(super) fn format_date(format: &str, utc_ms: i64, tz: TimeZone) -> Result<Str
             '%' => out.push('%'),
             other => {
                 return Err(expression_error(
-                    location(18536),
+                    ErrorCode::DateFormatBadCharacter,
                     format!("Invalid format character '%{other}' in format string"),
                 ))
             }
@@ -450,19 +450,19 @@ pub(super) fn format_date(format: &str, utc_ms: i64, tz: TimeZone) -> Result<Str
 fn date_to_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(expression_error(
-            location(18629),
+            ErrorCode::DateToStringNotObject,
             "$dateToString only supports an object as its argument".to_string(),
         ));
     };
     let args = named_args(doc, &["date", "format", "timezone", "onNull"], |f| {
         expression_error(
-            location(18534),
+            ErrorCode::DateToStringUnknownArgument,
             format!("Unrecognized argument to $dateToString: {f}"),
         )
     })?;
     if !object_fields_present(&args, 0) {
         return Err(expression_error(
-            location(18628),
+            ErrorCode::DateToStringMissingDate,
             "Missing 'date' parameter to $dateToString".to_string(),
         ));
     }
@@ -472,7 +472,7 @@ fn date_to_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 fn op_date_to_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
         return Err(expression_error(
-            location(18629),
+            ErrorCode::DateToStringNotObject,
             "$dateToString only supports an object as its argument".to_string(),
         ));
     };
@@ -483,7 +483,7 @@ fn op_date_to_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a
             Some(Bson::String(s)) => Some(s.clone()),
             _ => {
                 return Err(expression_error(
-                    location(18533),
+                    ErrorCode::DateToStringFormatNotString,
                     format!(
                         "$dateToString requires that 'format' be a string, found: {} with value {}",
                         type_of(&v),
@@ -519,7 +519,7 @@ fn present(fields: &[Node], i: usize) -> Option<&Node> {
 /// Why a date string did not parse (MongoDB's ConversionFailure).
 pub(super) fn parse_failure(text: &str, why: &str) -> Error {
     expression_error(
-        location(241),
+        ErrorCode::ConversionFailure,
         format!("Error parsing date string '{text}'; {why}"),
     )
 }
@@ -661,7 +661,7 @@ fn parse_with_format(text: &str, format: &str, tz: TimeZone) -> Result<i64> {
         }
         let spec = chars.next().ok_or_else(|| {
             expression_error(
-                location(18535),
+                ErrorCode::DateFormatTrailingPercent,
                 "Unmatched '%' at end of format string".to_string(),
             )
         })?;
@@ -714,7 +714,7 @@ fn parse_with_format(text: &str, format: &str, tz: TimeZone) -> Result<i64> {
             }
             other => {
                 return Err(expression_error(
-                    location(18536),
+                    ErrorCode::DateFormatBadCharacter,
                     format!("Invalid format character '%{other}' in format string"),
                 ))
             }
@@ -746,7 +746,7 @@ fn iso_days(iso_year: i64, week: i64, day_of_week: i64) -> i64 {
 fn date_from_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(expression_error(
-            location(40540),
+            ErrorCode::DateFromStringNotObject,
             format!(
                 "$dateFromString only supports an object as an argument, found: {}",
                 type_name(arg)
@@ -758,14 +758,14 @@ fn date_from_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         &["dateString", "format", "timezone", "onError", "onNull"],
         |f| {
             expression_error(
-                location(40541),
+                ErrorCode::DateFromStringUnknownArgument,
                 format!("Unrecognized argument to $dateFromString: {f}"),
             )
         },
     )?;
     if !object_fields_present(&args, 0) {
         return Err(expression_error(
-            location(40542),
+            ErrorCode::DateFromStringMissingDateString,
             "Missing 'dateString' parameter to $dateFromString".to_string(),
         ));
     }
@@ -775,7 +775,7 @@ fn date_from_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 fn op_date_from_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
         return Err(expression_error(
-            location(40540),
+            ErrorCode::DateFromStringNotObject,
             "$dateFromString only supports an object as an argument".to_string(),
         ));
     };
@@ -793,7 +793,7 @@ fn op_date_from_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<
             Some(Bson::String(s)) => Some(s.clone()),
             _ => {
                 return Err(expression_error(
-                    location(40684),
+                    ErrorCode::DateFromStringFormatNotString,
                     format!(
                         "$dateFromString requires that 'format' be a string, found: {}",
                         type_of(&v)
@@ -811,7 +811,7 @@ fn op_date_from_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<
             None => parse_date_string(text, tz).map(|(ms, _)| ms),
         },
         _ => Err(expression_error(
-            location(241),
+            ErrorCode::ConversionFailure,
             format!(
                 "$dateFromString requires that 'dateString' be a string, found: {}",
                 type_of(&input)
@@ -895,7 +895,7 @@ fn unit_of<'a>(op: &str, node: Option<&'a Node>, scope: &Scope<'a>) -> Result<Op
     }
     let Some(Bson::String(s)) = value.as_deref() else {
         return Err(expression_error(
-            location(5439013),
+            ErrorCode::DateUnitNotString,
             format!(
                 "{op} requires 'unit' to be a string, but got {}",
                 type_of(&value)
@@ -904,7 +904,7 @@ fn unit_of<'a>(op: &str, node: Option<&'a Node>, scope: &Scope<'a>) -> Result<Op
     };
     Unit::parse(s).map(Some).ok_or_else(|| {
         expression_error(
-            location(5439014),
+            ErrorCode::DateUnitUnknown,
             format!("{op} parameter 'unit' value cannot be recognized as a time unit: {s}"),
         )
     })
@@ -921,7 +921,7 @@ fn start_of_week<'a>(op: &str, node: Option<&'a Node>, scope: &Scope<'a>) -> Res
     }
     let Some(Bson::String(s)) = value.as_deref() else {
         return Err(expression_error(
-            location(5439015),
+            ErrorCode::DateStartOfWeekNotString,
             format!(
                 "{op} requires 'startOfWeek' to be a string, but got {}",
                 type_of(&value)
@@ -938,7 +938,7 @@ fn start_of_week<'a>(op: &str, node: Option<&'a Node>, scope: &Scope<'a>) -> Res
         "saturday" | "sat" => 6,
         _ => {
             return Err(expression_error(
-                location(5439016),
+                ErrorCode::DateStartOfWeekUnknown,
                 format!(
                     "{op} parameter 'startOfWeek' value cannot be recognized as a day of a week: \
                      {s}"
@@ -963,7 +963,7 @@ fn week_start(days: i64, start: i64) -> i64 {
 fn date_trunc_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(expression_error(
-            location(5439007),
+            ErrorCode::DateTruncNotObject,
             "$dateTrunc only supports an object as its argument".to_string(),
         ));
     };
@@ -972,7 +972,7 @@ fn date_trunc_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         &["date", "unit", "binSize", "timezone", "startOfWeek"],
         |f| {
             expression_error(
-                location(5439008),
+                ErrorCode::DateTruncUnknownArgument,
                 format!("Unrecognized argument to $dateTrunc: {f}"),
             )
         },
@@ -992,7 +992,7 @@ fn op_date_trunc<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     const OP: &str = "$dateTrunc";
     let Some(fields) = object_fields(args) else {
         return Err(expression_error(
-            location(5439007),
+            ErrorCode::DateTruncNotObject,
             "$dateTrunc only supports an object as its argument".to_string(),
         ));
     };
@@ -1010,7 +1010,7 @@ fn op_date_trunc<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
                 .and_then(integral_i64)
                 .ok_or_else(|| {
                     expression_error(
-                        location(5439017),
+                        ErrorCode::DateTruncBinSizeNotInt64,
                         format!(
                             "{OP} requires 'binSize' to be a 64-bit integer, but got value '{}' \
                              of type {}",
@@ -1021,7 +1021,7 @@ fn op_date_trunc<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
                 })?;
             if n <= 0 {
                 return Err(expression_error(
-                    location(5439018),
+                    ErrorCode::DateTruncBinSizeNotPositive,
                     format!("{OP} requires 'binSize' to be greater than 0, but got value {n}"),
                 ));
             }
@@ -1044,7 +1044,7 @@ fn op_date_trunc<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     }
     let Some(millis) = date.as_deref().and_then(date_millis) else {
         return Err(expression_error(
-            location(5439012),
+            ErrorCode::DateTruncDateNotDate,
             format!(
                 "{OP} requires 'date' to be a date, but got {}",
                 type_of(&date)
@@ -1098,20 +1098,20 @@ fn date_overflow(op: &str) -> Error {
 fn date_add_parser(op: &str, arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(expression_error(
-            location(5166400),
+            ErrorCode::DateAddNotObject,
             format!("{op} expects an object as its argument"),
         ));
     };
     let args = named_args(doc, &["startDate", "unit", "amount", "timezone"], |f| {
         expression_error(
-            location(5166401),
+            ErrorCode::DateAddUnknownArgument,
             format!("Unrecognized argument to {op}: {f}"),
         )
     })?;
     for (i, name) in [(0, "startDate"), (1, "unit"), (2, "amount")] {
         if !object_fields_present(&args, i) {
             return Err(expression_error(
-                location(5166402),
+                ErrorCode::DateAddMissingArgument,
                 format!("{op} requires startDate, unit, and amount to be present; missing {name}"),
             ));
         }
@@ -1143,7 +1143,7 @@ fn date_arithmetic<'a>(
 ) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
         return Err(expression_error(
-            location(5166400),
+            ErrorCode::DateAddNotObject,
             format!("{op} expects an object as its argument"),
         ));
     };
@@ -1159,13 +1159,13 @@ fn date_arithmetic<'a>(
     };
     let Some(millis) = start.as_deref().and_then(date_millis) else {
         return Err(expression_error(
-            location(5166403),
+            ErrorCode::DateAddStartNotDate,
             format!("{op} requires startDate to be convertible to a date"),
         ));
     };
     let Some(Bson::String(unit_name)) = unit_value.as_deref() else {
         return Err(expression_error(
-            location(5166404),
+            ErrorCode::DateAddUnitNotString,
             format!("{op} expects string defining the time unit"),
         ));
     };
@@ -1181,7 +1181,7 @@ fn date_arithmetic<'a>(
         .and_then(integral_i64)
     else {
         return Err(expression_error(
-            location(5166405),
+            ErrorCode::DateAddAmountNotInteger,
             format!("{op} expects integer amount of time units"),
         ));
     };
@@ -1214,7 +1214,7 @@ fn add_to_date(utc_ms: i64, unit: Unit, amount: i64, tz: TimeZone) -> Option<i64
 fn date_diff_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(expression_error(
-            location(5166301),
+            ErrorCode::DateDiffNotObject,
             "$dateDiff only supports an object as its argument".to_string(),
         ));
     };
@@ -1223,7 +1223,7 @@ fn date_diff_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         &["startDate", "endDate", "unit", "timezone", "startOfWeek"],
         |f| {
             expression_error(
-                location(5166302),
+                ErrorCode::DateDiffUnknownArgument,
                 format!("Unrecognized argument to $dateDiff: {f}"),
             )
         },
@@ -1247,7 +1247,7 @@ fn op_date_diff<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     const OP: &str = "$dateDiff";
     let Some(fields) = object_fields(args) else {
         return Err(expression_error(
-            location(5166301),
+            ErrorCode::DateDiffNotObject,
             "$dateDiff only supports an object as its argument".to_string(),
         ));
     };
@@ -1269,7 +1269,7 @@ fn op_date_diff<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let as_date = |v: &Value<'_>, name: &str| {
         v.as_deref().and_then(date_millis).ok_or_else(|| {
             expression_error(
-                location(5166307),
+                ErrorCode::DateArgumentNotDate,
                 format!(
                     "{OP} requires '{name}' to be a date, but got {}",
                     type_of(v)
@@ -1307,19 +1307,19 @@ fn op_date_diff<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 fn date_to_parts_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(expression_error(
-            location(40524),
+            ErrorCode::DateToPartsNotObject,
             "$dateToParts only supports an object as its argument".to_string(),
         ));
     };
     let args = named_args(doc, &["date", "timezone", "iso8601"], |f| {
         expression_error(
-            location(40520),
+            ErrorCode::DateToPartsUnknownArgument,
             format!("Unrecognized argument to $dateToParts: {f}"),
         )
     })?;
     if !object_fields_present(&args, 0) {
         return Err(expression_error(
-            location(40522),
+            ErrorCode::DateToPartsMissingDate,
             "Missing 'date' parameter to $dateToParts".to_string(),
         ));
     }
@@ -1329,7 +1329,7 @@ fn date_to_parts_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 fn op_date_to_parts<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
         return Err(expression_error(
-            location(40524),
+            ErrorCode::DateToPartsNotObject,
             "$dateToParts only supports an object as its argument".to_string(),
         ));
     };
@@ -1344,7 +1344,7 @@ fn op_date_to_parts<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>
             Some(Bson::Boolean(b)) => *b,
             _ => {
                 return Err(expression_error(
-                    location(40521),
+                    ErrorCode::DateToPartsIsoNotBool,
                     format!("iso8601 must evaluate to a bool, found {}", type_of(&v)),
                 ))
             }
@@ -1389,13 +1389,13 @@ const FROM_PARTS_FIELDS: [&str; 11] = [
 fn date_from_parts_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(expression_error(
-            location(40519),
+            ErrorCode::DateFromPartsNotObject,
             "$dateFromParts only supports an object as its argument".to_string(),
         ));
     };
     let args = named_args(doc, &FROM_PARTS_FIELDS, |f| {
         expression_error(
-            location(40518),
+            ErrorCode::DateFromPartsUnknownArgument,
             format!("Unrecognized argument to $dateFromParts: {f}"),
         )
     })?;
@@ -1404,13 +1404,13 @@ fn date_from_parts_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let iso = has(3) || has(4) || has(5);
     if calendar && iso {
         return Err(expression_error(
-            location(40489),
+            ErrorCode::DateFromPartsMixedIso,
             "$dateFromParts does not allow mixing natural dates with ISO dates".to_string(),
         ));
     }
     if !has(0) && !has(3) {
         return Err(expression_error(
-            location(40516),
+            ErrorCode::DateFromPartsMissingYear,
             "$dateFromParts requires either 'year' or 'isoWeekYear' to be present".to_string(),
         ));
     }
@@ -1420,7 +1420,7 @@ fn date_from_parts_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 fn op_date_from_parts<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
         return Err(expression_error(
-            location(40519),
+            ErrorCode::DateFromPartsNotObject,
             "$dateFromParts only supports an object as its argument".to_string(),
         ));
     };
@@ -1444,7 +1444,7 @@ fn op_date_from_parts<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'
             .and_then(integral_i64)
             .ok_or_else(|| {
                 expression_error(
-                    location(40515),
+                    ErrorCode::DatePartNotInteger,
                     format!(
                         "'{name}' must evaluate to an integer, found {}",
                         type_of(&v)

@@ -21,6 +21,7 @@ use bson::{Bson, DateTime, Document};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, f64_fits_i64, type_name, DecimalValue, Number};
 use crate::query::filter::{nesting_exceeds, MAX_NESTING};
+use crate::query::path::{expression_value, expression_value_in};
 use crate::query::size::SizeBudget;
 
 mod array;
@@ -255,18 +256,16 @@ pub fn operator_names() -> impl Iterator<Item = &'static str> {
 
 // ---------------------------------------------------------------------------
 // Errors. MongoDB reports most expression errors under numbered assertion
-// codes (`Location16554` and so on), which clients see as the error code.
+// codes (`Location16554` and so on), which clients see as the error code;
+// `ErrorCode` names each by its meaning.
 
 fn expression_error(code: ErrorCode, message: String) -> Error {
     Error::new(code, message)
 }
 
+/// The code of an operator's error from the number its table carries.
 fn location(code: i32) -> ErrorCode {
-    match code {
-        168 => ErrorCode::InvalidPipelineOperator,
-        241 => ErrorCode::ConversionFailure,
-        _ => ErrorCode::Location(code),
-    }
+    ErrorCode::from_number(code)
 }
 
 // ---------------------------------------------------------------------------
@@ -287,7 +286,7 @@ pub(super) fn parse_node(expr: &Bson) -> Result<Node> {
 fn parse_path(path: &str, original: &str) -> Result<Vec<String>> {
     if path.is_empty() {
         return Err(expression_error(
-            location(16872),
+            ErrorCode::FieldPathDollarAlone,
             format!("'{original}' by itself is not a valid FieldPath"),
         ));
     }
@@ -295,13 +294,13 @@ fn parse_path(path: &str, original: &str) -> Result<Vec<String>> {
         .map(|part| {
             if part.is_empty() {
                 return Err(expression_error(
-                    location(15998),
+                    ErrorCode::FieldPathEmptyComponent,
                     "FieldPath field names may not be empty strings.".to_string(),
                 ));
             }
             if part.starts_with('$') {
                 return Err(expression_error(
-                    ErrorCode::Location16410,
+                    ErrorCode::FieldPathDollarPrefixed,
                     format!(
                         "FieldPath field names may not start with '$'. Given FieldPath: {path}"
                     ),
@@ -332,7 +331,7 @@ fn parse_variable(text: &str) -> Result<Node> {
         && !matches!(name, "ROOT" | "CURRENT" | "REMOVE" | "NOW")
     {
         return Err(expression_error(
-            location(17276),
+            ErrorCode::UndefinedVariable,
             format!("Use of undefined variable: {name}"),
         ));
     }
@@ -351,7 +350,7 @@ fn parse_object(doc: &Document) -> Result<Node> {
     if first_is_operator {
         if doc.len() != 1 {
             return Err(expression_error(
-                location(15983),
+                ErrorCode::ExpressionWrongLenOfFields,
                 format!(
                     "an expression specification must contain exactly one field, the name of \
                      the expression. Found {} fields in {doc}",
@@ -368,13 +367,13 @@ fn parse_object(doc: &Document) -> Result<Node> {
     for (key, value) in doc {
         if key.starts_with('$') {
             crate::bail!(
-                Location16410,
+                FieldPathDollarPrefixed,
                 "FieldPath field names may not start with '$'. Given FieldPath: {key}"
             );
         }
         if key.contains('.') {
             return Err(expression_error(
-                location(16412),
+                ErrorCode::FieldPathContainsDot,
                 format!("FieldPath field names may not contain '.'. Given: {key}"),
             ));
         }
@@ -390,7 +389,7 @@ fn parse_operator(name: &str, arg: &Bson) -> Result<Node> {
     let Some(op) = find_operator(name) else {
         // MongoDB's InvalidPipelineOperator, which has no name in our table.
         return Err(expression_error(
-            location(168),
+            ErrorCode::InvalidPipelineOperator,
             format!("Unrecognized expression '{name}'"),
         ));
     };
@@ -421,7 +420,7 @@ fn parse_operator(name: &str, arg: &Bson) -> Result<Node> {
             }
             Arity::Any => String::new(),
         };
-        return Err(expression_error(location(16020), message));
+        return Err(expression_error(ErrorCode::OperatorWrongLenOfArgs, message));
     }
     Ok(Node::Operator { op, args })
 }
@@ -439,7 +438,7 @@ fn cond_object_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "else" => otherwise = Some(value.clone()),
             other => {
                 return Err(expression_error(
-                    location(17083),
+                    ErrorCode::CondUnknownParameter,
                     format!("Unrecognized parameter to $cond: {other}"),
                 ))
             }
@@ -463,7 +462,7 @@ fn cond_object_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 pub(super) fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Result<Value<'a>> {
     match node {
         Node::Literal(v) => Ok(Some(Cow::Borrowed(v))),
-        Node::FieldPath(path) => Ok(document_path(scope.root, path)),
+        Node::FieldPath(path) => Ok(expression_value_in(scope.root, path)),
         Node::Variable { name, path } => eval_variable(name, path, scope),
         Node::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
@@ -506,7 +505,7 @@ fn eval_variable<'a>(name: &str, path: &[String], scope: &Scope<'a>) -> Result<V
             if path.is_empty() {
                 Ok(Some(Cow::Owned(Bson::Document(scope.root.clone()))))
             } else {
-                Ok(document_path(scope.root, path))
+                Ok(expression_value_in(scope.root, path))
             }
         }
         "REMOVE" => Ok(None),
@@ -514,45 +513,13 @@ fn eval_variable<'a>(name: &str, path: &[String], scope: &Scope<'a>) -> Result<V
         user => {
             let Some(value) = scope.vars.and_then(|vars| vars.get(user)) else {
                 return Err(expression_error(
-                    location(17276),
+                    ErrorCode::UndefinedVariable,
                     format!("Use of undefined variable: {user}"),
                 ));
             };
-            Ok(value_path(value, path))
+            Ok(expression_value(value, path))
         }
     }
-}
-
-/// A path into a value: documents descend, arrays map the rest of the path
-/// over their document elements.
-fn value_path<'a>(value: &'a Bson, path: &[String]) -> Value<'a> {
-    if path.is_empty() {
-        return Some(Cow::Borrowed(value));
-    }
-    match value {
-        Bson::Document(d) => document_path(d, path),
-        Bson::Array(items) => Some(Cow::Owned(Bson::Array(array_path(items, path)))),
-        _ => None,
-    }
-}
-
-/// MongoDB's expression field paths: `"$a.b"` over `{a: [{b: 1}, {b: 2}]}`
-/// is `[1, 2]`; elements without the field (and non-document elements) are
-/// left out.
-fn document_path<'a>(doc: &'a Document, path: &[String]) -> Value<'a> {
-    let (first, rest) = path.split_first()?;
-    let value = crate::query::filter::field(doc, first)?;
-    value_path(value, rest)
-}
-
-fn array_path(items: &[Bson], path: &[String]) -> Vec<Bson> {
-    items
-        .iter()
-        .filter_map(|item| match item {
-            Bson::Document(d) => document_path(d, path).map(Cow::into_owned),
-            _ => None,
-        })
-        .collect()
 }
 
 fn owned<'a>(v: Bson) -> Result<Value<'a>> {
@@ -667,7 +634,7 @@ fn op_if_null<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 fn op_in<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(Bson::Array(items)) = args[1].as_deref() else {
         return Err(expression_error(
-            location(40081),
+            ErrorCode::InSecondArgNotArray,
             format!(
                 "$in requires an array as a second argument, found: {}",
                 type_of(&args[1])
@@ -683,7 +650,7 @@ fn op_in<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 fn op_size<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(Bson::Array(items)) = args[0].as_deref() else {
         return Err(expression_error(
-            location(17124),
+            ErrorCode::SizeNotArray,
             format!(
                 "The argument to $size must be an array. Type of the argument was: {}",
                 type_of(&args[0])
@@ -715,101 +682,16 @@ fn op_type<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 // overflow becomes double, any double makes a double, any decimal makes a
 // decimal.
 
-/// A running numeric result.
-#[derive(Debug, Clone, Copy)]
-enum Acc {
-    Int(i32),
-    Long(i64),
-    Double(f64),
-    Decimal(DecimalValue),
-}
-
-impl Acc {
-    fn from_number(n: Number) -> Acc {
-        match n {
-            Number::Int32(i) => Acc::Int(i),
-            Number::Int64(i) => Acc::Long(i),
-            Number::Double(d) => Acc::Double(d),
-            Number::Decimal(d) => Acc::Decimal(d),
-        }
-    }
-
-    fn to_f64(self) -> f64 {
-        match self {
-            Acc::Int(i) => f64::from(i),
-            Acc::Long(i) => i as f64,
-            Acc::Double(d) => d,
-            Acc::Decimal(d) => d.to_f64(),
-        }
-    }
-
-    fn to_decimal(self) -> DecimalValue {
-        match self {
-            Acc::Int(i) => DecimalValue::from_i64(i64::from(i)),
-            Acc::Long(i) => DecimalValue::from_i64(i),
-            Acc::Double(d) => DecimalValue::from_f64(d),
-            Acc::Decimal(d) => d,
-        }
-    }
-
-    fn to_long(self) -> Option<i64> {
-        match self {
-            Acc::Int(i) => Some(i64::from(i)),
-            Acc::Long(i) => Some(i),
-            _ => None,
-        }
-    }
-
-    fn into_bson(self) -> Bson {
-        match self {
-            Acc::Int(i) => Bson::Int32(i),
-            Acc::Long(i) => Bson::Int64(i),
-            Acc::Double(d) => Bson::Double(d),
-            Acc::Decimal(d) => Bson::Decimal128(d.to_decimal128()),
-        }
-    }
-
-    /// Applies an integer operation, widening on overflow, or the double
-    /// or decimal one when either side needs it.
-    fn combine(
-        self,
-        other: Acc,
-        int_op: fn(i64, i64) -> Option<i64>,
-        float_op: fn(f64, f64) -> f64,
-        decimal_op: fn(&DecimalValue, &DecimalValue) -> DecimalValue,
-    ) -> Acc {
-        match (self, other) {
-            (Acc::Decimal(_), _) | (_, Acc::Decimal(_)) => {
-                Acc::Decimal(decimal_op(&self.to_decimal(), &other.to_decimal()))
-            }
-            (Acc::Double(_), _) | (_, Acc::Double(_)) => {
-                Acc::Double(float_op(self.to_f64(), other.to_f64()))
-            }
-            (Acc::Int(a), Acc::Int(b)) => match int_op(i64::from(a), i64::from(b)) {
-                Some(r) => i32::try_from(r).map_or(Acc::Long(r), Acc::Int),
-                None => Acc::Double(float_op(f64::from(a), f64::from(b))),
-            },
-            _ => {
-                let (a, b) = (self.to_long().unwrap_or(0), other.to_long().unwrap_or(0));
-                match int_op(a, b) {
-                    Some(r) => Acc::Long(r),
-                    None => Acc::Double(float_op(a as f64, b as f64)),
-                }
-            }
-        }
-    }
-}
-
 fn number_of(v: &Value<'_>) -> Option<Number> {
     v.as_deref().and_then(Number::of)
 }
 
 /// Milliseconds for date arithmetic: doubles and decimals round to the
 /// nearest integer.
-fn acc_to_millis(acc: Acc) -> Option<i64> {
+fn acc_to_millis(acc: Number) -> Option<i64> {
     match acc {
-        Acc::Int(i) => Some(i64::from(i)),
-        Acc::Long(i) => Some(i),
+        Number::Int32(i) => Some(i64::from(i)),
+        Number::Int64(i) => Some(i),
         other => {
             let f = other.to_f64().round();
             if f64_fits_i64(f) {
@@ -826,7 +708,7 @@ fn date_overflow(op: &str) -> Error {
 }
 
 fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    let mut total = Acc::Int(0);
+    let mut total = Number::Int32(0);
     let mut date: Option<i64> = None;
     for arg in args {
         if is_nullish(arg) {
@@ -836,7 +718,7 @@ fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             Some(Bson::DateTime(d)) => {
                 if date.is_some() {
                     return Err(expression_error(
-                        location(16612),
+                        ErrorCode::AddMoreThanOneDate,
                         "only one date allowed in an $add expression".to_string(),
                     ));
                 }
@@ -844,16 +726,12 @@ fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             }
             Some(other) => match Number::of(other) {
                 Some(n) => {
-                    total = total.combine(
-                        Acc::from_number(n),
-                        i64::checked_add,
-                        |a, b| a + b,
-                        DecimalValue::add,
-                    )
+                    total =
+                        total.combine_widening(n, i64::checked_add, |a, b| a + b, DecimalValue::add)
                 }
                 None => {
                     return Err(expression_error(
-                        location(16554),
+                        ErrorCode::AddNotNumericOrDate,
                         format!(
                             "$add only supports numeric or date types, not {}",
                             type_name(other)
@@ -876,26 +754,21 @@ fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 }
 
 fn op_multiply<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    let mut product = Acc::Int(1);
+    let mut product = Number::Int32(1);
     for arg in args {
         if is_nullish(arg) {
             return owned(Bson::Null);
         }
         let Some(n) = number_of(arg) else {
             return Err(expression_error(
-                location(16555),
+                ErrorCode::MultiplyNotNumeric,
                 format!(
                     "$multiply only supports numeric types, not {}",
                     type_of(arg)
                 ),
             ));
         };
-        product = product.combine(
-            Acc::from_number(n),
-            i64::checked_mul,
-            |a, b| a * b,
-            DecimalValue::mul,
-        );
+        product = product.combine_widening(n, i64::checked_mul, |a, b| a * b, DecimalValue::mul);
     }
     owned(product.into_bson())
 }
@@ -915,7 +788,6 @@ fn op_subtract<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
         (Some(Bson::DateTime(a)), Some(b)) if Number::of(b).is_some() => {
             let millis = Number::of(b)
-                .map(Acc::from_number)
                 .and_then(acc_to_millis)
                 .and_then(|delta| a.timestamp_millis().checked_sub(delta))
                 .ok_or_else(|| date_overflow("$subtract"))?;
@@ -923,17 +795,11 @@ fn op_subtract<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
         (Some(a), Some(b)) => match (Number::of(a), Number::of(b)) {
             (Some(x), Some(y)) => owned(
-                Acc::from_number(x)
-                    .combine(
-                        Acc::from_number(y),
-                        i64::checked_sub,
-                        |p, q| p - q,
-                        DecimalValue::sub,
-                    )
+                x.combine_widening(y, i64::checked_sub, |p, q| p - q, DecimalValue::sub)
                     .into_bson(),
             ),
             _ => Err(expression_error(
-                location(16556),
+                ErrorCode::SubtractBadTypes,
                 format!("can't $subtract {} from {}", type_name(b), type_name(a)),
             )),
         },
@@ -948,7 +814,7 @@ fn op_divide<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let (Some(x), Some(y)) = (number_of(lhs), number_of(rhs)) else {
         return Err(expression_error(
-            location(16609),
+            ErrorCode::DivideNotNumeric,
             format!(
                 "$divide only supports numeric types, not {} and {}",
                 type_of(lhs),
@@ -956,7 +822,8 @@ fn op_divide<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             ),
         ));
     };
-    let divide_by_zero = || expression_error(location(16608), "can't $divide by zero".to_string());
+    let divide_by_zero =
+        || expression_error(ErrorCode::DivideByZero, "can't $divide by zero".to_string());
     if matches!(x, Number::Decimal(_)) || matches!(y, Number::Decimal(_)) {
         let quotient = x
             .to_decimal()
@@ -978,7 +845,7 @@ fn op_mod<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let (Some(x), Some(y)) = (number_of(lhs), number_of(rhs)) else {
         return Err(expression_error(
-            location(16611),
+            ErrorCode::ModNotNumeric,
             format!(
                 "$mod only supports numeric types, not {} and {}",
                 type_of(lhs),
@@ -986,31 +853,31 @@ fn op_mod<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             ),
         ));
     };
-    let (a, b) = (Acc::from_number(x), Acc::from_number(y));
+    let (a, b) = (x, y);
     let zero = match b {
-        Acc::Int(i) => i == 0,
-        Acc::Long(i) => i == 0,
-        Acc::Double(d) => d == 0.0,
-        Acc::Decimal(d) => d.is_zero(),
+        Number::Int32(i) => i == 0,
+        Number::Int64(i) => i == 0,
+        Number::Double(d) => d == 0.0,
+        Number::Decimal(d) => d.is_zero(),
     };
     if zero {
         return Err(expression_error(
-            location(16610),
+            ErrorCode::ModByZero,
             "can't $mod by zero".to_string(),
         ));
     }
     let result = match (a, b) {
         // Decimal remainders go through doubles (exact for the common
         // cases of small integral and short fractional values).
-        (Acc::Decimal(_), _) | (_, Acc::Decimal(_)) => {
-            Acc::Decimal(DecimalValue::from_f64(a.to_f64() % b.to_f64()))
+        (Number::Decimal(_), _) | (_, Number::Decimal(_)) => {
+            Number::Decimal(DecimalValue::from_f64(a.to_f64() % b.to_f64()))
         }
-        (Acc::Double(_), _) | (_, Acc::Double(_)) => Acc::Double(a.to_f64() % b.to_f64()),
-        (Acc::Int(p), Acc::Int(q)) => Acc::Int(p.wrapping_rem(q)),
-        _ => Acc::Long(
-            a.to_long()
+        (Number::Double(_), _) | (_, Number::Double(_)) => Number::Double(a.to_f64() % b.to_f64()),
+        (Number::Int32(p), Number::Int32(q)) => Number::Int32(p.wrapping_rem(q)),
+        _ => Number::Int64(
+            a.integral()
                 .unwrap_or(0)
-                .wrapping_rem(b.to_long().unwrap_or(1)),
+                .wrapping_rem(b.integral().unwrap_or(1)),
         ),
     };
     owned(result.into_bson())
@@ -1022,7 +889,7 @@ fn op_abs<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(n) = number_of(&args[0]) else {
         return Err(expression_error(
-            location(28765),
+            ErrorCode::AbsNotNumeric,
             format!(
                 "$abs only supports numeric types, not {}",
                 type_of(&args[0])
@@ -1037,7 +904,7 @@ fn op_abs<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             Some(v) => Bson::Int64(v),
             None => {
                 return Err(expression_error(
-                    location(28680),
+                    ErrorCode::AbsOfLongMin,
                     "can't take $abs of long long min".to_string(),
                 ))
             }
@@ -1298,7 +1165,7 @@ mod tests {
             Bson::DateTime(DateTime::from_millis(1501))
         );
         let e = eval_on(Bson::Document(doc! {"$add": [1, "x"]}), doc! {}).unwrap_err();
-        assert_eq!(e.code, ErrorCode::Location(16554));
+        assert_eq!(e.code, ErrorCode::AddNotNumericOrDate);
         assert!(e.message.contains("only supports numeric or date types"));
         assert!(eval_on(
             Bson::Document(doc! {"$add": [date.clone(), date.clone()]}),

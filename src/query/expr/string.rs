@@ -811,7 +811,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         return Ok(None);
     };
     // PCRE syntax, translated as `$regex` in a filter does.
-    let compiled = crate::query::filter::compile_regex(&pattern, &flags)
+    let compiled = crate::query::regex::compile_regex(&pattern, &flags)
         .map_err(|e| err(51111, format!("Invalid Regex in {op}: {}", e.message)))?;
     Ok(Some((compiled, input)))
 }

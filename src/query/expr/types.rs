@@ -281,7 +281,7 @@ fn op_trunc<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 fn round_or_trunc<'a>(name: &str, args: &[Value<'a>], mode: Rounding) -> Result<Value<'a>> {
     if args.len() > 2 {
         return Err(expression_error(
-            location(28667),
+            ErrorCode::ExpressionWrongNumberOfArgs,
             format!(
                 "Expression {name} takes at least 1 arguments, and at most 2, but {} were passed \
                  in.",
@@ -298,13 +298,13 @@ fn round_or_trunc<'a>(name: &str, args: &[Value<'a>], mode: Rounding) -> Result<
         Some(p) => {
             let place = number_of(p).and_then(integral).ok_or_else(|| {
                 expression_error(
-                    location(51082),
+                    ErrorCode::RoundPrecisionNotIntegral,
                     format!("precision argument to  {name} must be a integral value"),
                 )
             })?;
             if !(-20..=100).contains(&place) {
                 return Err(expression_error(
-                    location(51083),
+                    ErrorCode::RoundPrecisionOutOfRange,
                     format!(
                         "cannot apply {name} with precision value {place} value must be in \
                          [-20, 100]"
@@ -404,19 +404,19 @@ fn op_log<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(x) = number_of(value) else {
         return Err(expression_error(
-            location(28756),
+            ErrorCode::LogArgumentNotNumeric,
             format!("$log's argument must be numeric, not {}", type_of(value)),
         ));
     };
     let Some(b) = number_of(base) else {
         return Err(expression_error(
-            location(28757),
+            ErrorCode::LogBaseNotNumeric,
             format!("$log's base must be numeric, not {}", type_of(base)),
         ));
     };
     if x.to_f64() <= 0.0 {
         return Err(expression_error(
-            location(28758),
+            ErrorCode::LogArgumentNotPositive,
             format!(
                 "$log's argument must be a positive number, but is {}",
                 display_number(x)
@@ -425,7 +425,7 @@ fn op_log<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     if b.to_f64() <= 0.0 || b.to_f64() == 1.0 {
         return Err(expression_error(
-            location(28759),
+            ErrorCode::LogBaseInvalid,
             format!(
                 "$log's base must be a positive number not equal to 1, but is {}",
                 display_number(b)
@@ -446,20 +446,20 @@ fn op_pow<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(b) = number_of(base) else {
         return Err(expression_error(
-            location(28762),
+            ErrorCode::PowBaseNotNumeric,
             format!("$pow's base must be numeric, not {}", type_of(base)),
         ));
     };
     let Some(e) = number_of(exponent) else {
         return Err(expression_error(
-            location(28763),
+            ErrorCode::PowExponentNotNumeric,
             format!("$pow's exponent must be numeric, not {}", type_of(exponent)),
         ));
     };
     let (bf, ef) = (b.to_f64(), e.to_f64());
     if bf == 0.0 && ef < 0.0 {
         return Err(expression_error(
-            location(28764),
+            ErrorCode::PowZeroToNegative,
             "$pow cannot take a base of 0 and a negative exponent".to_string(),
         ));
     }
@@ -510,7 +510,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "branches" => {
                 let Bson::Array(items) = value else {
                     return Err(expression_error(
-                        location(40061),
+                        ErrorCode::SwitchBranchesNotArray,
                         format!(
                             "$switch expected an array for 'branches', found: {}",
                             type_name(value)
@@ -520,7 +520,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
                 for item in items {
                     let Bson::Document(branch) = item else {
                         return Err(expression_error(
-                            location(40062),
+                            ErrorCode::SwitchBranchNotObject,
                             format!(
                                 "$switch expected each branch to be an object, found: {}",
                                 type_name(item)
@@ -534,7 +534,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
                             "then" => then = Some(v.clone()),
                             other => {
                                 return Err(expression_error(
-                                    location(40063),
+                                    ErrorCode::SwitchBranchUnknownArgument,
                                     format!(
                                         "$switch found an unknown argument to a branch: {other}"
                                     ),
@@ -544,13 +544,13 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
                     }
                     let case = case.ok_or_else(|| {
                         expression_error(
-                            location(40064),
+                            ErrorCode::SwitchBranchMissingCase,
                             "$switch requires each branch have a 'case' expression".to_string(),
                         )
                     })?;
                     let then = then.ok_or_else(|| {
                         expression_error(
-                            location(40065),
+                            ErrorCode::SwitchBranchMissingThen,
                             "$switch requires each branch have a 'then' expression.".to_string(),
                         )
                     })?;
@@ -561,7 +561,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "default" => default = value.clone(),
             other => {
                 return Err(expression_error(
-                    location(40067),
+                    ErrorCode::SwitchUnknownArgument,
                     format!("$switch found an unknown argument: {other}"),
                 ))
             }
@@ -569,7 +569,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     }
     if branches.is_empty() {
         return Err(expression_error(
-            location(40068),
+            ErrorCode::SwitchNoBranches,
             "$switch requires at least one branch.".to_string(),
         ));
     }
@@ -581,7 +581,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 fn op_switch<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
         return Err(expression_error(
-            location(40060),
+            ErrorCode::SwitchNotObject,
             "$switch requires an object as an argument".to_string(),
         ));
     };
@@ -597,7 +597,7 @@ fn op_switch<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     }
     if is_absent(default) {
         return Err(expression_error(
-            location(40066),
+            ErrorCode::SwitchNoMatchingBranch,
             "$switch could not find a matching branch for an input, and no default was \
              specified."
                 .to_string(),
@@ -619,7 +619,7 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "in" => body = Some(value.clone()),
             other => {
                 return Err(expression_error(
-                    location(16875),
+                    ErrorCode::LetUnknownParameter,
                     format!("Unrecognized parameter to $let: {other}"),
                 ))
             }
@@ -627,19 +627,19 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     }
     let vars = vars.ok_or_else(|| {
         expression_error(
-            location(16876),
+            ErrorCode::LetMissingVars,
             "Missing 'vars' parameter to $let".to_string(),
         )
     })?;
     let body = body.ok_or_else(|| {
         expression_error(
-            location(16877),
+            ErrorCode::LetMissingIn,
             "Missing 'in' parameter to $let".to_string(),
         )
     })?;
     let Bson::Document(vars) = vars else {
         return Err(expression_error(
-            location(10065),
+            ErrorCode::LetVarsNotObject,
             format!(
                 "invalid parameter: expected an object (vars), found {}",
                 type_name(vars)
@@ -660,19 +660,19 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 pub(super) fn validate_variable_name(name: &str) -> Result<()> {
     let Some(first) = name.chars().next() else {
         return Err(expression_error(
-            location(16866),
+            ErrorCode::VariableNameEmpty,
             "empty variable names are not allowed".to_string(),
         ));
     };
     if first.is_ascii() && !first.is_ascii_lowercase() {
         return Err(expression_error(
-            location(16867),
+            ErrorCode::VariableNameBadStart,
             format!("'{name}' starts with an invalid character for a user variable name"),
         ));
     }
     if let Some(bad) = name.chars().find(|c| !(c.is_alphanumeric() || *c == '_')) {
         return Err(expression_error(
-            location(16868),
+            ErrorCode::VariableNameBadCharacter,
             format!("'{name}' contains an invalid character for a variable name: '{bad}'"),
         ));
     }
@@ -682,7 +682,7 @@ pub(super) fn validate_variable_name(name: &str) -> Result<()> {
 fn op_let<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
         return Err(expression_error(
-            location(16874),
+            ErrorCode::LetNotObject,
             "$let only supports an object as its argument".to_string(),
         ));
     };
@@ -837,7 +837,7 @@ fn target_of(to: &Value<'_>) -> Result<Option<Target>> {
 /// MongoDB's ConversionFailure (241), which has no name in our table.
 fn conversion_failure(message: String) -> Error {
     expression_error(
-        location(241),
+        ErrorCode::ConversionFailure,
         format!("{message} in $convert with no onError value"),
     )
 }
@@ -864,7 +864,7 @@ fn convert(value: &Bson, to: Target) -> Result<Bson> {
             Bson::String(s) => {
                 if s.len() != 24 {
                     return Err(expression_error(
-                        location(241),
+                        ErrorCode::ConversionFailure,
                         format!(
                             "Failed to parse objectId '{s}' in $convert with no onError value: \
                              Invalid string length for parsing to OID, expected 24 but found {}",
@@ -874,7 +874,7 @@ fn convert(value: &Bson, to: Target) -> Result<Bson> {
                 }
                 ObjectId::parse_str(s).map(Bson::ObjectId).map_err(|_| {
                     expression_error(
-                        location(241),
+                        ErrorCode::ConversionFailure,
                         format!(
                             "Failed to parse objectId '{s}' in $convert with no onError value: \
                              Invalid character found in hex string"
@@ -905,7 +905,7 @@ fn convert(value: &Bson, to: Target) -> Result<Bson> {
 
 fn parse_failure(s: &str, why: &str) -> Error {
     expression_error(
-        location(241),
+        ErrorCode::ConversionFailure,
         format!("Failed to parse number '{s}' in $convert with no onError value: {why}"),
     )
 }
