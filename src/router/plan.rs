@@ -279,7 +279,7 @@ fn sharded_parts(
     let filter = spec.filter.as_ref();
     let map = sharding.map();
     let hashes = key_hashes(sharding, filter);
-    let mut owners: Vec<Partition> = match &hashes {
+    let owners: Vec<Partition> = match &hashes {
         Some(hashes) => {
             let mut owners: Vec<Partition> = hashes.iter().map(|&h| *map.locate(h)).collect();
             owners.dedup_by_key(|p| p.id);
@@ -287,8 +287,9 @@ fn sharded_parts(
         }
         None => map.partitions.clone(),
     };
-    // `_id`s without the shard key: the `_id` index says which hash
-    // (and so which partition) holds each.
+    // `_id`s without the shard key: the query targets every partition,
+    // as a mongos does, and the `_id` index says which hash (and so which
+    // partition) holds each; the others read nothing.
     let mut id_hashes: Option<Vec<(i64, Vec<u8>)>> = None;
     if let (Some(ids), None, None) = (&ids, &hashes, index) {
         let mut found = Vec::new();
@@ -299,7 +300,6 @@ fn sharded_parts(
                 found.push((h, id_key));
             }
         }
-        owners.retain(|p| found.iter().any(|(h, _)| p.contains(*h)));
         id_hashes = Some(found);
     }
     let by_id_index = index.is_none() && ids.is_none() && hashes.is_none() && id_sort.is_some();
