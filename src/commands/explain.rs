@@ -12,10 +12,10 @@ use bson::{doc, Bson, Document};
 use super::admin::MONGODB_VERSION;
 use super::args::{collection_namespace, opt_document, opt_non_negative};
 use super::Request;
+use crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
 use crate::query::sort::SortSpec;
-use crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES;
 use crate::router::{
     Access, ChosenPlan, Explained, FindSpec, Namespace, PartitionPlan, QueryPlan, SortStrategy,
 };
@@ -127,9 +127,9 @@ async fn explain_command(
     };
     let router = req.state.router.clone();
     let started = std::time::Instant::now();
-    let explained = tokio::task::block_in_place(|| router.explain(&ns, &spec))?;
+    let explained = router.explain(&ns, &spec).await?;
     let total_ms = started.elapsed().as_millis() as i64;
-    let host = router.options.host.clone();
+    let host = router.host().to_string();
     Ok(render(
         kind, verbosity, &ns, &spec, &explained, total_ms, &host, inner, split,
     ))

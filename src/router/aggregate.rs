@@ -256,7 +256,7 @@ async fn merge_one(
     }
     let filter = Filter::parse(&key)?;
     let existing = router
-        .find(
+        .find_stream(
             ns,
             super::FindSpec {
                 filter: Some(filter.clone()),
@@ -340,7 +340,7 @@ impl Router {
                 filter: filter.cloned(),
                 ..super::FindSpec::default()
             };
-            Ok(vec![self.find(ns, spec)?])
+            Ok(vec![self.find_stream(ns, spec)?])
         };
         // The generated `config` collections are one stream.
         let Some(coll) = self.catalog.get(ns) else {

@@ -15,6 +15,7 @@
 //! them in parallel through one snapshot and merges ([`merge`]).
 
 pub mod aggregate;
+mod api;
 pub mod catalog;
 pub mod config_db;
 pub mod indexes;
@@ -30,7 +31,7 @@ use bson::{Bson, Document};
 
 pub use catalog::{Collection, Namespace, Sharding};
 
-pub use write::{maybe_blocking, InsertOutcome, ModifyOutcome, UpdateStatement};
+pub use write::{InsertOutcome, ModifyOutcome, UpdateStatement};
 
 use crate::aggregate::spill::{sort_memory_error, KeyedSort};
 use crate::aggregate::{Limits, DEFAULT_MAX_BLOCKING_BYTES};
@@ -45,8 +46,8 @@ use crate::storage::{keys, keystring, SharedEngine, SharedReader, Space};
 use catalog::Catalog;
 use indexes::{index_records, Examined, HashScope};
 use merge::{Merge, Row, RowStream};
+use plan::id_key_range;
 pub use plan::{Access, Cost, PartitionPlan, QueryPlan, SortStrategy};
-use plan::{id_key_range};
 
 /// The hash every record of an unsharded collection is stored under.
 pub const UNSHARDED_HASH: i64 = 0;
@@ -108,8 +109,8 @@ impl Default for PartitionOptions {
 
 pub struct Router {
     engine: SharedEngine,
-    pub catalog: Catalog,
-    pub options: PartitionOptions,
+    catalog: Catalog,
+    options: PartitionOptions,
     splits: sharding::SplitQueue,
 }
 
@@ -237,7 +238,7 @@ impl Router {
     /// The plan ([`Router::plan`]) says which partitions to read and how;
     /// one partition's rows come straight out, several are merged
     /// ([`Merge`]) with skip and limit applied again to the merged rows.
-    pub fn find(&self, ns: &Namespace, spec: FindSpec) -> Result<DocStream> {
+    pub(crate) fn find_stream(&self, ns: &Namespace, spec: FindSpec) -> Result<DocStream> {
         if let Some(docs) = self.config_documents(ns) {
             let found = config_db::find(docs, &spec)?;
             return Ok(Box::new(found.into_iter().map(Ok)));
@@ -298,7 +299,7 @@ impl Router {
 
     /// The number of documents matching `filter`, counted in parallel on
     /// every partition the plan reads.
-    pub fn count(&self, ns: &Namespace, filter: Option<&Filter>) -> Result<u64> {
+    fn count_now(&self, ns: &Namespace, filter: Option<&Filter>) -> Result<u64> {
         if let Some(docs) = self.config_documents(ns) {
             return Ok(docs
                 .iter()
@@ -310,7 +311,7 @@ impl Router {
         };
         if filter.is_none() {
             // Every document: no need to read them.
-            return Ok(self.collection_stats(&coll)?.count);
+            return Ok(self.collection_stats_now(&coll)?.count);
         }
         let reader = self.reader_for(&coll);
         let spec = FindSpec {
@@ -342,7 +343,7 @@ impl Router {
 
     /// Plans a query and runs each partition of that plan, reporting
     /// what it examined and returned: what `explain` shows.
-    pub fn explain(&self, ns: &Namespace, spec: &FindSpec) -> Result<Explained> {
+    fn explain_now(&self, ns: &Namespace, spec: &FindSpec) -> Result<Explained> {
         let Some(coll) = self.catalog.get(ns) else {
             let plan = QueryPlan::of_missing_collection(spec);
             let runs = vec![PartitionRun {
@@ -354,10 +355,7 @@ impl Router {
         let reader = self.reader_for(&coll);
         let plan = self.plan(&coll, spec, &reader)?;
         let keep = plan.keep();
-        let in_order = matches!(
-            plan.sort,
-            SortStrategy::Unsorted | SortStrategy::Streamed
-        );
+        let in_order = matches!(plan.sort, SortStrategy::Unsorted | SortStrategy::Streamed);
         let mut runs = Vec::with_capacity(plan.parts.len());
         for part in &plan.parts {
             let examined = Arc::new(Examined::default());
@@ -410,7 +408,7 @@ impl Router {
     }
 
     /// Per-collection figures for `collStats` and `dbStats`.
-    pub fn collection_stats(&self, coll: &Collection) -> Result<CollectionStats> {
+    pub fn collection_stats_now(&self, coll: &Collection) -> Result<CollectionStats> {
         if coll.sharding.is_some() {
             let mut stats = CollectionStats::default();
             for (_, usage) in self.partition_stats(coll) {

@@ -151,9 +151,8 @@ impl QueryPlan {
     /// The rows each partition must produce: `skip + limit` when there
     /// is a limit.
     pub fn keep(&self) -> Option<usize> {
-        self.limit.map(|l| {
-            usize::try_from(l.saturating_add(self.skip)).unwrap_or(usize::MAX)
-        })
+        self.limit
+            .map(|l| usize::try_from(l.saturating_add(self.skip)).unwrap_or(usize::MAX))
     }
 
     /// `skip` and `limit` as counts of rows.
@@ -176,7 +175,12 @@ impl Router {
     /// Plans a read of `coll`. `reader` resolves pinned `_id`s to the
     /// partitions that hold them (writers pass the live engine, which is
     /// consistent under their lock; readers a snapshot).
-    pub fn plan(&self, coll: &Collection, spec: &FindSpec, reader: &SharedReader) -> Result<QueryPlan> {
+    pub fn plan(
+        &self,
+        coll: &Collection,
+        spec: &FindSpec,
+        reader: &SharedReader,
+    ) -> Result<QueryPlan> {
         plan(coll, spec, reader)
     }
 }
@@ -205,7 +209,9 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &SharedReader) ->
                 (None, Some(ids)) => Access::IdPoints {
                     keys: ids
                         .iter()
-                        .map(|v| keys::record_key(coll.id, UNSHARDED_HASH, &keystring::encode_id(v)))
+                        .map(|v| {
+                            keys::record_key(coll.id, UNSHARDED_HASH, &keystring::encode_id(v))
+                        })
                         .collect(),
                     reverse,
                 },
@@ -224,7 +230,9 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &SharedReader) ->
                 access,
             }]
         }
-        Some(sharding) => sharded_parts(coll, sharding, spec, index.as_ref(), ids, id_sort, reader)?,
+        Some(sharding) => {
+            sharded_parts(coll, sharding, spec, index.as_ref(), ids, id_sort, reader)?
+        }
     };
     let in_order = match &spec.sort {
         None => false,
@@ -241,14 +249,16 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &SharedReader) ->
     let sort = match (&spec.sort, in_order, limit) {
         (None, _, _) => SortStrategy::Unsorted,
         (Some(_), true, _) => SortStrategy::Streamed,
-        (Some(_), false, Some(l)) => SortStrategy::TopK(
-            usize::try_from(l.saturating_add(spec.skip)).unwrap_or(usize::MAX),
-        ),
+        (Some(_), false, Some(l)) => {
+            SortStrategy::TopK(usize::try_from(l.saturating_add(spec.skip)).unwrap_or(usize::MAX))
+        }
         (Some(_), false, None) => SortStrategy::Blocking {
             memory_limit: spec
                 .sort_limits
                 .as_ref()
-                .map_or(DEFAULT_MAX_BLOCKING_BYTES as u64, |l| l.max_blocking_bytes as u64),
+                .map_or(DEFAULT_MAX_BLOCKING_BYTES as u64, |l| {
+                    l.max_blocking_bytes as u64
+                }),
         },
     };
     let cost = estimate(coll, &parts);
@@ -318,7 +328,11 @@ fn sharded_parts(
                     reverse: false,
                 }
             } else if let Some(hashes) = &hashes {
-                let mine: Vec<i64> = hashes.iter().copied().filter(|&h| part.contains(h)).collect();
+                let mine: Vec<i64> = hashes
+                    .iter()
+                    .copied()
+                    .filter(|&h| part.contains(h))
+                    .collect();
                 match &ids {
                     // Key and `_id` both pinned: exact record keys.
                     Some(ids) => Access::IdPoints {

@@ -64,7 +64,7 @@ const INLINE_INSERTS: usize = 64;
 /// Runs short work (point reads and writes: microseconds) right on the
 /// async worker, and anything that may scan where blocking is allowed,
 /// so a long scan never stalls other connections.
-pub fn maybe_blocking<T>(inline: bool, f: impl FnOnce() -> T) -> T {
+pub(crate) fn maybe_blocking<T>(inline: bool, f: impl FnOnce() -> T) -> T {
     if inline {
         f()
     } else {
