@@ -458,3 +458,222 @@ pub(crate) fn id_key_range(
     };
     (from, to)
 }
+
+#[cfg(test)]
+mod tests {
+    use bson::doc;
+
+    use super::*;
+    use crate::partition::ShardKey;
+    use crate::router::Namespace;
+    use crate::storage::embedded::EmbeddedEngine;
+
+    /// A router over a fresh store, with `n` documents `{_id, k, a}` in
+    /// `t.plain` (unsharded) and `t.sharded` (4 partitions on `k`).
+    async fn router(n: i32) -> (tempfile::TempDir, Router) {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = EmbeddedEngine::open(dir.path(), 1 << 20).unwrap();
+        let router = Router::open(engine).unwrap();
+        let sharded = Namespace::new("t", "sharded").unwrap();
+        router
+            .shard_collection_now(&sharded, ShardKey::new("k").unwrap(), Some(4))
+            .unwrap();
+        for coll in ["plain", "sharded"] {
+            let ns = Namespace::new("t", coll).unwrap();
+            let docs = (0..n)
+                .map(|i| doc! {"_id": i, "k": i % 10, "a": i * 2}.to_vec().unwrap())
+                .collect();
+            router.insert(&ns, docs, true).await.unwrap();
+        }
+        (dir, router)
+    }
+
+    fn plan_of(router: &Router, coll: &str, spec: FindSpec) -> QueryPlan {
+        let ns = Namespace::new("t", coll).unwrap();
+        let coll = router.collection(&ns).unwrap();
+        let reader: SharedReader = router.engine().clone();
+        router.plan(&coll, &spec, &reader).unwrap()
+    }
+
+    fn filter(f: bson::Document) -> Option<Filter> {
+        Some(Filter::parse(&f).unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unsharded_collection_is_one_partition_read_in_id_order() {
+        let (_dir, router) = router(20).await;
+        let p = plan_of(&router, "plain", FindSpec::default());
+        assert_eq!(p.parts.len(), 1);
+        assert_eq!(p.parts[0].name, PRIMARY_PARTITION);
+        assert!(matches!(
+            p.parts[0].access,
+            Access::IdRange { reverse: false, .. }
+        ));
+        assert_eq!(p.sort, SortStrategy::Unsorted);
+
+        let p = plan_of(
+            &router,
+            "plain",
+            FindSpec {
+                hint: Some(Hint::Natural(true)),
+                ..FindSpec::default()
+            },
+        );
+        assert!(matches!(
+            p.parts[0].access,
+            Access::IdRange { reverse: true, .. }
+        ));
+
+        // A sort on `_id` streams in key order, backwards for descending.
+        let p = plan_of(
+            &router,
+            "plain",
+            FindSpec {
+                sort: Some(SortSpec::parse(&doc! {"_id": -1}).unwrap()),
+                ..FindSpec::default()
+            },
+        );
+        assert!(matches!(
+            p.parts[0].access,
+            Access::IdRange { reverse: true, .. }
+        ));
+        assert_eq!(p.sort, SortStrategy::Streamed);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pinned_id_is_point_reads_and_costs_its_points() {
+        let (_dir, router) = router(20).await;
+        let spec = FindSpec {
+            filter: filter(doc! {"_id": {"$in": [1, 2, 99]}}),
+            ..FindSpec::default()
+        };
+        let p = plan_of(&router, "plain", spec.clone());
+        assert!(p.is_point_read());
+        assert_eq!(p.cost.docs, Some(3));
+
+        // Sharded, without the key: every partition is targeted, as a
+        // mongos does, but only the owners of existing `_id`s read.
+        let p = plan_of(&router, "sharded", spec);
+        assert_eq!(p.parts.len(), 4);
+        assert!(p.is_point_read());
+        assert_eq!(p.cost.docs, Some(2), "99 does not exist");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_shard_key_targets_its_owner_only() {
+        let (_dir, router) = router(20).await;
+        let p = plan_of(
+            &router,
+            "sharded",
+            FindSpec {
+                filter: filter(doc! {"k": 3}),
+                ..FindSpec::default()
+            },
+        );
+        assert_eq!(p.parts.len(), 1);
+        assert!(matches!(&p.parts[0].access, Access::KeyHashes(h) if h.len() == 1));
+        assert_eq!(p.key_hashes.as_ref().map(Vec::len), Some(1));
+
+        let p = plan_of(&router, "sharded", FindSpec::default());
+        assert_eq!(p.parts.len(), 4);
+        assert!(p.parts.iter().all(|x| matches!(x.access, Access::Scan)));
+        assert_eq!(p.cost.docs, Some(20), "scans cost the partitions' counts");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sorts_are_streamed_top_k_or_blocking() {
+        let (_dir, router) = router(20).await;
+        let by_a = Some(SortSpec::parse(&doc! {"a": 1}).unwrap());
+        let p = plan_of(
+            &router,
+            "sharded",
+            FindSpec {
+                sort: by_a.clone(),
+                skip: 2,
+                limit: Some(3),
+                ..FindSpec::default()
+            },
+        );
+        assert_eq!(p.sort, SortStrategy::TopK(5));
+        assert_eq!(p.keep(), Some(5));
+        let p = plan_of(
+            &router,
+            "plain",
+            FindSpec {
+                sort: by_a,
+                ..FindSpec::default()
+            },
+        );
+        assert!(matches!(p.sort, SortStrategy::Blocking { .. }));
+        // A sharded sort by `_id` reads the `_id` index in order.
+        let p = plan_of(
+            &router,
+            "sharded",
+            FindSpec {
+                sort: Some(SortSpec::parse(&doc! {"_id": 1}).unwrap()),
+                ..FindSpec::default()
+            },
+        );
+        assert_eq!(p.through_id_index(), Some(false));
+        assert_eq!(p.sort, SortStrategy::Streamed);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_index_is_chosen_once_for_every_partition_unless_hinted_away() {
+        let (_dir, router) = router(20).await;
+        for coll in ["plain", "sharded"] {
+            let ns = Namespace::new("t", coll).unwrap();
+            router
+                .create_indexes_now(&ns, &[doc! {"key": {"a": 1}, "name": "a_1"}])
+                .unwrap();
+            let spec = FindSpec {
+                filter: filter(doc! {"a": {"$gt": 10}}),
+                ..FindSpec::default()
+            };
+            let p = plan_of(&router, coll, spec.clone());
+            assert_eq!(
+                p.index.as_ref().map(|c| c.scan.index.name.as_str()),
+                Some("a_1")
+            );
+            assert!(p.parts.iter().all(|x| matches!(x.access, Access::Index(_))));
+            let p = plan_of(
+                &router,
+                coll,
+                FindSpec {
+                    hint: Some(Hint::Natural(false)),
+                    ..spec
+                },
+            );
+            assert!(p.index.is_none());
+            assert!(!p.parts.iter().any(|x| matches!(x.access, Access::Index(_))));
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn explain_shows_the_plan_that_runs() {
+        let (_dir, router) = router(50).await;
+        for (coll, f) in [
+            ("plain", doc! {"a": {"$lt": 20}}),
+            ("sharded", doc! {"k": 4}),
+            ("sharded", doc! {"_id": 7}),
+        ] {
+            let ns = Namespace::new("t", coll).unwrap();
+            let spec = FindSpec {
+                filter: filter(f.clone()),
+                ..FindSpec::default()
+            };
+            let planned = plan_of(&router, coll, spec.clone());
+            let explained = router.explain(&ns, &spec).await.unwrap();
+            let names = |p: &QueryPlan| p.parts.iter().map(|x| x.name.clone()).collect::<Vec<_>>();
+            assert_eq!(names(&explained.plan), names(&planned), "{f}");
+            let run_names: Vec<String> = explained.runs.iter().map(|r| r.name.clone()).collect();
+            assert_eq!(run_names, names(&planned), "{f}");
+            let returned: u64 = explained.runs.iter().map(|r| r.returned).sum();
+            let found = router
+                .find(&ns, spec, |docs| Ok(docs.count() as u64))
+                .await
+                .unwrap();
+            assert_eq!(returned, found, "{f}");
+        }
+    }
+}
