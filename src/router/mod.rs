@@ -37,7 +37,7 @@ use crate::aggregate::spill::{sort_memory_error, KeyedSort};
 use crate::aggregate::{Limits, DEFAULT_MAX_BLOCKING_BYTES};
 use crate::error::{Error, Result};
 use crate::index::plan::{Hint, IndexPlan};
-use crate::partition::{hash, Partition};
+use crate::partition::Partition;
 use crate::query::compare::compare;
 use crate::query::filter::{Filter, MatchDetails};
 use crate::query::projection::Projection;
@@ -608,56 +608,6 @@ pub struct PartitionRun {
     pub examined: u64,
     pub returned: u64,
     pub millis: u64,
-}
-
-/// The hashes of the shard-key values `filter` pins, sorted and unique:
-/// by equality or `$in` on the key's path, or — for a dotted key — by
-/// equality on a parent document (`{customer: {region: "eu"}}` pins
-/// `customer.region`), as a mongos targets.
-pub(crate) fn key_hashes(sharding: &Sharding, filter: Option<&Filter>) -> Option<Vec<i64>> {
-    let filter = filter?;
-    let path = &sharding.key.path;
-    let values: Vec<Option<Bson>> = match filter.equality_values(path) {
-        Some(values) => values.into_iter().map(Some).collect(),
-        None => parent_equalities(filter, path)?,
-    };
-    let mut hashes: Vec<i64> = values
-        .iter()
-        .map(|v| v.as_ref().map_or_else(hash::hash_missing, hash::hash_value))
-        .collect();
-    hashes.sort_unstable();
-    hashes.dedup();
-    Some(hashes)
-}
-
-/// The values of a dotted `path` pinned by equality on one of its parents
-/// (`None` inside: the pinned parent lacks the rest of the path, so the
-/// key is missing). `None` when no parent is pinned, or one is pinned to
-/// an array, whose elements the equality also matches.
-fn parent_equalities(filter: &Filter, path: &str) -> Option<Vec<Option<Bson>>> {
-    let parts: Vec<&str> = path.split('.').collect();
-    for depth in (1..parts.len()).rev() {
-        let Some(values) = filter.equality_values(&parts[..depth].join(".")) else {
-            continue;
-        };
-        let mut pinned = Vec::with_capacity(values.len());
-        for value in values {
-            let mut current = Some(value);
-            for part in &parts[depth..] {
-                current = match current {
-                    Some(Bson::Document(mut d)) => d.remove(*part),
-                    Some(Bson::Array(_)) => return None,
-                    _ => None,
-                };
-            }
-            if matches!(current, Some(Bson::Array(_))) {
-                return None;
-            }
-            pinned.push(current);
-        }
-        return Some(pinned);
-    }
-    None
 }
 
 /// Counts the records a scan reads, for `explain`.

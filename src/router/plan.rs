@@ -19,10 +19,11 @@ use std::ops::Bound;
 use bson::Bson;
 
 use super::catalog::{Collection, Sharding};
-use super::{key_hashes, ChosenPlan, FindSpec, Router, PRIMARY_PARTITION, UNSHARDED_HASH};
+use super::{ChosenPlan, FindSpec, Router, PRIMARY_PARTITION, UNSHARDED_HASH};
 use crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES;
 use crate::error::Result;
 use crate::index::plan::{self as index_plan, Hint, Plan};
+use crate::partition::hash;
 use crate::partition::Partition;
 use crate::query::filter::Filter;
 use crate::query::sort::SortSpec;
@@ -190,7 +191,7 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &SharedReader) ->
     let filter = spec.filter.as_ref();
     let limit = spec.limit.filter(|&l| l > 0);
     let index = choose_index(coll, spec)?;
-    let ids = filter.and_then(|f| f.equality_values("_id"));
+    let ids = pinned_ids(filter);
     let id_sort = spec.sort.as_ref().and_then(id_sort_direction);
     let parts = match &coll.sharding {
         None => {
@@ -372,7 +373,7 @@ fn choose_index(coll: &Collection, spec: &FindSpec) -> Result<Option<ChosenPlan>
     match hint {
         Some(Hint::Name(n)) if n == crate::index::ID_INDEX_NAME => return Ok(None),
         Some(Hint::Pattern(p)) if *p == bson::doc! {"_id": 1} => return Ok(None),
-        None if filter.is_some_and(|f| f.equality_values("_id").is_some()) => return Ok(None),
+        None if pinned_ids(filter).is_some() => return Ok(None),
         _ => {}
     }
     let indexes = coll.indexes();
@@ -407,6 +408,62 @@ fn estimate(coll: &Collection, parts: &[PartitionPlan]) -> Cost {
         }
     }
     Cost { docs: Some(docs) }
+}
+
+/// The `_id` values `filter` pins by equality or `$in`: the one place a
+/// read or write asks whether it is a few point reads.
+pub(crate) fn pinned_ids(filter: Option<&Filter>) -> Option<Vec<Bson>> {
+    filter?.equality_values("_id")
+}
+
+/// The hashes of the shard-key values `filter` pins, sorted and unique:
+/// by equality or `$in` on the key's path, or — for a dotted key — by
+/// equality on a parent document (`{customer: {region: "eu"}}` pins
+/// `customer.region`), as a mongos targets.
+pub(crate) fn key_hashes(sharding: &Sharding, filter: Option<&Filter>) -> Option<Vec<i64>> {
+    let filter = filter?;
+    let path = &sharding.key.path;
+    let values: Vec<Option<Bson>> = match filter.equality_values(path) {
+        Some(values) => values.into_iter().map(Some).collect(),
+        None => parent_equalities(filter, path)?,
+    };
+    let mut hashes: Vec<i64> = values
+        .iter()
+        .map(|v| v.as_ref().map_or_else(hash::hash_missing, hash::hash_value))
+        .collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    Some(hashes)
+}
+
+/// The values of a dotted `path` pinned by equality on one of its parents
+/// (`None` inside: the pinned parent lacks the rest of the path, so the
+/// key is missing). `None` when no parent is pinned, or one is pinned to
+/// an array, whose elements the equality also matches.
+fn parent_equalities(filter: &Filter, path: &str) -> Option<Vec<Option<Bson>>> {
+    let parts: Vec<&str> = path.split('.').collect();
+    for depth in (1..parts.len()).rev() {
+        let Some(values) = filter.equality_values(&parts[..depth].join(".")) else {
+            continue;
+        };
+        let mut pinned = Vec::with_capacity(values.len());
+        for value in values {
+            let mut current = Some(value);
+            for part in &parts[depth..] {
+                current = match current {
+                    Some(Bson::Document(mut d)) => d.remove(*part),
+                    Some(Bson::Array(_)) => return None,
+                    _ => None,
+                };
+            }
+            if matches!(current, Some(Bson::Array(_))) {
+                return None;
+            }
+            pinned.push(current);
+        }
+        return Some(pinned);
+    }
+    None
 }
 
 /// `Some(ascending)` when the sort is on `_id` alone.
