@@ -223,15 +223,19 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         return super::explain::explain_aggregate(req).await;
     }
     let full = agg.ns.full();
-    let (batch, stream) = tokio::task::block_in_place(|| -> Result<_> {
-        let stream = with_time_limit(execute(req, &agg)?, agg.max_time_ms);
-        let mut stream = stream.peekable();
-        let batch = next_batch(
-            &mut stream,
-            Some(agg.batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
-        )?;
-        Ok((batch, stream))
-    })?;
+    let (batch, stream) = req
+        .state
+        .router
+        .read_on(|| -> Result<_> {
+            let stream = with_time_limit(execute(req, &agg)?, agg.max_time_ms);
+            let mut stream = stream.peekable();
+            let batch = next_batch(
+                &mut stream,
+                Some(agg.batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
+            )?;
+            Ok((batch, stream))
+        })
+        .await?;
     let id = if batch.exhausted {
         0
     } else {
@@ -247,7 +251,7 @@ fn coll_stats_documents(
     ns: &crate::router::Namespace,
     spec: &Document,
 ) -> Result<Vec<Document>> {
-    let Some(coll) = router.catalog.get(ns) else {
+    let Some(coll) = router.collection(ns) else {
         return Err(Error::new(
             ErrorCode::NamespaceNotFound,
             format!("Unable to retrieve storageStats in $collStats stage :: caused by :: Collection [{ns}] not found."),
@@ -260,7 +264,7 @@ fn coll_stats_documents(
             .map(|(p, u)| (p.name().to_string(), u))
             .collect()
     } else {
-        let s = router.collection_stats(&coll)?;
+        let s = router.collection_stats_now(&coll)?;
         vec![(
             crate::router::PRIMARY_PARTITION.to_string(),
             crate::router::catalog::Usage {
@@ -277,7 +281,7 @@ fn coll_stats_documents(
             let mut d = doc! {
                 "ns": ns.full(),
                 "shard": shard,
-                "host": &router.options.host,
+                "host": router.host(),
                 "localTime": now,
             };
             if spec.contains_key("storageStats") {
@@ -314,8 +318,7 @@ fn coll_stats_documents(
 /// so nothing is ever orphaned).
 fn sharded_data_distribution(router: &crate::router::Router) -> Vec<Document> {
     router
-        .catalog
-        .list()
+        .collections()
         .iter()
         .filter(|c| c.sharding.is_some())
         .map(|coll| {

@@ -18,20 +18,17 @@ pub async fn list_databases(req: &Request<'_>) -> Result<Document> {
         .transpose()?;
     let router = &req.state.router;
     let mut dbs: Vec<(String, u64)> = Vec::new();
-    tokio::task::block_in_place(|| -> Result<()> {
-        for coll in router.catalog.list() {
-            let size = if name_only {
-                0
-            } else {
-                router.collection_stats(&coll)?.size
-            };
-            match dbs.last_mut() {
-                Some((name, total)) if *name == coll.ns.db => *total += size,
-                _ => dbs.push((coll.ns.db.clone(), size)),
-            }
+    for coll in router.collections() {
+        let size = if name_only {
+            0
+        } else {
+            router.collection_stats(&coll).await?.size
+        };
+        match dbs.last_mut() {
+            Some((name, total)) if *name == coll.ns.db => *total += size,
+            _ => dbs.push((coll.ns.db.clone(), size)),
         }
-        Ok(())
-    })?;
+    }
     let mut out = Vec::new();
     let mut total = 0u64;
     for (name, size) in dbs {
@@ -73,7 +70,7 @@ pub async fn list_collections(req: &Request<'_>) -> Result<Document> {
         .transpose()?;
     let batch_size = cursor_batch_size("listCollections", b)?;
     let mut out = Vec::new();
-    for c in req.state.router.catalog.list_db(&req.db) {
+    for c in req.state.router.collections_in(&req.db) {
         let info = collection_info(&c);
         if filter.as_ref().is_some_and(|f| !f.matches(&info)) {
             continue;
@@ -114,7 +111,7 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
         }
     }
     let router = &req.state.router;
-    if let Some(existing) = router.catalog.get(&ns) {
+    if let Some(existing) = router.collection(&ns) {
         // Creating it again with the same options is a no-op, as in 7.0.
         if existing.options == options {
             return Ok(Document::new());
@@ -124,37 +121,23 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
             format!("Collection {ns} already exists with different options"),
         ));
     }
-    let (_, seq) = tokio::task::block_in_place(|| router.catalog.create(&ns, options, false))?;
-    router.durable(seq.unwrap_or(0)).await?;
+    router.create_collection(&ns, options).await?;
     Ok(Document::new())
 }
 
 pub async fn drop(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("drop", &req.db, &req.body)?;
     let router = &req.state.router;
-    let seq = tokio::task::block_in_place(|| router.catalog.drop_collection(&ns))?;
-    match seq {
+    if router.drop_collection(&ns).await? {
+        Ok(doc! {"nIndexesWas": 1, "ns": ns.full()})
+    } else {
         // Dropping a missing collection succeeds since MongoDB 7.0.
-        None => Ok(doc! {"ns": ns.full()}),
-        Some(seq) => {
-            router.durable(seq).await?;
-            Ok(doc! {"nIndexesWas": 1, "ns": ns.full()})
-        }
+        Ok(doc! {"ns": ns.full()})
     }
 }
 
 pub async fn drop_database(req: &Request<'_>) -> Result<Document> {
-    let router = &req.state.router;
-    let mut last = 0;
-    tokio::task::block_in_place(|| -> Result<()> {
-        for c in router.catalog.list_db(&req.db) {
-            if let Some(seq) = router.catalog.drop_collection(&c.ns)? {
-                last = last.max(seq);
-            }
-        }
-        Ok(())
-    })?;
-    router.durable(last).await?;
+    req.state.router.drop_database(&req.db).await?;
     Ok(doc! {"dropped": &req.db})
 }
 
@@ -174,20 +157,19 @@ pub async fn rename_collection(req: &Request<'_>) -> Result<Document> {
         ));
     }
     let router = &req.state.router;
-    if router.catalog.get(&from).is_none() {
+    if router.collection(&from).is_none() {
         return Err(Error::new(
             ErrorCode::NamespaceNotFound,
             format!("Source collection {from} does not exist"),
         ));
     }
-    if !drop_target && router.catalog.get(&to).is_some() {
+    if !drop_target && router.collection(&to).is_some() {
         return Err(Error::new(
             ErrorCode::NamespaceExists,
             "target namespace exists",
         ));
     }
-    let seq = tokio::task::block_in_place(|| router.catalog.rename(&from, &to, drop_target))?;
-    router.durable(seq).await?;
+    router.rename_collection(&from, &to, drop_target).await?;
     Ok(Document::new())
 }
 
@@ -199,13 +181,13 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
         None => 1,
     };
     let router = &req.state.router;
-    let Some(coll) = router.catalog.get(&ns) else {
+    let Some(coll) = router.collection(&ns) else {
         return Err(Error::new(
             ErrorCode::NamespaceNotFound,
             format!("Collection [{ns}] not found."),
         ));
     };
-    let stats = tokio::task::block_in_place(|| router.collection_stats(&coll))?;
+    let stats = router.collection_stats(&coll).await?;
     let (nindexes, index_sizes) = super::indexes::index_counts(&coll);
     let avg = stats.size.checked_div(stats.count).unwrap_or(0);
     let mut reply = doc! {
@@ -263,17 +245,9 @@ pub async fn db_stats(req: &Request<'_>) -> Result<Document> {
         None => 1,
     };
     let router = &req.state.router;
-    let colls = router.catalog.list_db(&req.db);
-    let (objects, size) = tokio::task::block_in_place(|| -> Result<(u64, u64)> {
-        let mut objects = 0;
-        let mut size = 0;
-        for c in &colls {
-            let s = router.collection_stats(c)?;
-            objects += s.count;
-            size += s.size;
-        }
-        Ok((objects, size))
-    })?;
+    let colls = router.collections_in(&req.db);
+    let total = router.total_stats(&colls).await?;
+    let (objects, size) = (total.count, total.size);
     Ok(doc! {
         "db": &req.db,
         "collections": colls.len() as i64,

@@ -25,7 +25,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         .filter(|&l| l != 0)
         .map(|l| l.unsigned_abs());
     let router = req.state.router.clone();
-    let matching = tokio::task::block_in_place(|| router.count(&ns, filter.as_ref()))?;
+    let matching = router.count(&ns, filter.as_ref()).await?;
     let n = matching.saturating_sub(skip).min(limit.unwrap_or(u64::MAX));
     Ok(doc! {"n": n as i64})
 }

@@ -59,21 +59,23 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         ..FindSpec::default()
     };
     let router = req.state.router.clone();
-    let values = tokio::task::block_in_place(|| -> Result<Vec<Bson>> {
-        let mut values = Vec::new();
-        // Duplicates go whenever the list doubles, so memory follows the
-        // distinct values, which may not pass 16 MB.
-        let mut unique = 0usize;
-        for d in router.find(&ns, spec)? {
-            let d = d?;
-            collect_values(&Bson::Document(d), &path, &mut values);
-            if values.len() >= unique.saturating_mul(2).max(1024) {
-                unique = dedup(&mut values)?;
+    let values = router
+        .find(&ns, spec, |found| -> Result<Vec<Bson>> {
+            let mut values = Vec::new();
+            // Duplicates go whenever the list doubles, so memory follows the
+            // distinct values, which may not pass 16 MB.
+            let mut unique = 0usize;
+            for d in found {
+                let d = d?;
+                collect_values(&Bson::Document(d), &path, &mut values);
+                if values.len() >= unique.saturating_mul(2).max(1024) {
+                    unique = dedup(&mut values)?;
+                }
             }
-        }
-        dedup(&mut values)?;
-        Ok(values)
-    })?;
+            dedup(&mut values)?;
+            Ok(values)
+        })
+        .await?;
     Ok(doc! {"values": values})
 }
 

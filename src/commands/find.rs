@@ -114,19 +114,14 @@ pub async fn find(req: &Request<'_>) -> Result<Document> {
         (None, None) => Some(DEFAULT_FIRST_BATCH),
     };
     let router = &req.state.router;
-    // A query that pins `_id` is a few point reads: run it right here.
-    // Anything else may scan, so it runs where blocking is allowed.
-    let point = f
-        .spec
-        .filter
-        .as_ref()
-        .is_some_and(|flt| flt.equality_values("_id").is_some());
-    let run = || -> Result<_> {
-        let mut stream = with_time_limit(router.find(&f.ns, f.spec)?, f.max_time_ms).peekable();
-        let batch = next_batch(&mut stream, first)?;
-        Ok((batch, stream))
-    };
-    let (batch, stream) = crate::router::maybe_blocking(point, run)?;
+    let max_time_ms = f.max_time_ms;
+    let (batch, stream) = router
+        .find(&f.ns, f.spec, |found| {
+            let mut stream = with_time_limit(found, max_time_ms).peekable();
+            let batch = next_batch(&mut stream, first)?;
+            Ok((batch, stream))
+        })
+        .await?;
     let id = if batch.exhausted || f.single_batch {
         0
     } else {
@@ -191,12 +186,15 @@ pub async fn get_more(req: &Request<'_>) -> Result<Document> {
         .op_getmore
         .fetch_add(1, Ordering::Relaxed);
     let state = req.state;
-    let (docs, exhausted) = tokio::task::block_in_place(|| {
-        state.cursors.with_cursor(id, &ns, |stream| {
-            let batch = next_batch(stream, batch_size)?;
-            Ok(((batch.docs, batch.exhausted), batch.exhausted))
+    let (docs, exhausted) = state
+        .router
+        .read_on(|| {
+            state.cursors.with_cursor(id, &ns, |stream| {
+                let batch = next_batch(stream, batch_size)?;
+                Ok(((batch.docs, batch.exhausted), batch.exhausted))
+            })
         })
-    })?;
+        .await?;
     Ok(doc! {
         "cursor": {"nextBatch": docs, "id": if exhausted { 0 } else { id }, "ns": ns},
     })

@@ -21,7 +21,7 @@ pub async fn create_indexes(req: &Request<'_>) -> Result<Document> {
         bail!(BadValue, "Must specify at least one index to create");
     }
     let router = &req.state.router;
-    let created = tokio::task::block_in_place(|| router.create_indexes(&ns, &specs))?;
+    let created = router.create_indexes(&ns, &specs).await?;
     router.durable(created.seq).await?;
     let mut reply = doc! {
         "numIndexesBefore": created.before as i32,
@@ -42,7 +42,7 @@ fn id_index_spec() -> Document {
 
 pub async fn list_indexes(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("listIndexes", &req.db, &req.body)?;
-    let Some(coll) = req.state.router.catalog.get(&ns) else {
+    let Some(coll) = req.state.router.collection(&ns) else {
         return Err(Error::new(
             ErrorCode::NamespaceNotFound,
             format!("ns does not exist: {ns}"),
@@ -128,9 +128,9 @@ pub async fn drop_indexes(req: &Request<'_>) -> Result<Document> {
         );
     };
     let router = &req.state.router;
-    let dropped = tokio::task::block_in_place(|| {
-        router.drop_indexes(&ns, |indexes| pick_dropped(&ns, which, indexes))
-    })?;
+    let dropped = router
+        .drop_indexes(&ns, |indexes| pick_dropped(&ns, which, indexes))
+        .await?;
     let Some((was, seq)) = dropped else {
         return Err(Error::new(
             ErrorCode::NamespaceNotFound,
@@ -152,7 +152,7 @@ pub async fn coll_mod(req: &Request<'_>) -> Result<Document> {
     check_fields(req, &["index"])?;
     let router = &req.state.router;
     let Some(spec) = req.body.get("index") else {
-        if router.catalog.get(&ns).is_none() {
+        if router.collection(&ns).is_none() {
             bail!(NamespaceNotFound, "ns does not exist: {ns}");
         }
         return Ok(Document::new());
@@ -210,11 +210,11 @@ pub async fn coll_mod(req: &Request<'_>) -> Result<Document> {
             "no expireAfterSeconds or hidden field to change"
         );
     }
-    if router.catalog.get(&ns).is_none() {
+    if router.collection(&ns).is_none() {
         bail!(NamespaceNotFound, "ns does not exist: {ns}");
     }
-    let changed = tokio::task::block_in_place(|| {
-        router.modify_index(&ns, &pick, |index| {
+    let changed = router
+        .modify_index(&ns, &pick, |index| {
             if expire.is_some() && index.fields.len() > 1 {
                 bail!(
                     InvalidOptions,
@@ -226,7 +226,7 @@ pub async fn coll_mod(req: &Request<'_>) -> Result<Document> {
                 hidden.unwrap_or(index.hidden),
             ))
         })
-    })?;
+        .await?;
     let Some((before, after, seq)) = changed else {
         let named = spec
             .get("keyPattern")
@@ -256,13 +256,13 @@ pub async fn coll_mod(req: &Request<'_>) -> Result<Document> {
 pub async fn validate(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("validate", &req.db, &req.body)?;
     let router = &req.state.router;
-    let Some(coll) = router.catalog.get(&ns) else {
+    let Some(coll) = router.collection(&ns) else {
         bail!(
             NamespaceNotFound,
             "Collection '{ns}' does not exist to validate."
         );
     };
-    let report = tokio::task::block_in_place(|| router.validate(&coll))?;
+    let report = router.validate(&coll).await?;
     let mut keys_per_index = Document::new();
     let mut details = Document::new();
     for (name, n) in &report.keys_per_index {

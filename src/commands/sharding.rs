@@ -96,7 +96,7 @@ pub async fn shard_collection(req: &Request<'_>) -> Result<Document> {
         },
     };
     let router = req.state.router.clone();
-    let outcome = tokio::task::block_in_place(|| router.shard_collection(&ns, key, partitions))?;
+    let outcome = router.shard_collection(&ns, key, partitions).await?;
     let (coll, seq) = match outcome {
         Sharded::Done(coll, seq) => (coll, seq),
         Sharded::AlreadyOnKey(coll) => (coll, 0),
@@ -140,22 +140,21 @@ fn collection_arg(req: &Request<'_>) -> Result<Namespace> {
 async fn create_collection(req: &Request<'_>) -> Result<Document> {
     let ns = collection_arg(req)?;
     let router = req.state.router.clone();
-    if router.catalog.get(&ns).is_some() {
+    if router.collection(&ns).is_some() {
         bail!(NamespaceExists, "Collection {ns} already exists.");
     }
     let seq = match opt_str("customAction", &req.body, "shardKey")? {
         Some(path) => {
             check_shardable(&ns)?;
             let key = ShardKey::new(path)?;
-            match tokio::task::block_in_place(|| router.shard_collection(&ns, key, None))? {
+            match router.shard_collection(&ns, key, None).await? {
                 Sharded::Done(_, seq) => seq,
                 Sharded::AlreadyOnKey(_) => 0,
             }
         }
         None => {
-            let (_, seq) =
-                tokio::task::block_in_place(|| router.catalog.create(&ns, Document::new(), false))?;
-            seq.unwrap_or(0)
+            router.create_collection(&ns, Document::new()).await?;
+            0
         }
     };
     router.durable(seq).await?;
@@ -164,7 +163,7 @@ async fn create_collection(req: &Request<'_>) -> Result<Document> {
 
 fn get_collection(req: &Request<'_>) -> Result<Document> {
     let ns = collection_arg(req)?;
-    let Some(coll) = req.state.router.catalog.get(&ns) else {
+    let Some(coll) = req.state.router.collection(&ns) else {
         bail!(NamespaceNotFound, "Collection {ns} not found.");
     };
     let mut reply = doc! {"database": &ns.db, "collection": &ns.coll, "provisionedThroughput": 0};
@@ -178,7 +177,7 @@ fn get_collection(req: &Request<'_>) -> Result<Document> {
 /// `listShards`: every partition, as a mongos lists its shards.
 pub async fn list_shards(req: &Request<'_>) -> Result<Document> {
     let router = &req.state.router;
-    let shards: Vec<Bson> = crate::router::config_db::shards(router, &router.options.host)
+    let shards: Vec<Bson> = crate::router::config_db::shards(router, router.host())
         .into_iter()
         .map(Bson::Document)
         .collect();

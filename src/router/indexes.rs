@@ -265,7 +265,11 @@ impl Router {
     /// collection if needed) and fills them from the documents already
     /// there. The build holds only this collection's write lock: writes to
     /// it wait, reads and other collections go on.
-    pub fn create_indexes(&self, ns: &Namespace, specs: &[Document]) -> Result<CreatedIndexes> {
+    pub(crate) fn create_indexes_now(
+        &self,
+        ns: &Namespace,
+        specs: &[Document],
+    ) -> Result<CreatedIndexes> {
         let mut wanted = Vec::with_capacity(specs.len());
         for spec in specs {
             let index = Index::parse(spec, 0)?;
@@ -447,7 +451,7 @@ impl Router {
     /// Drops the indexes `select` picks (`None`: every secondary index).
     /// Returns how many indexes there were, `_id` included, and the
     /// commit to wait for.
-    pub fn drop_indexes(
+    pub(crate) fn drop_indexes_now(
         &self,
         ns: &Namespace,
         select: impl Fn(&[Arc<Index>]) -> Result<Vec<u32>>,
@@ -472,7 +476,7 @@ impl Router {
 
     /// Changes options of one index (`collMod`): returns the index before
     /// and after, and the commit to wait for.
-    pub fn modify_index(
+    pub(crate) fn modify_index_now(
         &self,
         ns: &Namespace,
         pick: impl Fn(&Index) -> bool,
@@ -525,7 +529,7 @@ impl Router {
     /// Checks that every index agrees with the collection: each document
     /// has exactly the entries its keys call for, and each entry names a
     /// document that gives it. Reads one snapshot.
-    pub fn validate(&self, coll: &Collection) -> Result<Validation> {
+    pub(crate) fn validate_now(&self, coll: &Collection) -> Result<Validation> {
         let reader = self.engine.snapshot();
         let indexes = coll.indexes();
         let mut report = Validation::default();

@@ -47,7 +47,7 @@ impl Router {
     /// Shards `ns` on `key` with `partitions` initial partitions, creating
     /// the collection if needed and redistributing the documents it
     /// already holds.
-    pub fn shard_collection(
+    pub(crate) fn shard_collection_now(
         &self,
         ns: &Namespace,
         key: ShardKey,

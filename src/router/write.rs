@@ -64,7 +64,7 @@ const INLINE_INSERTS: usize = 64;
 /// Runs short work (point reads and writes: microseconds) right on the
 /// async worker, and anything that may scan where blocking is allowed,
 /// so a long scan never stalls other connections.
-pub fn maybe_blocking<T>(inline: bool, f: impl FnOnce() -> T) -> T {
+pub(crate) fn maybe_blocking<T>(inline: bool, f: impl FnOnce() -> T) -> T {
     if inline {
         f()
     } else {
@@ -714,7 +714,7 @@ impl Router {
 
     /// Applies one update statement.
     pub async fn update(&self, ns: &Namespace, stmt: &UpdateStatement) -> Result<ModifyOutcome> {
-        let point = stmt.filter.equality_values("_id").is_some();
+        let point = super::plan::pinned_ids(Some(&stmt.filter)).is_some();
         let result = maybe_blocking(point, || {
             self.with_write_lock(ns, stmt.upsert, |coll| self.update_locked(ns, coll, stmt))
         })?;
@@ -810,7 +810,7 @@ impl Router {
         multi: bool,
         sort: Option<&SortSpec>,
     ) -> Result<(u64, Option<Document>)> {
-        let point = filter.equality_values("_id").is_some();
+        let point = super::plan::pinned_ids(Some(filter)).is_some();
         let result = maybe_blocking(point, || {
             self.with_write_lock(ns, false, |coll| {
                 let targets = self.write_targets(coll, filter, multi, sort)?;

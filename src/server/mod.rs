@@ -40,7 +40,7 @@ pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             )),
     );
     // Partitions that grew past the split size while the server was down.
-    for coll in router.catalog.list() {
+    for coll in router.collections() {
         if coll.sharding.is_some() {
             router.request_split(&coll.ns);
         }

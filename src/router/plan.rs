@@ -1,0 +1,736 @@
+//! The query plan: the one decision, made once per operation, of what a
+//! read does. Sits in the router, between the catalog (what a collection
+//! and its partitions are) and the executor in `router/mod.rs` (which
+//! turns a plan into records).
+//!
+//! `find`, `count`, `distinct`, an aggregate's partition inputs, the
+//! targeting of updates and deletes, and `explain` all ask
+//! [`Router::plan`] and do what it says; explain renders the same plan.
+//! So "is `_id` pinned?", "are shard-key hashes pinned?" and "index or
+//! scan?" are each answered here and nowhere else.
+//!
+//! An unsharded collection is a collection with one partition, named
+//! [`PRIMARY_PARTITION`], whose hash range is [`UNSHARDED_HASH`]: its
+//! records sit in `_id` order, so a range of `_id` is a range of keys.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+
+use bson::Bson;
+
+use super::catalog::{Collection, Sharding};
+use super::{ChosenPlan, FindSpec, Router, PRIMARY_PARTITION, UNSHARDED_HASH};
+use crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES;
+use crate::error::Result;
+use crate::index::plan::{self as index_plan, Hint, Plan};
+use crate::partition::hash;
+use crate::partition::Partition;
+use crate::query::filter::Filter;
+use crate::query::sort::SortSpec;
+use crate::storage::{keys, keystring, SharedReader, Space};
+
+/// What one operation reads and how: built by [`Router::plan`].
+#[derive(Debug, Clone)]
+pub struct QueryPlan {
+    /// The partitions read, in hash order, each with its access path.
+    pub parts: Vec<PartitionPlan>,
+    /// Whether the collection is sharded (partitions hold many hashes).
+    pub sharded: bool,
+    /// The shard key's path, for a sharded collection.
+    pub shard_key: Option<String>,
+    /// The index scan the partitions run, when one is used.
+    pub index: Option<ChosenPlan>,
+    /// The hashes of the shard-key values the filter pins, if it does.
+    pub key_hashes: Option<Vec<i64>>,
+    /// How results come out in the requested order.
+    pub sort: SortStrategy,
+    pub skip: u64,
+    /// The most results returned; `None` for all.
+    pub limit: Option<u64>,
+    pub cost: Cost,
+}
+
+/// One partition's part of a plan.
+#[derive(Debug, Clone)]
+pub struct PartitionPlan {
+    /// As explain and `config.shards` show it.
+    pub name: String,
+    pub partition: Partition,
+    pub access: Access,
+}
+
+/// How a partition reaches the records a filter may match.
+#[derive(Debug, Clone)]
+pub enum Access {
+    /// Exact record keys (the filter pins `_id`), in key order or its
+    /// reverse.
+    IdPoints {
+        keys: BTreeSet<Vec<u8>>,
+        reverse: bool,
+    },
+    /// Every record under these hashes (the filter pins the shard key).
+    KeyHashes(Vec<i64>),
+    /// Entries of a secondary index, then their records unless covered.
+    Index(ChosenPlan),
+    /// A range of record keys in `_id` order, forward or `reverse`: the
+    /// partition holds one hash, so key order is `_id` order.
+    IdRange {
+        from: Bound<Vec<u8>>,
+        to: Bound<Vec<u8>>,
+        reverse: bool,
+    },
+    /// The `_id` index in `_id` order, keeping this partition's entries:
+    /// a sharded query sorted by `_id` alone streams instead of sorting.
+    IdIndex { reverse: bool },
+    /// Every record of the partition.
+    Scan,
+}
+
+/// How results are put in the requested order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortStrategy {
+    /// No order asked: access order.
+    Unsorted,
+    /// The access path yields the requested order: results stream.
+    Streamed,
+    /// Only the best `k = skip + limit` rows are kept.
+    TopK(usize),
+    /// Every match is sorted, within this many bytes (past them it
+    /// spills or fails, per the query's limits).
+    Blocking { memory_limit: u64 },
+}
+
+/// What a plan is expected to read; `None` when unknown before reading.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cost {
+    /// Documents expected to be examined.
+    pub docs: Option<u64>,
+}
+
+impl QueryPlan {
+    /// The plan of a collection that does not exist: a scan of its one
+    /// (empty) partition.
+    pub fn of_missing_collection(spec: &FindSpec) -> QueryPlan {
+        QueryPlan {
+            parts: vec![PartitionPlan {
+                name: PRIMARY_PARTITION.to_string(),
+                partition: Partition {
+                    id: 0,
+                    min: UNSHARDED_HASH,
+                    max: UNSHARDED_HASH,
+                },
+                access: Access::IdRange {
+                    from: Bound::Unbounded,
+                    to: Bound::Unbounded,
+                    reverse: matches!(spec.hint, Some(Hint::Natural(true))),
+                },
+            }],
+            sharded: false,
+            shard_key: None,
+            index: None,
+            key_hashes: None,
+            sort: match spec.sort {
+                None => SortStrategy::Unsorted,
+                Some(_) => SortStrategy::Blocking {
+                    memory_limit: DEFAULT_MAX_BLOCKING_BYTES as u64,
+                },
+            },
+            skip: spec.skip,
+            limit: spec.limit.filter(|&l| l > 0),
+            cost: Cost { docs: Some(0) },
+        }
+    }
+
+    /// A plan of a few point reads, cheap enough to run on the caller's
+    /// async worker.
+    pub fn is_point_read(&self) -> bool {
+        self.parts
+            .iter()
+            .all(|p| matches!(p.access, Access::IdPoints { .. }))
+    }
+
+    /// The rows each partition must produce: `skip + limit` when there
+    /// is a limit.
+    pub fn keep(&self) -> Option<usize> {
+        self.limit
+            .map(|l| usize::try_from(l.saturating_add(self.skip)).unwrap_or(usize::MAX))
+    }
+
+    /// `skip` and `limit` as counts of rows.
+    pub fn window(&self) -> (usize, Option<usize>) {
+        let skip = usize::try_from(self.skip).unwrap_or(usize::MAX);
+        let limit = self.limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+        (skip, limit)
+    }
+
+    /// True when every partition reads the `_id` index in `_id` order.
+    pub fn through_id_index(&self) -> Option<bool> {
+        match self.parts.first()?.access {
+            Access::IdIndex { reverse } => Some(reverse),
+            _ => None,
+        }
+    }
+}
+
+impl Router {
+    /// Plans a read of `coll`. `reader` resolves pinned `_id`s to the
+    /// partitions that hold them (writers pass the live engine, which is
+    /// consistent under their lock; readers a snapshot).
+    pub fn plan(
+        &self,
+        coll: &Collection,
+        spec: &FindSpec,
+        reader: &SharedReader,
+    ) -> Result<QueryPlan> {
+        plan(coll, spec, reader)
+    }
+}
+
+/// See [`Router::plan`].
+pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &SharedReader) -> Result<QueryPlan> {
+    let filter = spec.filter.as_ref();
+    let limit = spec.limit.filter(|&l| l > 0);
+    let index = choose_index(coll, spec)?;
+    let ids = pinned_ids(filter);
+    let id_sort = spec.sort.as_ref().and_then(id_sort_direction);
+    let parts = match &coll.sharding {
+        None => {
+            let primary = Partition {
+                id: 0,
+                min: UNSHARDED_HASH,
+                max: UNSHARDED_HASH,
+            };
+            // Natural order is `_id` order; `{$natural: -1}` reverses it.
+            let reverse = match &spec.sort {
+                None => matches!(spec.hint, Some(Hint::Natural(true))),
+                Some(_) => id_sort == Some(false),
+            };
+            let access = match (&index, &ids) {
+                (Some(chosen), _) => Access::Index(chosen.clone()),
+                (None, Some(ids)) => Access::IdPoints {
+                    keys: ids
+                        .iter()
+                        .map(|v| {
+                            keys::record_key(coll.id, UNSHARDED_HASH, &keystring::encode_id(v))
+                        })
+                        .collect(),
+                    reverse,
+                },
+                (None, None) => {
+                    let (from, to) = id_key_range(
+                        &keys::record_key(coll.id, UNSHARDED_HASH, &[]),
+                        keys::collection_range(coll.id),
+                        filter,
+                    );
+                    Access::IdRange { from, to, reverse }
+                }
+            };
+            vec![PartitionPlan {
+                name: PRIMARY_PARTITION.to_string(),
+                partition: primary,
+                access,
+            }]
+        }
+        Some(sharding) => {
+            sharded_parts(coll, sharding, spec, index.as_ref(), ids, id_sort, reader)?
+        }
+    };
+    let in_order = match &spec.sort {
+        None => false,
+        Some(_) => parts.iter().all(|p| match &p.access {
+            Access::Index(chosen) => chosen.scan.provides_sort,
+            Access::IdRange { .. } | Access::IdIndex { .. } => id_sort.is_some(),
+            // A single point read per partition is trivially in order.
+            Access::IdPoints { keys, .. } => {
+                (id_sort.is_some() && coll.sharding.is_none()) || keys.len() <= 1
+            }
+            _ => false,
+        }),
+    };
+    let sort = match (&spec.sort, in_order, limit) {
+        (None, _, _) => SortStrategy::Unsorted,
+        (Some(_), true, _) => SortStrategy::Streamed,
+        (Some(_), false, Some(l)) => {
+            SortStrategy::TopK(usize::try_from(l.saturating_add(spec.skip)).unwrap_or(usize::MAX))
+        }
+        (Some(_), false, None) => SortStrategy::Blocking {
+            memory_limit: spec
+                .sort_limits
+                .as_ref()
+                .map_or(DEFAULT_MAX_BLOCKING_BYTES as u64, |l| {
+                    l.max_blocking_bytes as u64
+                }),
+        },
+    };
+    let cost = estimate(coll, &parts);
+    Ok(QueryPlan {
+        parts,
+        sharded: coll.sharding.is_some(),
+        shard_key: coll.sharding.as_ref().map(|s| s.key.path.clone()),
+        key_hashes: coll.sharding.as_ref().and_then(|s| key_hashes(s, filter)),
+        index,
+        sort,
+        skip: spec.skip,
+        limit,
+        cost,
+    })
+}
+
+/// The partitions of a sharded collection a query reads, each with its
+/// access path.
+fn sharded_parts(
+    coll: &Collection,
+    sharding: &Sharding,
+    spec: &FindSpec,
+    index: Option<&ChosenPlan>,
+    ids: Option<Vec<Bson>>,
+    id_sort: Option<bool>,
+    reader: &SharedReader,
+) -> Result<Vec<PartitionPlan>> {
+    let filter = spec.filter.as_ref();
+    let map = sharding.map();
+    let hashes = key_hashes(sharding, filter);
+    let owners: Vec<Partition> = match &hashes {
+        Some(hashes) => {
+            let mut owners: Vec<Partition> = hashes.iter().map(|&h| *map.locate(h)).collect();
+            owners.dedup_by_key(|p| p.id);
+            owners
+        }
+        None => map.partitions.clone(),
+    };
+    // `_id`s without the shard key: the query targets every partition,
+    // as a mongos does, and the `_id` index says which hash (and so which
+    // partition) holds each; the others read nothing.
+    let mut id_hashes: Option<Vec<(i64, Vec<u8>)>> = None;
+    if let (Some(ids), None, None) = (&ids, &hashes, index) {
+        let mut found = Vec::new();
+        for v in ids {
+            let id_key = keystring::encode_id(v);
+            let entry = reader.get(Space::Index, &keys::index_key(coll.id, 0, &id_key))?;
+            if let Some(h) = entry.as_deref().and_then(crate::index::entry_hash) {
+                found.push((h, id_key));
+            }
+        }
+        id_hashes = Some(found);
+    }
+    let by_id_index = index.is_none() && ids.is_none() && hashes.is_none() && id_sort.is_some();
+    Ok(owners
+        .into_iter()
+        .map(|part| {
+            let access = if let Some(chosen) = index {
+                Access::Index(chosen.clone())
+            } else if let Some(found) = &id_hashes {
+                Access::IdPoints {
+                    keys: found
+                        .iter()
+                        .filter(|(h, _)| part.contains(*h))
+                        .map(|(h, id_key)| keys::record_key(coll.id, *h, id_key))
+                        .collect(),
+                    reverse: false,
+                }
+            } else if let Some(hashes) = &hashes {
+                let mine: Vec<i64> = hashes
+                    .iter()
+                    .copied()
+                    .filter(|&h| part.contains(h))
+                    .collect();
+                match &ids {
+                    // Key and `_id` both pinned: exact record keys.
+                    Some(ids) => Access::IdPoints {
+                        keys: mine
+                            .iter()
+                            .flat_map(|&h| {
+                                ids.iter().map(move |v| {
+                                    keys::record_key(coll.id, h, &keystring::encode_id(v))
+                                })
+                            })
+                            .collect(),
+                        reverse: false,
+                    },
+                    None => Access::KeyHashes(mine),
+                }
+            } else if by_id_index {
+                Access::IdIndex {
+                    reverse: id_sort == Some(false),
+                }
+            } else {
+                Access::Scan
+            };
+            PartitionPlan {
+                name: part.name().to_string(),
+                partition: part,
+                access,
+            }
+        })
+        .collect())
+}
+
+/// The index scan a query uses, if any. An equality on `_id` is answered
+/// by `_id` lookups; a hint of the `_id` index or `$natural` means the
+/// records themselves.
+fn choose_index(coll: &Collection, spec: &FindSpec) -> Result<Option<ChosenPlan>> {
+    let (filter, hint) = (spec.filter.as_ref(), spec.hint.as_ref());
+    match hint {
+        Some(Hint::Name(n)) if n == crate::index::ID_INDEX_NAME => return Ok(None),
+        Some(Hint::Pattern(p)) if *p == bson::doc! {"_id": 1} => return Ok(None),
+        None if pinned_ids(filter).is_some() => return Ok(None),
+        _ => {}
+    }
+    let indexes = coll.indexes();
+    if indexes.is_empty() && hint.is_none() {
+        return Ok(None);
+    }
+    Ok(
+        match index_plan::choose(&indexes, filter, spec.sort.as_ref(), hint)? {
+            Plan::Index(scan) => {
+                let covered =
+                    index_plan::covers(&scan, filter, spec.projection.as_ref(), spec.sort.as_ref());
+                Some(ChosenPlan { scan, covered })
+            }
+            Plan::Collscan => None,
+        },
+    )
+}
+
+/// Expected documents examined: the point count for point reads, the
+/// partitions' document counts for scans of a sharded collection,
+/// unknown otherwise.
+fn estimate(coll: &Collection, parts: &[PartitionPlan]) -> Cost {
+    let usage = coll.sharding.as_ref().map(|s| s.usage());
+    let mut docs = 0u64;
+    for p in parts {
+        match (&p.access, &usage) {
+            (Access::IdPoints { keys, .. }, _) => docs = docs.saturating_add(keys.len() as u64),
+            (Access::Scan, Some(usage)) => {
+                docs = docs.saturating_add(usage.get(&p.partition.id).map_or(0, |u| u.count))
+            }
+            _ => return Cost { docs: None },
+        }
+    }
+    Cost { docs: Some(docs) }
+}
+
+/// The `_id` values `filter` pins by equality or `$in`: the one place a
+/// read or write asks whether it is a few point reads.
+pub(crate) fn pinned_ids(filter: Option<&Filter>) -> Option<Vec<Bson>> {
+    filter?.equality_values("_id")
+}
+
+/// The hashes of the shard-key values `filter` pins, sorted and unique:
+/// by equality or `$in` on the key's path, or — for a dotted key — by
+/// equality on a parent document (`{customer: {region: "eu"}}` pins
+/// `customer.region`), as a mongos targets.
+pub(crate) fn key_hashes(sharding: &Sharding, filter: Option<&Filter>) -> Option<Vec<i64>> {
+    let filter = filter?;
+    let path = &sharding.key.path;
+    let values: Vec<Option<Bson>> = match filter.equality_values(path) {
+        Some(values) => values.into_iter().map(Some).collect(),
+        None => parent_equalities(filter, path)?,
+    };
+    let mut hashes: Vec<i64> = values
+        .iter()
+        .map(|v| v.as_ref().map_or_else(hash::hash_missing, hash::hash_value))
+        .collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    Some(hashes)
+}
+
+/// The values of a dotted `path` pinned by equality on one of its parents
+/// (`None` inside: the pinned parent lacks the rest of the path, so the
+/// key is missing). `None` when no parent is pinned, or one is pinned to
+/// an array, whose elements the equality also matches.
+fn parent_equalities(filter: &Filter, path: &str) -> Option<Vec<Option<Bson>>> {
+    let parts: Vec<&str> = path.split('.').collect();
+    for depth in (1..parts.len()).rev() {
+        let Some(values) = filter.equality_values(&parts[..depth].join(".")) else {
+            continue;
+        };
+        let mut pinned = Vec::with_capacity(values.len());
+        for value in values {
+            let mut current = Some(value);
+            for part in &parts[depth..] {
+                current = match current {
+                    Some(Bson::Document(mut d)) => d.remove(*part),
+                    Some(Bson::Array(_)) => return None,
+                    _ => None,
+                };
+            }
+            if matches!(current, Some(Bson::Array(_))) {
+                return None;
+            }
+            pinned.push(current);
+        }
+        return Some(pinned);
+    }
+    None
+}
+
+/// `Some(ascending)` when the sort is on `_id` alone.
+pub(crate) fn id_sort_direction(sort: &SortSpec) -> Option<bool> {
+    match sort.fields() {
+        [only] if only.path() == "_id" => Some(only.ascending()),
+        _ => None,
+    }
+}
+
+/// The keys under `prefix | keystring(_id)` that the `_id` bounds of
+/// `filter` allow, or `all` when it has none.
+pub(crate) fn id_key_range(
+    prefix: &[u8],
+    all: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+    filter: Option<&Filter>,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let (all_from, all_to) = all;
+    let Some((lower, upper)) = filter.and_then(|f| f.range_bounds("_id")) else {
+        return (all_from, all_to);
+    };
+    let with_prefix = |tail: &[u8]| {
+        let mut k = prefix.to_vec();
+        k.extend_from_slice(tail);
+        k
+    };
+    // A comparison only matches values of its own type class, so a
+    // one-sided range stops at the edge of that class.
+    let class_start = |v: &Bson| with_prefix(&keystring::encode_id(v)[..1]);
+    let class_end = |v: &Bson| {
+        let first = keystring::encode_id(v).first().copied().unwrap_or(0);
+        with_prefix(&[first.saturating_add(1)])
+    };
+    let from = match &lower {
+        Bound::Included(v) => Bound::Included(with_prefix(&keystring::encode_id(v))),
+        Bound::Excluded(v) => Bound::Excluded(with_prefix(&keystring::encode_id(v))),
+        Bound::Unbounded => match &upper {
+            Bound::Included(v) | Bound::Excluded(v) => Bound::Included(class_start(v)),
+            Bound::Unbounded => all_from,
+        },
+    };
+    let to = match &upper {
+        Bound::Included(v) => Bound::Included(with_prefix(&keystring::encode_id(v))),
+        Bound::Excluded(v) => Bound::Excluded(with_prefix(&keystring::encode_id(v))),
+        Bound::Unbounded => match &lower {
+            Bound::Included(v) | Bound::Excluded(v) => Bound::Excluded(class_end(v)),
+            Bound::Unbounded => all_to,
+        },
+    };
+    (from, to)
+}
+
+#[cfg(test)]
+mod tests {
+    use bson::doc;
+
+    use super::*;
+    use crate::partition::ShardKey;
+    use crate::router::Namespace;
+    use crate::storage::embedded::EmbeddedEngine;
+
+    /// A router over a fresh store, with `n` documents `{_id, k, a}` in
+    /// `t.plain` (unsharded) and `t.sharded` (4 partitions on `k`).
+    async fn router(n: i32) -> (tempfile::TempDir, Router) {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = EmbeddedEngine::open(dir.path(), 1 << 20).unwrap();
+        let router = Router::open(engine).unwrap();
+        let sharded = Namespace::new("t", "sharded").unwrap();
+        router
+            .shard_collection_now(&sharded, ShardKey::new("k").unwrap(), Some(4))
+            .unwrap();
+        for coll in ["plain", "sharded"] {
+            let ns = Namespace::new("t", coll).unwrap();
+            let docs = (0..n)
+                .map(|i| doc! {"_id": i, "k": i % 10, "a": i * 2}.to_vec().unwrap())
+                .collect();
+            router.insert(&ns, docs, true).await.unwrap();
+        }
+        (dir, router)
+    }
+
+    fn plan_of(router: &Router, coll: &str, spec: FindSpec) -> QueryPlan {
+        let ns = Namespace::new("t", coll).unwrap();
+        let coll = router.collection(&ns).unwrap();
+        let reader: SharedReader = router.engine().clone();
+        router.plan(&coll, &spec, &reader).unwrap()
+    }
+
+    fn filter(f: bson::Document) -> Option<Filter> {
+        Some(Filter::parse(&f).unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unsharded_collection_is_one_partition_read_in_id_order() {
+        let (_dir, router) = router(20).await;
+        let p = plan_of(&router, "plain", FindSpec::default());
+        assert_eq!(p.parts.len(), 1);
+        assert_eq!(p.parts[0].name, PRIMARY_PARTITION);
+        assert!(matches!(
+            p.parts[0].access,
+            Access::IdRange { reverse: false, .. }
+        ));
+        assert_eq!(p.sort, SortStrategy::Unsorted);
+
+        let p = plan_of(
+            &router,
+            "plain",
+            FindSpec {
+                hint: Some(Hint::Natural(true)),
+                ..FindSpec::default()
+            },
+        );
+        assert!(matches!(
+            p.parts[0].access,
+            Access::IdRange { reverse: true, .. }
+        ));
+
+        // A sort on `_id` streams in key order, backwards for descending.
+        let p = plan_of(
+            &router,
+            "plain",
+            FindSpec {
+                sort: Some(SortSpec::parse(&doc! {"_id": -1}).unwrap()),
+                ..FindSpec::default()
+            },
+        );
+        assert!(matches!(
+            p.parts[0].access,
+            Access::IdRange { reverse: true, .. }
+        ));
+        assert_eq!(p.sort, SortStrategy::Streamed);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pinned_id_is_point_reads_and_costs_its_points() {
+        let (_dir, router) = router(20).await;
+        let spec = FindSpec {
+            filter: filter(doc! {"_id": {"$in": [1, 2, 99]}}),
+            ..FindSpec::default()
+        };
+        let p = plan_of(&router, "plain", spec.clone());
+        assert!(p.is_point_read());
+        assert_eq!(p.cost.docs, Some(3));
+
+        // Sharded, without the key: every partition is targeted, as a
+        // mongos does, but only the owners of existing `_id`s read.
+        let p = plan_of(&router, "sharded", spec);
+        assert_eq!(p.parts.len(), 4);
+        assert!(p.is_point_read());
+        assert_eq!(p.cost.docs, Some(2), "99 does not exist");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_shard_key_targets_its_owner_only() {
+        let (_dir, router) = router(20).await;
+        let p = plan_of(
+            &router,
+            "sharded",
+            FindSpec {
+                filter: filter(doc! {"k": 3}),
+                ..FindSpec::default()
+            },
+        );
+        assert_eq!(p.parts.len(), 1);
+        assert!(matches!(&p.parts[0].access, Access::KeyHashes(h) if h.len() == 1));
+        assert_eq!(p.key_hashes.as_ref().map(Vec::len), Some(1));
+
+        let p = plan_of(&router, "sharded", FindSpec::default());
+        assert_eq!(p.parts.len(), 4);
+        assert!(p.parts.iter().all(|x| matches!(x.access, Access::Scan)));
+        assert_eq!(p.cost.docs, Some(20), "scans cost the partitions' counts");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sorts_are_streamed_top_k_or_blocking() {
+        let (_dir, router) = router(20).await;
+        let by_a = Some(SortSpec::parse(&doc! {"a": 1}).unwrap());
+        let p = plan_of(
+            &router,
+            "sharded",
+            FindSpec {
+                sort: by_a.clone(),
+                skip: 2,
+                limit: Some(3),
+                ..FindSpec::default()
+            },
+        );
+        assert_eq!(p.sort, SortStrategy::TopK(5));
+        assert_eq!(p.keep(), Some(5));
+        let p = plan_of(
+            &router,
+            "plain",
+            FindSpec {
+                sort: by_a,
+                ..FindSpec::default()
+            },
+        );
+        assert!(matches!(p.sort, SortStrategy::Blocking { .. }));
+        // A sharded sort by `_id` reads the `_id` index in order.
+        let p = plan_of(
+            &router,
+            "sharded",
+            FindSpec {
+                sort: Some(SortSpec::parse(&doc! {"_id": 1}).unwrap()),
+                ..FindSpec::default()
+            },
+        );
+        assert_eq!(p.through_id_index(), Some(false));
+        assert_eq!(p.sort, SortStrategy::Streamed);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_index_is_chosen_once_for_every_partition_unless_hinted_away() {
+        let (_dir, router) = router(20).await;
+        for coll in ["plain", "sharded"] {
+            let ns = Namespace::new("t", coll).unwrap();
+            router
+                .create_indexes_now(&ns, &[doc! {"key": {"a": 1}, "name": "a_1"}])
+                .unwrap();
+            let spec = FindSpec {
+                filter: filter(doc! {"a": {"$gt": 10}}),
+                ..FindSpec::default()
+            };
+            let p = plan_of(&router, coll, spec.clone());
+            assert_eq!(
+                p.index.as_ref().map(|c| c.scan.index.name.as_str()),
+                Some("a_1")
+            );
+            assert!(p.parts.iter().all(|x| matches!(x.access, Access::Index(_))));
+            let p = plan_of(
+                &router,
+                coll,
+                FindSpec {
+                    hint: Some(Hint::Natural(false)),
+                    ..spec
+                },
+            );
+            assert!(p.index.is_none());
+            assert!(!p.parts.iter().any(|x| matches!(x.access, Access::Index(_))));
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn explain_shows_the_plan_that_runs() {
+        let (_dir, router) = router(50).await;
+        for (coll, f) in [
+            ("plain", doc! {"a": {"$lt": 20}}),
+            ("sharded", doc! {"k": 4}),
+            ("sharded", doc! {"_id": 7}),
+        ] {
+            let ns = Namespace::new("t", coll).unwrap();
+            let spec = FindSpec {
+                filter: filter(f.clone()),
+                ..FindSpec::default()
+            };
+            let planned = plan_of(&router, coll, spec.clone());
+            let explained = router.explain(&ns, &spec).await.unwrap();
+            let names = |p: &QueryPlan| p.parts.iter().map(|x| x.name.clone()).collect::<Vec<_>>();
+            assert_eq!(names(&explained.plan), names(&planned), "{f}");
+            let run_names: Vec<String> = explained.runs.iter().map(|r| r.name.clone()).collect();
+            assert_eq!(run_names, names(&planned), "{f}");
+            let returned: u64 = explained.runs.iter().map(|r| r.returned).sum();
+            let found = router
+                .find(&ns, spec, |docs| Ok(docs.count() as u64))
+                .await
+                .unwrap();
+            assert_eq!(returned, found, "{f}");
+        }
+    }
+}
