@@ -38,7 +38,17 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(server::run(config)) {
+    let store = match server::secure_data_dir(&config.data_dir)
+        .map_err(|e| e.to_string())
+        .and_then(|()| config.open_store().map_err(|e| e.to_string()))
+    {
+        Ok(store) => store,
+        Err(e) => {
+            tracing::error!("cannot open storage in {}: {e}", config.data_dir.display());
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::run(config, store)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("shardgate stopped: {e}");

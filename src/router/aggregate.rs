@@ -350,10 +350,10 @@ impl Router {
         let Some(sharding) = coll.sharding.clone() else {
             return whole();
         };
-        let reader = self.engine.snapshot();
+        let (reader, parts) = self.view_of(&coll);
         let chosen = self.index_plan(&coll, filter, None, None, None)?;
         let mut inputs = Vec::new();
-        for target in self.targets(&coll, filter) {
+        for target in Router::targets_in(&coll, &parts, filter) {
             let Some(part) = target.partition else {
                 continue;
             };

@@ -45,9 +45,11 @@ use crate::query::compare::compare;
 use crate::query::filter::{Filter, MatchDetails};
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
-use crate::storage::{keys, keystring, SharedEngine, SharedReader, Space};
+use crate::storage::{
+    blocking, keystring, RecordKey, RecordScan, SharedStore, SharedView, StorageResult, WriteBatch,
+};
 use catalog::Catalog;
-use indexes::{index_records, Examined, HashScope};
+use indexes::{index_records, Examined, HashScope, Partitions};
 use merge::{Merge, Row, RowStream};
 
 /// The hash every record of an unsharded collection is stored under.
@@ -109,7 +111,7 @@ impl Default for PartitionOptions {
 }
 
 pub struct Router {
-    engine: SharedEngine,
+    store: SharedStore,
     pub catalog: Catalog,
     pub options: PartitionOptions,
     splits: sharding::SplitQueue,
@@ -117,13 +119,13 @@ pub struct Router {
 
 /// One stored document and where it lives.
 pub(crate) struct Record {
-    pub key: Vec<u8>,
+    pub key: RecordKey,
     pub doc: Document,
     /// Its stored size in bytes.
     pub len: usize,
 }
 
-pub(crate) fn decode_record(key: Vec<u8>, value: &[u8]) -> Result<Record> {
+pub(crate) fn decode_record(key: RecordKey, value: &[u8]) -> Result<Record> {
     let doc = Document::from_reader(value)
         .map_err(|e| Error::internal(format!("stored document is not valid BSON: {e}")))?;
     Ok(Record {
@@ -151,14 +153,14 @@ pub(crate) type MatchIter = Box<dyn Iterator<Item = Result<(Record, MatchDetails
 pub(crate) type RecordIter = Box<dyn Iterator<Item = Result<Record>> + Send>;
 
 impl Router {
-    pub fn open(engine: SharedEngine) -> Result<Router> {
-        Router::open_with(engine, PartitionOptions::default())
+    pub fn open(store: SharedStore) -> Result<Router> {
+        Router::open_with(store, PartitionOptions::default())
     }
 
-    pub fn open_with(engine: SharedEngine, options: PartitionOptions) -> Result<Router> {
-        let catalog = Catalog::load(engine.clone())?;
+    pub fn open_with(store: SharedStore, options: PartitionOptions) -> Result<Router> {
+        let catalog = Catalog::load(store.clone())?;
         Ok(Router {
-            engine,
+            store,
             catalog,
             options,
             splits: sharding::SplitQueue::default(),
@@ -168,13 +170,18 @@ impl Router {
     /// The partitions a query with `filter` reads: those owning the
     /// shard-key values it pins (equality or `$in`), else all of them.
     pub fn targets(&self, coll: &Collection, filter: Option<&Filter>) -> Vec<Target> {
-        let Some(sharding) = &coll.sharding else {
+        Router::targets_in(coll, &Partitions::of(coll), filter)
+    }
+
+    /// [`Router::targets`] in the partitions of `parts` (the map read
+    /// with a view, [`Router::view_of`]).
+    fn targets_in(coll: &Collection, parts: &Partitions, filter: Option<&Filter>) -> Vec<Target> {
+        let (Some(sharding), Partitions::Map(map)) = (&coll.sharding, parts) else {
             return vec![Target {
                 name: PRIMARY_PARTITION.to_string(),
                 partition: None,
             }];
         };
-        let map = sharding.map();
         let owners: Vec<Partition> = match key_hashes(sharding, filter) {
             Some(hashes) => {
                 let mut owners: Vec<Partition> = hashes.iter().map(|&h| *map.locate(h)).collect();
@@ -213,7 +220,7 @@ impl Router {
     /// may match: the hashes of its pinned shard-key values, the records
     /// its pinned `_id`s point to, or the whole hash range.
     fn partition_candidates(
-        reader: &SharedReader,
+        reader: &SharedView,
         id: u64,
         sharding: &Sharding,
         part: &Partition,
@@ -225,57 +232,43 @@ impl Router {
             let reader = reader.clone();
             if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
                 // Key and `_id` both pinned: exact record keys.
-                let keys: BTreeSet<Vec<u8>> = hashes
+                let keys: BTreeSet<RecordKey> = hashes
                     .iter()
                     .flat_map(|&h| {
                         ids.iter()
-                            .map(move |v| keys::record_key(id, h, &keystring::encode_id(v)))
+                            .map(move |v| RecordKey::new(id, h, keystring::encode_id(v)))
                     })
                     .collect();
-                return Box::new(keys.into_iter().filter_map(move |key| {
-                    match reader.get(Space::Records, &key) {
-                        Ok(Some(v)) => Some(decode_record(key, &v)),
-                        Ok(None) => None,
-                        Err(e) => Some(Err(e.into())),
-                    }
-                }));
+                return Box::new(keys.into_iter().filter_map(move |key| fetch(&reader, key)));
             }
             let filter = filter.cloned();
             return Box::new(hashes.into_iter().flat_map(move |h| {
-                let (from, to) = keys::partition_range(id, h, h);
                 decode_scan(
-                    reader.scan(Space::Records, from, to),
+                    blocking::iter(reader.scan_records(RecordScan::hashes(id, h, h))),
                     filter.clone(),
                     scanned.clone(),
                 )
             }));
         }
         if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
-            let mut keys: BTreeSet<Vec<u8>> = BTreeSet::new();
+            let mut keys: BTreeSet<RecordKey> = BTreeSet::new();
             for v in &ids {
                 let id_key = keystring::encode_id(v);
-                let found = match reader.get(Space::Index, &keys::index_key(id, 0, &id_key)) {
+                let found = match blocking::wait(reader.id_entry(id, &id_key)) {
                     Ok(found) => found,
                     Err(e) => return Box::new(std::iter::once(Err(e.into()))),
                 };
-                if let Some(h) = found.as_deref().and_then(crate::index::entry_hash) {
+                if let Some(h) = found {
                     if part.contains(h) {
-                        keys.insert(keys::record_key(id, h, &id_key));
+                        keys.insert(RecordKey::new(id, h, id_key));
                     }
                 }
             }
             let reader = reader.clone();
-            return Box::new(keys.into_iter().filter_map(move |key| {
-                match reader.get(Space::Records, &key) {
-                    Ok(Some(v)) => Some(decode_record(key, &v)),
-                    Ok(None) => None,
-                    Err(e) => Some(Err(e.into())),
-                }
-            }));
+            return Box::new(keys.into_iter().filter_map(move |key| fetch(&reader, key)));
         }
-        let (from, to) = keys::partition_range(id, part.min, part.max);
         decode_scan(
-            reader.scan(Space::Records, from, to),
+            blocking::iter(reader.scan_records(RecordScan::hashes(id, part.min, part.max))),
             filter.cloned(),
             scanned,
         )
@@ -314,7 +307,7 @@ impl Router {
     /// The records an index plan reads from `part` (every partition when
     /// `None`), keeping only the pinned shard-key hashes.
     fn planned_records(
-        reader: SharedReader,
+        reader: SharedView,
         coll_id: u64,
         sharding: Option<&Sharding>,
         part: Option<&Partition>,
@@ -326,9 +319,15 @@ impl Router {
             range: part.map(|p| (p.min, p.max)),
             pinned: sharding.and_then(|s| key_hashes(s, filter)),
         };
+        let partitions = match (part, sharding) {
+            (Some(p), _) => vec![p.min],
+            (None, Some(s)) => Partitions::Map(s.map()).starts(),
+            (None, None) => Partitions::One.starts(),
+        };
         index_records(
             reader,
             coll_id,
+            partitions,
             &chosen.scan,
             scope,
             chosen.covered,
@@ -336,8 +335,26 @@ impl Router {
         )
     }
 
-    pub fn engine(&self) -> &SharedEngine {
-        &self.engine
+    pub fn store(&self) -> &SharedStore {
+        &self.store
+    }
+
+    /// A snapshot of `coll` and the partitions it keeps them in, taken
+    /// together: a split publishes its map with the commit that re-keys
+    /// index entries, under the same lock.
+    pub(crate) fn view_of(&self, coll: &Collection) -> (SharedView, Partitions) {
+        match &coll.sharding {
+            None => (self.store.view(), Partitions::One),
+            Some(s) => {
+                let _split = s.view_lock.read();
+                (self.store.view(), Partitions::Map(s.map()))
+            }
+        }
+    }
+
+    /// Applies a batch; returns its commit.
+    pub(crate) fn commit(&self, batch: WriteBatch) -> Result<u64> {
+        Ok(blocking::wait(self.store.apply(batch))?)
     }
 
     /// Waits until the commit `seq` is durable.
@@ -345,12 +362,12 @@ impl Router {
         if seq == 0 {
             return Ok(());
         }
-        Ok(self.engine.durable(seq).await?)
+        Ok(self.store.durable(seq).await?)
     }
 
     /// The key of the record with this `_id` in an unsharded collection.
-    pub(crate) fn id_key(coll: &Collection, id: &Bson) -> Vec<u8> {
-        keys::record_key(coll.id, UNSHARDED_HASH, &keystring::encode_id(id))
+    pub(crate) fn id_key(coll: &Collection, id: &Bson) -> RecordKey {
+        RecordKey::new(coll.id, UNSHARDED_HASH, keystring::encode_id(id))
     }
 
     /// How to reach the records a filter may match: point lookups when
@@ -360,11 +377,7 @@ impl Router {
         if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
             return Access::Points(ids.iter().map(|id| Router::id_key(coll, id)).collect());
         }
-        let (from, to) = id_key_range(
-            &keys::record_key(coll.id, UNSHARDED_HASH, &[]),
-            keys::collection_range(coll.id),
-            filter,
-        );
+        let (from, to) = id_key_range(filter);
         Access::Range(from, to)
     }
 
@@ -390,7 +403,7 @@ impl Router {
         if let Some(sharding) = &coll.sharding {
             // Writers hold the collection's write lock: the live engine is
             // consistent for them.
-            let reader: SharedReader = self.engine.clone();
+            let reader = self.store.live();
             let sharding = sharding.clone();
             let mut parts = self.targets(coll, filter);
             if key_hashes(&sharding, filter).is_none()
@@ -427,12 +440,8 @@ impl Router {
         }
         match self.access(coll, filter) {
             Access::Points(keys) => {
-                let engine = self.engine.clone();
-                let fetch = move |key: Vec<u8>| match engine.get(Space::Records, &key) {
-                    Ok(Some(v)) => Some(decode_record(key, &v)),
-                    Ok(None) => None,
-                    Err(e) => Some(Err(e.into())),
-                };
+                let live = self.store.live();
+                let fetch = move |key: RecordKey| fetch(&live, key);
                 if reverse {
                     Box::new(keys.into_iter().rev().filter_map(fetch))
                 } else {
@@ -440,11 +449,12 @@ impl Router {
                 }
             }
             Access::Range(from, to) => {
-                let scan = if reverse {
-                    self.engine.scan_rev(Space::Records, from, to)
-                } else {
-                    self.engine.scan(Space::Records, from, to)
+                let scan = RecordScan {
+                    ids: Some((from, to)),
+                    reverse,
+                    ..RecordScan::hashes(coll.id, UNSHARDED_HASH, UNSHARDED_HASH)
                 };
+                let scan = blocking::iter(self.store.live().scan_records(scan));
                 decode_scan(scan, filter.cloned(), scanned)
             }
         }
@@ -480,7 +490,7 @@ impl Router {
             return Ok(Box::new(self.matching(coll, filter)));
         };
         let records = Router::planned_records(
-            self.engine.clone(),
+            self.store.live(),
             coll.id,
             coll.sharding.as_deref(),
             None,
@@ -528,7 +538,7 @@ impl Router {
             .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
         if let Some(chosen) = &chosen {
             let records = Router::planned_records(
-                self.engine.clone(),
+                self.store.view(),
                 coll.id,
                 None,
                 None,
@@ -591,8 +601,8 @@ impl Router {
         spec: FindSpec,
         chosen: Option<ChosenPlan>,
     ) -> DocStream {
-        let mut targets = self.targets(coll, spec.filter.as_ref());
-        let reader = self.engine.snapshot();
+        let (reader, parts) = self.view_of(coll);
+        let mut targets = Router::targets_in(coll, &parts, spec.filter.as_ref());
         let skip = usize::try_from(spec.skip).unwrap_or(usize::MAX);
         let limit = spec
             .limit
@@ -604,11 +614,8 @@ impl Router {
                 // Only the partitions holding these `_id`s have anything.
                 let mut hashes = Vec::new();
                 for id in &ids {
-                    let entry = keys::index_key(coll.id, 0, &keystring::encode_id(id));
-                    match reader.get(Space::Index, &entry) {
-                        Ok(found) => {
-                            hashes.extend(found.as_deref().and_then(crate::index::entry_hash))
-                        }
+                    match blocking::wait(reader.id_entry(coll.id, &keystring::encode_id(id))) {
+                        Ok(found) => hashes.extend(found),
                         Err(e) => return Box::new(std::iter::once(Err(e.into()))),
                     }
                 }
@@ -680,49 +687,49 @@ impl Router {
             }
             return Ok(n);
         };
-        let reader = self.engine.snapshot();
+        let (reader, parts) = self.view_of(&coll);
         let chosen = self.index_plan(&coll, filter, None, None, None)?;
-        let tasks: Vec<Box<dyn FnOnce() -> Result<u64> + Send>> = self
-            .targets(&coll, filter)
-            .into_iter()
-            .filter_map(|t| t.partition)
-            .map(|part| {
-                let (reader, sharding, filter, chosen) = (
-                    reader.clone(),
-                    sharding.clone(),
-                    filter.cloned(),
-                    chosen.clone(),
-                );
-                let id = coll.id;
-                Box::new(move || {
-                    let records = match &chosen {
-                        Some(chosen) => Router::planned_records(
-                            reader.clone(),
-                            id,
-                            Some(&sharding),
-                            Some(&part),
-                            chosen,
-                            filter.as_ref(),
-                            None,
-                        ),
-                        None => Router::partition_candidates(
-                            &reader,
-                            id,
-                            &sharding,
-                            &part,
-                            filter.as_ref(),
-                            None,
-                        ),
-                    };
-                    let mut n = 0u64;
-                    for item in filter_records(records, filter) {
-                        item?;
-                        n += 1;
-                    }
-                    Ok(n)
-                }) as Box<dyn FnOnce() -> Result<u64> + Send>
-            })
-            .collect();
+        let tasks: Vec<Box<dyn FnOnce() -> Result<u64> + Send>> =
+            Router::targets_in(&coll, &parts, filter)
+                .into_iter()
+                .filter_map(|t| t.partition)
+                .map(|part| {
+                    let (reader, sharding, filter, chosen) = (
+                        reader.clone(),
+                        sharding.clone(),
+                        filter.cloned(),
+                        chosen.clone(),
+                    );
+                    let id = coll.id;
+                    Box::new(move || {
+                        let records = match &chosen {
+                            Some(chosen) => Router::planned_records(
+                                reader.clone(),
+                                id,
+                                Some(&sharding),
+                                Some(&part),
+                                chosen,
+                                filter.as_ref(),
+                                None,
+                            ),
+                            None => Router::partition_candidates(
+                                &reader,
+                                id,
+                                &sharding,
+                                &part,
+                                filter.as_ref(),
+                                None,
+                            ),
+                        };
+                        let mut n = 0u64;
+                        for item in filter_records(records, filter) {
+                            item?;
+                            n += 1;
+                        }
+                        Ok(n)
+                    }) as Box<dyn FnOnce() -> Result<u64> + Send>
+                })
+                .collect();
         let parallelism = self.parallelism(tasks.len());
         merge::run_parallel(tasks, parallelism)?.into_iter().sum()
     }
@@ -742,8 +749,8 @@ impl Router {
                 .unwrap_or(usize::MAX)
                 .saturating_add(skip)
         });
-        let reader = self.engine.snapshot();
-        let targets = self.targets(&coll, spec.filter.as_ref());
+        let (reader, parts) = self.view_of(&coll);
+        let targets = Router::targets_in(&coll, &parts, spec.filter.as_ref());
         let chosen = self.index_plan(
             &coll,
             spec.filter.as_ref(),
@@ -844,9 +851,9 @@ impl Router {
             }
             return Ok(stats);
         }
-        let (from, to) = keys::collection_range(coll.id);
         let mut stats = CollectionStats::default();
-        for item in self.engine.scan(Space::Records, from, to) {
+        let scan = self.store.view().scan_records(RecordScan::all(coll.id));
+        for item in blocking::iter(scan) {
             let (_, v) = item?;
             stats.count += 1;
             stats.size += v.len() as u64;
@@ -859,36 +866,18 @@ impl Router {
 /// straight from the `_id` index: it streams, however many documents
 /// match, instead of sorting every partition's matches.
 fn by_id_index(
-    reader: SharedReader,
+    reader: SharedView,
     id: u64,
     spec: FindSpec,
     reverse: bool,
     skip: usize,
     limit: Option<usize>,
 ) -> DocStream {
-    let prefix = keys::index_key(id, 0, &[]);
-    let all = (
-        Bound::Included(prefix.clone()),
-        Bound::Excluded(keys::index_key(id, 1, &[])),
-    );
-    let (from, to) = id_key_range(&prefix, all, spec.filter.as_ref());
-    let entries = if reverse {
-        reader.scan_rev(Space::Index, from, to)
-    } else {
-        reader.scan(Space::Index, from, to)
-    };
-    let records: RecordIter = Box::new(entries.filter_map(move |item| {
-        let fetch = || -> Result<Option<Record>> {
-            let (entry, value) = item?;
-            let hash = crate::index::entry_hash(&value)
-                .ok_or_else(|| Error::internal("corrupt _id index entry"))?;
-            let key = keys::record_key(id, hash, entry.get(12..).unwrap_or_default());
-            match reader.get(Space::Records, &key)? {
-                Some(v) => Ok(Some(decode_record(key, &v)?)),
-                None => Ok(None),
-            }
-        };
-        fetch().transpose()
+    let (from, to) = id_key_range(spec.filter.as_ref());
+    let entries = blocking::iter(reader.scan_id_entries(id, from, to, reverse));
+    let records: RecordIter = Box::new(entries.filter_map(move |item| match item {
+        Ok((id_key, hash)) => fetch(&reader, RecordKey::new(id, hash, id_key)),
+        Err(e) => Some(Err(e.into())),
     }));
     let projection = spec.projection;
     let rows = filter_records(records, spec.filter)
@@ -906,22 +895,14 @@ fn by_id_index(
     }
 }
 
-/// The keys under `prefix | keystring(_id)` that the `_id` bounds of
-/// `filter` allow, or `all` when it has none.
-fn id_key_range(
-    prefix: &[u8],
-    all: (Bound<Vec<u8>>, Bound<Vec<u8>>),
-    filter: Option<&Filter>,
-) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    let (all_from, all_to) = all;
+/// The bounds on `keystring(_id)` that the `_id` bounds of `filter`
+/// allow (unbounded when it has none).
+fn id_key_range(filter: Option<&Filter>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let (all_from, all_to) = (Bound::Unbounded, Bound::Unbounded);
     let Some((lower, upper)) = filter.and_then(|f| f.range_bounds("_id")) else {
         return (all_from, all_to);
     };
-    let with_prefix = |tail: &[u8]| {
-        let mut k = prefix.to_vec();
-        k.extend_from_slice(tail);
-        k
-    };
+    let with_prefix = |tail: &[u8]| tail.to_vec();
     // A comparison only matches values of its own type class, so a
     // one-sided range stops at the edge of that class.
     let class_start = |v: &Bson| with_prefix(&keystring::encode_id(v)[..1]);
@@ -1019,7 +1000,7 @@ type Scanned = Option<Arc<std::sync::atomic::AtomicU64>>;
 /// does not match ([`Filter::may_match_raw`]): decoding is most of the
 /// cost of a scan that matches little.
 fn decode_scan(
-    scan: crate::storage::ScanIter,
+    scan: impl Iterator<Item = StorageResult<(RecordKey, Vec<u8>)>> + Send + 'static,
     filter: Option<Filter>,
     scanned: Scanned,
 ) -> RecordIter {
@@ -1041,6 +1022,15 @@ fn decode_scan(
         }
         Some(decode_record(k, &v))
     }))
+}
+
+/// The record under `key`, if any.
+fn fetch(view: &SharedView, key: RecordKey) -> Option<Result<Record>> {
+    match blocking::wait(view.record(&key)) {
+        Ok(Some(v)) => Some(decode_record(key, &v)),
+        Ok(None) => None,
+        Err(e) => Some(Err(e.into())),
+    }
 }
 
 /// A record's `_id` (null when it has none, which stored records never do).
@@ -1075,7 +1065,7 @@ fn filter_records(
 /// One partition's part of a query, as a lazy stream of rows: nothing is
 /// read until the merge first asks, which it does on a pool thread.
 fn partition_rows(
-    reader: SharedReader,
+    reader: SharedView,
     id: u64,
     sharding: Arc<Sharding>,
     part: Partition,
@@ -1151,7 +1141,7 @@ fn partition_rows(
 /// Where a query's candidate records come from.
 enum Access {
     /// Exact record keys, in key order.
-    Points(BTreeSet<Vec<u8>>),
+    Points(BTreeSet<RecordKey>),
     /// A range of record keys.
     Range(Bound<Vec<u8>>, Bound<Vec<u8>>),
 }
