@@ -12,10 +12,13 @@ use bson::{doc, Bson, Document};
 use super::admin::MONGODB_VERSION;
 use super::args::{collection_namespace, opt_document, opt_non_negative};
 use super::Request;
+use crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
 use crate::query::sort::SortSpec;
-use crate::router::{ChosenPlan, FindSpec, Namespace, PartitionRun, Router};
+use crate::router::{
+    Access, ChosenPlan, Explained, FindSpec, Namespace, PartitionPlan, QueryPlan, SortStrategy,
+};
 use crate::{bail, err};
 
 /// How much an explain runs.
@@ -124,11 +127,11 @@ async fn explain_command(
     };
     let router = req.state.router.clone();
     let started = std::time::Instant::now();
-    let runs = tokio::task::block_in_place(|| router.explain(&ns, &spec))?;
+    let explained = tokio::task::block_in_place(|| router.explain(&ns, &spec))?;
     let total_ms = started.elapsed().as_millis() as i64;
     let host = router.options.host.clone();
     Ok(render(
-        kind, verbosity, &ns, &spec, &runs, total_ms, &host, &router, inner, split,
+        kind, verbosity, &ns, &spec, &explained, total_ms, &host, inner, split,
     ))
 }
 
@@ -232,77 +235,81 @@ fn set_in_stage(plan: &mut Document, stage: &str, field: &str, value: Bson) {
     }
 }
 
-/// The plan one partition runs, innermost stage first.
-fn partition_plan(
-    kind: Kind,
-    spec: &FindSpec,
-    router: &Router,
-    ns: &Namespace,
-    chosen: Option<&ChosenPlan>,
-) -> Document {
-    let coll = router.catalog.get(ns);
-    let sharding = coll.as_ref().and_then(|c| c.sharding.clone());
-    let key_path = sharding.as_ref().map(|s| s.key.path.clone());
-    let filter = spec.filter.as_ref();
-    let pins_key = sharding
-        .as_ref()
-        .is_some_and(|s| crate::router::pins_shard_key(s, filter));
-    let pins_id = filter.is_some_and(|f| f.equality_values("_id").is_some());
-    let mut plan = if let Some(chosen) = chosen {
-        index_stages(chosen)
-    } else if pins_key {
-        let path = key_path.clone().unwrap_or_default();
-        doc! {
+/// The plan one partition runs, innermost stage first, as the query plan
+/// says: its access path, then the sort strategy, skip, limit and
+/// projection.
+fn partition_plan(kind: Kind, spec: &FindSpec, plan: &QueryPlan, part: &PartitionPlan) -> Document {
+    let key_path = plan.shard_key.clone();
+    let mut stages = match &part.access {
+        Access::Index(chosen) => index_stages(chosen),
+        Access::KeyHashes(_) => {
+            let path = key_path.clone().unwrap_or_default();
+            doc! {
+                "stage": "FETCH",
+                "inputStage": {
+                    "stage": "IXSCAN",
+                    "keyPattern": {path.clone(): "hashed"},
+                    "indexName": format!("{path}_hashed"),
+                    "isMultiKey": false,
+                    "direction": "forward",
+                },
+            }
+        }
+        Access::IdPoints { .. } => doc! {"stage": "IDHACK"},
+        Access::IdIndex { reverse } => doc! {
             "stage": "FETCH",
             "inputStage": {
                 "stage": "IXSCAN",
-                "keyPattern": {path.clone(): "hashed"},
-                "indexName": format!("{path}_hashed"),
+                "keyPattern": {"_id": 1},
+                "indexName": crate::index::ID_INDEX_NAME,
                 "isMultiKey": false,
-                "direction": "forward",
+                "isUnique": true,
+                "direction": if *reverse { "backward" } else { "forward" },
             },
+        },
+        Access::IdRange { reverse, .. } => {
+            doc! {"stage": "COLLSCAN", "direction": if *reverse { "backward" } else { "forward" }}
         }
-    } else if pins_id {
-        doc! {"stage": "IDHACK"}
-    } else {
-        let backward = matches!(spec.hint, Some(crate::index::plan::Hint::Natural(true)));
-        doc! {"stage": "COLLSCAN", "direction": if backward { "backward" } else { "forward" }}
+        Access::Scan => doc! {"stage": "COLLSCAN", "direction": "forward"},
     };
-    if key_path.is_some() {
-        plan = doc! {"stage": "SHARDING_FILTER", "inputStage": plan};
+    if plan.sharded {
+        stages = doc! {"stage": "SHARDING_FILTER", "inputStage": stages};
     }
-    let sorted_by_index = chosen.is_some_and(|c| c.scan.provides_sort);
-    let limit = spec.limit.filter(|&l| l > 0);
-    match &spec.sort {
-        Some(sort) if !sorted_by_index => {
-            let mut pattern = Document::new();
-            for f in sort.fields() {
-                pattern.insert(f.path(), if f.ascending() { 1 } else { -1 });
-            }
-            plan = doc! {"stage": "SORT", "sortPattern": pattern, "memLimit": 104_857_600_i64, "type": "simple", "inputStage": plan};
-            if let Some(l) = limit {
-                plan.insert("limitAmount", (l + spec.skip) as i64);
-            }
+    let limit = plan.limit;
+    match (&spec.sort, plan.sort) {
+        (Some(sort), SortStrategy::TopK(k)) => {
+            stages = doc! {"stage": "SORT", "sortPattern": sort_pattern(sort), "memLimit": DEFAULT_MAX_BLOCKING_BYTES as i64, "type": "simple", "inputStage": stages, "limitAmount": k as i64};
+        }
+        (Some(sort), SortStrategy::Blocking { memory_limit }) => {
+            stages = doc! {"stage": "SORT", "sortPattern": sort_pattern(sort), "memLimit": memory_limit as i64, "type": "simple", "inputStage": stages};
         }
         _ => {
             if let Some(l) = limit.filter(|_| kind == Kind::Find) {
-                plan = doc! {"stage": "LIMIT", "limitAmount": (l + spec.skip) as i64, "inputStage": plan};
+                stages = doc! {"stage": "LIMIT", "limitAmount": (l + plan.skip) as i64, "inputStage": stages};
             }
         }
     }
-    if spec.skip > 0 && kind == Kind::Find {
-        plan = doc! {"stage": "SKIP", "skipAmount": spec.skip as i64, "inputStage": plan};
+    if plan.skip > 0 && kind == Kind::Find {
+        stages = doc! {"stage": "SKIP", "skipAmount": plan.skip as i64, "inputStage": stages};
     }
-    if chosen.is_some_and(|c| c.covered) {
-        plan = doc! {"stage": "PROJECTION_COVERED", "inputStage": plan};
+    if plan.index.as_ref().is_some_and(|c| c.covered) {
+        stages = doc! {"stage": "PROJECTION_COVERED", "inputStage": stages};
     } else if spec.projection.is_some() {
-        plan = doc! {"stage": "PROJECTION_DEFAULT", "inputStage": plan};
+        stages = doc! {"stage": "PROJECTION_DEFAULT", "inputStage": stages};
     }
     match kind {
-        Kind::Count => doc! {"stage": "COUNT", "inputStage": plan},
-        Kind::Distinct => doc! {"stage": "PROJECTION_COVERED", "inputStage": plan},
-        Kind::Find | Kind::Aggregate => plan,
+        Kind::Count => doc! {"stage": "COUNT", "inputStage": stages},
+        Kind::Distinct => doc! {"stage": "PROJECTION_COVERED", "inputStage": stages},
+        Kind::Find | Kind::Aggregate => stages,
     }
+}
+
+fn sort_pattern(sort: &SortSpec) -> Document {
+    let mut pattern = Document::new();
+    for f in sort.fields() {
+        pattern.insert(f.path(), if f.ascending() { 1 } else { -1 });
+    }
+    pattern
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -311,24 +318,28 @@ fn render(
     verbosity: Verbosity,
     ns: &Namespace,
     spec: &FindSpec,
-    runs: &[PartitionRun],
+    explained: &Explained,
     total_ms: i64,
     host: &str,
-    router: &Router,
     command: Document,
     split: Option<(Vec<Bson>, Vec<Bson>)>,
 ) -> Document {
+    let (plan, runs) = (&explained.plan, explained.runs.as_slice());
     let stage = match runs.len() {
         1 => "SINGLE_SHARD",
         _ if spec.sort.is_some() && kind != Kind::Count => "SHARD_MERGE_SORT",
         _ => "SHARD_MERGE",
     };
-    let chosen = runs.first().and_then(|r| r.plan.as_ref());
-    let plan = partition_plan(kind, spec, router, ns, chosen);
+    let plans: Vec<Document> = plan
+        .parts
+        .iter()
+        .map(|part| partition_plan(kind, spec, plan, part))
+        .collect();
     let parsed = parsed_query(kind, &command);
     let shard_plans: Vec<Bson> = runs
         .iter()
-        .map(|r| {
+        .zip(&plans)
+        .map(|(r, plan)| {
             Bson::Document(doc! {
                 "shardName": &r.name,
                 "connectionString": host,
@@ -358,7 +369,8 @@ fn render(
         let keys_examined: u64 = runs.iter().map(|r| r.keys_examined).sum();
         let shard_stats: Vec<Bson> = runs
             .iter()
-            .map(|r| {
+            .zip(&plans)
+            .map(|(r, plan)| {
                 let mut stages = plan.clone();
                 stages.insert("nReturned", r.returned as i64);
                 stages.insert("docsExamined", r.examined as i64);
@@ -403,7 +415,7 @@ fn render(
     if kind == Kind::Aggregate {
         // The fields a mongos adds to an aggregate's explain.
         let mut shards = Document::new();
-        for r in runs {
+        for (r, plan) in runs.iter().zip(&plans) {
             shards.insert(
                 r.name.clone(),
                 doc! {"host": host, "queryPlanner": {"namespace": ns.full(), "winningPlan": plan.clone()}},
@@ -421,11 +433,7 @@ fn render(
                 "recordRemoteOpWaitTime": false,
             };
             if let Some(sort) = &spec.sort {
-                let mut pattern = Document::new();
-                for f in sort.fields() {
-                    pattern.insert(f.path(), if f.ascending() { 1 } else { -1 });
-                }
-                merge.insert("sort", pattern);
+                merge.insert("sort", sort_pattern(sort));
             }
             let mut merger_part = vec![Bson::Document(doc! {"$mergeCursors": merge})];
             merger_part.extend(merger_stages);

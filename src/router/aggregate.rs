@@ -11,7 +11,7 @@ use std::time::Instant;
 use bson::{doc, Bson, Document};
 
 use super::merge::{Merge, Row, RowStream};
-use super::{filter_records, DocStream, Namespace, Router};
+use super::{access_records, filter_records, DocStream, Namespace, Router};
 use crate::aggregate::{
     bind_variables, Context, Limits, MergeSpec, ParseContext, Pipeline, Split, Stage, WhenMatched,
 };
@@ -332,8 +332,8 @@ async fn merge_one(
 
 impl Router {
     /// The documents of each partition of `ns` that `filter` targets and
-    /// matches, as lazy streams through one snapshot (one stream for an
-    /// unsharded collection).
+    /// matches, as lazy streams (through one snapshot when there are
+    /// several), following the query plan.
     fn partition_inputs(&self, ns: &Namespace, filter: Option<&Filter>) -> Result<Vec<DocStream>> {
         let whole = || -> Result<Vec<DocStream>> {
             let spec = super::FindSpec {
@@ -342,35 +342,19 @@ impl Router {
             };
             Ok(vec![self.find(ns, spec)?])
         };
-        // The generated `config` collections and unsharded collections
-        // are one stream.
+        // The generated `config` collections are one stream.
         let Some(coll) = self.catalog.get(ns) else {
             return whole();
         };
-        let Some(sharding) = coll.sharding.clone() else {
-            return whole();
+        let reader = self.reader_for(&coll);
+        let spec = super::FindSpec {
+            filter: filter.cloned(),
+            ..super::FindSpec::default()
         };
-        let (reader, parts) = self.view_of(&coll);
-        let chosen = self.index_plan(&coll, filter, None, None, None)?;
+        let plan = self.plan(&coll, &spec, &reader)?;
         let mut inputs = Vec::new();
-        for target in Router::targets_in(&coll, &parts, filter) {
-            let Some(part) = target.partition else {
-                continue;
-            };
-            let records = match &chosen {
-                Some(chosen) => Router::planned_records(
-                    reader.clone(),
-                    coll.id,
-                    Some(&sharding),
-                    Some(&part),
-                    chosen,
-                    filter,
-                    None,
-                ),
-                None => {
-                    Router::partition_candidates(&reader, coll.id, &sharding, &part, filter, None)
-                }
-            };
+        for part in &plan.parts {
+            let records = access_records(&reader, coll.id, &plan, part, filter, None);
             let docs = filter_records(records, filter.cloned()).map(|r| r.map(|(rec, _)| rec.doc));
             inputs.push(Box::new(docs) as DocStream);
         }

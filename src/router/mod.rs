@@ -19,27 +19,23 @@ pub mod catalog;
 pub mod config_db;
 pub mod indexes;
 mod merge;
+pub mod plan;
 pub mod sharding;
 mod write;
 
-use std::collections::BTreeSet;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use bson::{Bson, Document};
 
 pub use catalog::{Collection, Namespace, Sharding};
 
-/// True when `filter` pins the shard key of `sharding` (targets by it).
-pub fn pins_shard_key(sharding: &Sharding, filter: Option<&Filter>) -> bool {
-    key_hashes(sharding, filter).is_some()
-}
 pub use write::{maybe_blocking, InsertOutcome, ModifyOutcome, UpdateStatement};
 
 use crate::aggregate::spill::{sort_memory_error, KeyedSort};
 use crate::aggregate::{Limits, DEFAULT_MAX_BLOCKING_BYTES};
 use crate::error::{Error, Result};
-use crate::index::plan::{self, Hint, IndexPlan, Plan};
+use crate::index::plan::{Hint, IndexPlan};
+use crate::partition::PartitionMap;
 use crate::partition::{hash, Partition};
 use crate::query::compare::compare;
 use crate::query::filter::{Filter, MatchDetails};
@@ -51,6 +47,8 @@ use crate::storage::{
 use catalog::Catalog;
 use indexes::{index_records, Examined, HashScope, Partitions};
 use merge::{Merge, Row, RowStream};
+use plan::id_key_range;
+pub use plan::{Access, Cost, PartitionPlan, QueryPlan, SortStrategy};
 
 /// The hash every record of an unsharded collection is stored under.
 pub const UNSHARDED_HASH: i64 = 0;
@@ -152,6 +150,33 @@ pub(crate) type MatchIter = Box<dyn Iterator<Item = Result<(Record, MatchDetails
 
 pub(crate) type RecordIter = Box<dyn Iterator<Item = Result<Record>> + Send>;
 
+/// What a read goes through: a view of the store and the partitions the
+/// view keeps the collection in.
+#[derive(Clone)]
+pub(crate) struct Reader {
+    pub view: SharedView,
+    pub parts: Partitions,
+}
+
+impl Reader {
+    /// The latest state: for writers, whose lock keeps it (and the map)
+    /// still, and for a collection of one partition.
+    fn live(router: &Router, coll: &Collection) -> Reader {
+        Reader {
+            view: router.store.live(),
+            parts: Partitions::of(coll),
+        }
+    }
+
+    /// The map the view was taken with.
+    pub fn map_of(&self, sharding: &Sharding) -> Arc<PartitionMap> {
+        match &self.parts {
+            Partitions::Map(map) => map.clone(),
+            Partitions::One => sharding.map(),
+        }
+    }
+}
+
 impl Router {
     pub fn open(store: SharedStore) -> Result<Router> {
         Router::open_with(store, PartitionOptions::default())
@@ -165,38 +190,6 @@ impl Router {
             options,
             splits: sharding::SplitQueue::default(),
         })
-    }
-
-    /// The partitions a query with `filter` reads: those owning the
-    /// shard-key values it pins (equality or `$in`), else all of them.
-    pub fn targets(&self, coll: &Collection, filter: Option<&Filter>) -> Vec<Target> {
-        Router::targets_in(coll, &Partitions::of(coll), filter)
-    }
-
-    /// [`Router::targets`] in the partitions of `parts` (the map read
-    /// with a view, [`Router::view_of`]).
-    fn targets_in(coll: &Collection, parts: &Partitions, filter: Option<&Filter>) -> Vec<Target> {
-        let (Some(sharding), Partitions::Map(map)) = (&coll.sharding, parts) else {
-            return vec![Target {
-                name: PRIMARY_PARTITION.to_string(),
-                partition: None,
-            }];
-        };
-        let owners: Vec<Partition> = match key_hashes(sharding, filter) {
-            Some(hashes) => {
-                let mut owners: Vec<Partition> = hashes.iter().map(|&h| *map.locate(h)).collect();
-                owners.dedup_by_key(|p| p.id);
-                owners
-            }
-            None => map.partitions.clone(),
-        };
-        owners
-            .into_iter()
-            .map(|p| Target {
-                name: p.name().to_string(),
-                partition: Some(p),
-            })
-            .collect()
     }
 
     /// The generated documents of a `config` collection that shows the
@@ -216,140 +209,8 @@ impl Router {
         }
     }
 
-    /// The records of one partition of a sharded collection that `filter`
-    /// may match: the hashes of its pinned shard-key values, the records
-    /// its pinned `_id`s point to, or the whole hash range.
-    fn partition_candidates(
-        reader: &SharedView,
-        id: u64,
-        sharding: &Sharding,
-        part: &Partition,
-        filter: Option<&Filter>,
-        scanned: Scanned,
-    ) -> RecordIter {
-        if let Some(hashes) = key_hashes(sharding, filter) {
-            let hashes: Vec<i64> = hashes.into_iter().filter(|&h| part.contains(h)).collect();
-            let reader = reader.clone();
-            if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
-                // Key and `_id` both pinned: exact record keys.
-                let keys: BTreeSet<RecordKey> = hashes
-                    .iter()
-                    .flat_map(|&h| {
-                        ids.iter()
-                            .map(move |v| RecordKey::new(id, h, keystring::encode_id(v)))
-                    })
-                    .collect();
-                return Box::new(keys.into_iter().filter_map(move |key| fetch(&reader, key)));
-            }
-            let filter = filter.cloned();
-            return Box::new(hashes.into_iter().flat_map(move |h| {
-                decode_scan(
-                    blocking::iter(reader.scan_records(RecordScan::hashes(id, h, h))),
-                    filter.clone(),
-                    scanned.clone(),
-                )
-            }));
-        }
-        if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
-            let mut keys: BTreeSet<RecordKey> = BTreeSet::new();
-            for v in &ids {
-                let id_key = keystring::encode_id(v);
-                let found = match blocking::wait(reader.id_entry(id, &id_key)) {
-                    Ok(found) => found,
-                    Err(e) => return Box::new(std::iter::once(Err(e.into()))),
-                };
-                if let Some(h) = found {
-                    if part.contains(h) {
-                        keys.insert(RecordKey::new(id, h, id_key));
-                    }
-                }
-            }
-            let reader = reader.clone();
-            return Box::new(keys.into_iter().filter_map(move |key| fetch(&reader, key)));
-        }
-        decode_scan(
-            blocking::iter(reader.scan_records(RecordScan::hashes(id, part.min, part.max))),
-            filter.cloned(),
-            scanned,
-        )
-    }
-
-    /// The index scan a query uses, if any. An equality on `_id` is
-    /// answered by `_id` lookups; a hint of the `_id` index or `$natural`
-    /// means the records themselves.
-    pub fn index_plan(
-        &self,
-        coll: &Collection,
-        filter: Option<&Filter>,
-        sort: Option<&SortSpec>,
-        projection: Option<&Projection>,
-        hint: Option<&Hint>,
-    ) -> Result<Option<ChosenPlan>> {
-        match hint {
-            Some(Hint::Name(n)) if n == crate::index::ID_INDEX_NAME => return Ok(None),
-            Some(Hint::Pattern(p)) if *p == bson::doc! {"_id": 1} => return Ok(None),
-            None if filter.is_some_and(|f| f.equality_values("_id").is_some()) => return Ok(None),
-            _ => {}
-        }
-        let indexes = coll.indexes();
-        if indexes.is_empty() && hint.is_none() {
-            return Ok(None);
-        }
-        Ok(match plan::choose(&indexes, filter, sort, hint)? {
-            Plan::Index(scan) => {
-                let covered = plan::covers(&scan, filter, projection, sort);
-                Some(ChosenPlan { scan, covered })
-            }
-            Plan::Collscan => None,
-        })
-    }
-
-    /// The records an index plan reads from `part` (every partition when
-    /// `None`), keeping only the pinned shard-key hashes.
-    fn planned_records(
-        reader: SharedView,
-        coll_id: u64,
-        sharding: Option<&Sharding>,
-        part: Option<&Partition>,
-        chosen: &ChosenPlan,
-        filter: Option<&Filter>,
-        examined: Option<Arc<Examined>>,
-    ) -> RecordIter {
-        let scope = HashScope {
-            range: part.map(|p| (p.min, p.max)),
-            pinned: sharding.and_then(|s| key_hashes(s, filter)),
-        };
-        let partitions = match (part, sharding) {
-            (Some(p), _) => vec![p.min],
-            (None, Some(s)) => Partitions::Map(s.map()).starts(),
-            (None, None) => Partitions::One.starts(),
-        };
-        index_records(
-            reader,
-            coll_id,
-            partitions,
-            &chosen.scan,
-            scope,
-            chosen.covered,
-            examined,
-        )
-    }
-
     pub fn store(&self) -> &SharedStore {
         &self.store
-    }
-
-    /// A snapshot of `coll` and the partitions it keeps them in, taken
-    /// together: a split publishes its map with the commit that re-keys
-    /// index entries, under the same lock.
-    pub(crate) fn view_of(&self, coll: &Collection) -> (SharedView, Partitions) {
-        match &coll.sharding {
-            None => (self.store.view(), Partitions::One),
-            Some(s) => {
-                let _split = s.view_lock.read();
-                (self.store.view(), Partitions::Map(s.map()))
-            }
-        }
     }
 
     /// Applies a batch; returns its commit.
@@ -370,142 +231,62 @@ impl Router {
         RecordKey::new(coll.id, UNSHARDED_HASH, keystring::encode_id(id))
     }
 
-    /// How to reach the records a filter may match: point lookups when
-    /// it pins `_id`, a key range when it bounds `_id`, else the whole
-    /// collection. In an unsharded collection key order is `_id` order.
-    fn access(&self, coll: &Collection, filter: Option<&Filter>) -> Access {
-        if let Some(ids) = filter.and_then(|f| f.equality_values("_id")) {
-            return Access::Points(ids.iter().map(|id| Router::id_key(coll, id)).collect());
-        }
-        let (from, to) = id_key_range(filter);
-        Access::Range(from, to)
-    }
-
-    /// The records the filter may match, in key order (`reverse` for
-    /// descending).
-    pub(crate) fn candidates(
-        &self,
-        coll: &Collection,
-        filter: Option<&Filter>,
-        reverse: bool,
-    ) -> Box<dyn Iterator<Item = Result<Record>> + Send> {
-        self.candidates_counted(coll, filter, reverse, None)
-    }
-
-    /// [`Router::candidates`], counting what scans read into `scanned`.
-    fn candidates_counted(
-        &self,
-        coll: &Collection,
-        filter: Option<&Filter>,
-        reverse: bool,
-        scanned: Scanned,
-    ) -> Box<dyn Iterator<Item = Result<Record>> + Send> {
-        if let Some(sharding) = &coll.sharding {
-            // Writers hold the collection's write lock: the live engine is
-            // consistent for them.
-            let reader = self.store.live();
-            let sharding = sharding.clone();
-            let mut parts = self.targets(coll, filter);
-            if key_hashes(&sharding, filter).is_none()
-                && filter.is_some_and(|f| f.equality_values("_id").is_some())
-            {
-                // `_id` lookups go through the global `_id` index once.
-                let everything = Partition {
-                    id: 0,
-                    min: i64::MIN,
-                    max: i64::MAX,
-                };
-                parts = vec![Target {
-                    name: String::new(),
-                    partition: Some(everything),
-                }];
-            }
-            let filter = filter.cloned();
-            let id = coll.id;
-            return Box::new(
-                parts
-                    .into_iter()
-                    .filter_map(|t| t.partition)
-                    .flat_map(move |part| {
-                        Router::partition_candidates(
-                            &reader,
-                            id,
-                            &sharding,
-                            &part,
-                            filter.as_ref(),
-                            scanned.clone(),
-                        )
-                    }),
-            );
-        }
-        match self.access(coll, filter) {
-            Access::Points(keys) => {
-                let live = self.store.live();
-                let fetch = move |key: RecordKey| fetch(&live, key);
-                if reverse {
-                    Box::new(keys.into_iter().rev().filter_map(fetch))
-                } else {
-                    Box::new(keys.into_iter().filter_map(fetch))
-                }
-            }
-            Access::Range(from, to) => {
-                let scan = RecordScan {
-                    ids: Some((from, to)),
-                    reverse,
-                    ..RecordScan::hashes(coll.id, UNSHARDED_HASH, UNSHARDED_HASH)
-                };
-                let scan = blocking::iter(self.store.live().scan_records(scan));
-                decode_scan(scan, filter.cloned(), scanned)
+    /// A snapshot of `coll` and the partitions it keeps them in, taken
+    /// together: a split publishes its map with the commit that re-keys
+    /// index entries, under the same lock.
+    pub(crate) fn view_of(&self, coll: &Collection) -> (SharedView, Partitions) {
+        match &coll.sharding {
+            None => (self.store.view(), Partitions::One),
+            Some(s) => {
+                let _split = s.view_lock.read();
+                (self.store.view(), Partitions::Map(s.map()))
             }
         }
     }
 
-    /// Matching records with what the match found.
-    pub(crate) fn matching(
-        &self,
-        coll: &Collection,
-        filter: Option<&Filter>,
-    ) -> impl Iterator<Item = Result<(Record, MatchDetails)>> + Send + 'static {
-        self.matching_ordered(coll, filter, false)
+    /// The reader a read of `coll` goes through: a snapshot when it reads
+    /// several partitions of one store, so they agree; the live store for
+    /// a collection of one partition.
+    fn reader_for(&self, coll: &Collection) -> Reader {
+        match coll.sharding {
+            Some(_) => {
+                let (view, parts) = self.view_of(coll);
+                Reader { view, parts }
+            }
+            None => Reader::live(self, coll),
+        }
     }
 
-    /// [`Router::matching`] in key order or its reverse.
-    pub(crate) fn matching_ordered(
-        &self,
-        coll: &Collection,
-        filter: Option<&Filter>,
-        reverse: bool,
-    ) -> impl Iterator<Item = Result<(Record, MatchDetails)>> + Send + 'static {
-        filter_records(self.candidates(coll, filter, reverse), filter.cloned())
-    }
-
-    /// Matching records, read through the best index when one helps
-    /// (any order).
+    /// Matching records of every partition a plan of `filter` reads,
+    /// through the best index when one helps (any order). Writers call
+    /// it under the collection's write lock: the live engine is
+    /// consistent for them.
     pub(crate) fn matching_planned(
         &self,
         coll: &Collection,
         filter: Option<&Filter>,
     ) -> Result<MatchIter> {
-        let Some(chosen) = self.index_plan(coll, filter, None, None, None)? else {
-            return Ok(Box::new(self.matching(coll, filter)));
+        let reader = Reader::live(self, coll);
+        let spec = FindSpec {
+            filter: filter.cloned(),
+            ..FindSpec::default()
         };
-        let records = Router::planned_records(
-            self.store.live(),
-            coll.id,
-            coll.sharding.as_deref(),
-            None,
-            &chosen,
-            filter,
-            None,
-        );
-        Ok(Box::new(filter_records(records, filter.cloned())))
+        let plan = self.plan(coll, &spec, &reader)?;
+        let id = coll.id;
+        let filter = filter.cloned();
+        let pushdown = filter.clone();
+        let parts = plan.parts.clone();
+        let records: RecordIter = Box::new(parts.into_iter().flat_map(move |part| {
+            access_records(&reader, id, &plan, &part, pushdown.as_ref(), None)
+        }));
+        Ok(Box::new(filter_records(records, filter)))
     }
 
     /// Runs a query and returns its results as a lazy stream.
     ///
-    /// A sort on `_id` alone follows key order and streams; any other sort
-    /// keeps only the best `skip + limit` rows when there is a limit, and
-    /// is bounded by its memory limit otherwise ([`sorted_rows`]).
+    /// The plan ([`Router::plan`]) says which partitions to read and how;
+    /// one partition's rows come straight out, several are merged
+    /// ([`Merge`]) with skip and limit applied again to the merged rows.
     pub fn find(&self, ns: &Namespace, spec: FindSpec) -> Result<DocStream> {
         if let Some(docs) = self.config_documents(ns) {
             let found = config_db::find(docs, &spec)?;
@@ -514,157 +295,59 @@ impl Router {
         let Some(coll) = self.catalog.get(ns) else {
             return Ok(Box::new(std::iter::empty()));
         };
-        let chosen = self.index_plan(
-            &coll,
-            spec.filter.as_ref(),
-            spec.sort.as_ref(),
-            spec.projection.as_ref(),
-            spec.hint.as_ref(),
-        )?;
-        if let Some(sharding) = &coll.sharding {
-            return Ok(self.find_partitioned(&coll, sharding, spec, chosen));
-        }
-        let projection = spec.projection.clone();
-        let project = move |(rec, details): (Record, MatchDetails)| -> Result<Document> {
-            match &projection {
-                Some(p) => p.apply(&rec.doc, &details),
-                None => Ok(rec.doc),
-            }
-        };
-        let skip = usize::try_from(spec.skip).unwrap_or(usize::MAX);
-        let limit = spec
-            .limit
-            .filter(|&l| l > 0)
-            .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
-        if let Some(chosen) = &chosen {
-            let records = Router::planned_records(
-                self.store.view(),
-                coll.id,
-                None,
-                None,
-                chosen,
-                spec.filter.as_ref(),
-                None,
-            );
-            let rows = filter_records(records, spec.filter.clone());
-            if spec.sort.is_none() || chosen.scan.provides_sort {
-                let rows = rows.skip(skip);
-                let rows: Box<dyn Iterator<Item = Result<(Record, MatchDetails)>> + Send> =
-                    match limit {
-                        Some(l) => Box::new(rows.take(l)),
-                        None => Box::new(rows),
-                    };
-                return Ok(Box::new(rows.map(move |r| r.and_then(&project))));
-            }
-            let sort = spec.sort.clone().unwrap_or_default();
-            let keep = limit.map(|l| l.saturating_add(skip));
-            let rows = sorted_rows(rows, &sort, &spec, keep)?;
-            return Ok(sorted_documents(rows, skip, limit));
-        }
-        let id_order = match &spec.sort {
-            // Natural order is `_id` order; `{$natural: -1}` reverses it.
-            None => Some(matches!(spec.hint, Some(Hint::Natural(true)))),
-            Some(sort) => id_sort_direction(sort).map(|ascending| !ascending),
-        };
-        if let Some(reverse) = id_order {
-            let rows = self
-                .matching_ordered(&coll, spec.filter.as_ref(), reverse)
-                .skip(skip);
-            let rows: Box<dyn Iterator<Item = Result<(Record, MatchDetails)>> + Send> = match limit
-            {
-                Some(l) => Box::new(rows.take(l)),
-                None => Box::new(rows),
-            };
-            return Ok(Box::new(rows.map(move |r| r.and_then(&project))));
-        }
-        let Some(sort) = spec.sort.clone() else {
-            return Ok(Box::new(std::iter::empty()));
-        };
-        let keep = limit.map(|l| l.saturating_add(skip));
-        let rows = sorted_rows(
-            self.matching(&coll, spec.filter.as_ref()),
-            &sort,
-            &spec,
-            keep,
-        )?;
-        Ok(sorted_documents(rows, skip, limit))
+        let reader = self.reader_for(&coll);
+        let plan = self.plan(&coll, &spec, &reader)?;
+        self.execute(&coll, &plan, spec, reader)
     }
 
-    /// A query over a sharded collection: every targeted partition runs
-    /// the filter, sort and projection (keeping `skip + limit` rows), all
-    /// through one snapshot, and [`Merge`] combines them; skip and limit
-    /// apply again to the merged rows.
-    fn find_partitioned(
+    /// Runs a plan of `find`.
+    fn execute(
         &self,
         coll: &Collection,
-        sharding: &Arc<Sharding>,
+        plan: &QueryPlan,
         spec: FindSpec,
-        chosen: Option<ChosenPlan>,
-    ) -> DocStream {
-        let (reader, parts) = self.view_of(coll);
-        let mut targets = Router::targets_in(coll, &parts, spec.filter.as_ref());
-        let skip = usize::try_from(spec.skip).unwrap_or(usize::MAX);
-        let limit = spec
-            .limit
-            .filter(|&l| l > 0)
-            .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
-        let mut point_reads = false;
-        if key_hashes(sharding, spec.filter.as_ref()).is_none() {
-            if let Some(ids) = spec.filter.as_ref().and_then(|f| f.equality_values("_id")) {
-                // Only the partitions holding these `_id`s have anything.
-                let mut hashes = Vec::new();
-                for id in &ids {
-                    match blocking::wait(reader.id_entry(coll.id, &keystring::encode_id(id))) {
-                        Ok(found) => hashes.extend(found),
-                        Err(e) => return Box::new(std::iter::once(Err(e.into()))),
-                    }
-                }
-                targets.retain(|t| {
-                    t.partition
-                        .is_some_and(|p| hashes.iter().any(|&h| p.contains(h)))
-                });
-                // A few point reads: run them right here, one after another
-                // (the caller may be on an async worker).
-                point_reads = true;
-            } else if let Some(ascending) = spec
-                .sort
-                .as_ref()
-                .and_then(id_sort_direction)
-                .filter(|_| chosen.is_none())
-            {
-                return by_id_index(reader, coll.id, spec, !ascending, skip, limit);
-            }
+        reader: Reader,
+    ) -> Result<DocStream> {
+        let (skip, limit) = plan.window();
+        if let (true, Some(reverse)) = (plan.sharded, plan.through_id_index()) {
+            // Every partition reads the one `_id` index: read it once.
+            return Ok(by_id_index(reader, coll.id, spec, reverse, skip, limit));
         }
-        let keep = limit.map(|l| l.saturating_add(skip));
-        let streams: Vec<RowStream> = targets
+        let keep = plan.keep();
+        if let [part] = plan.parts.as_slice() {
+            let rows = partition_rows_now(&reader, coll.id, plan, part, &spec, keep)?;
+            return Ok(sorted_documents(rows, skip, limit));
+        }
+        let streams: Vec<RowStream> = plan
+            .parts
             .iter()
-            .filter_map(|t| t.partition)
             .map(|part| {
                 partition_rows(
                     reader.clone(),
                     coll.id,
-                    sharding.clone(),
-                    part,
+                    plan.clone(),
+                    part.clone(),
                     spec.clone(),
-                    chosen.clone(),
                     keep,
                 )
             })
             .collect();
-        let parallelism = if point_reads {
+        // A few point reads run right here, one after another (the
+        // caller may be on an async worker).
+        let parallelism = if plan.is_point_read() {
             1
         } else {
             self.parallelism(streams.len())
         };
         let merged = Merge::new(streams, spec.sort.clone(), parallelism).skip(skip);
-        match limit {
+        Ok(match limit {
             Some(l) => Box::new(merged.take(l)),
             None => Box::new(merged),
-        }
+        })
     }
 
     /// The number of documents matching `filter`, counted in parallel on
-    /// every targeted partition.
+    /// every partition the plan reads.
     pub fn count(&self, ns: &Namespace, filter: Option<&Filter>) -> Result<u64> {
         if let Some(docs) = self.config_documents(ns) {
             return Ok(docs
@@ -679,125 +362,63 @@ impl Router {
             // Every document: no need to read them.
             return Ok(self.collection_stats(&coll)?.count);
         }
-        let Some(sharding) = &coll.sharding else {
-            let mut n = 0;
-            for item in self.matching_planned(&coll, filter)? {
-                item?;
-                n += 1;
-            }
-            return Ok(n);
+        let reader = self.reader_for(&coll);
+        let spec = FindSpec {
+            filter: filter.cloned(),
+            ..FindSpec::default()
         };
-        let (reader, parts) = self.view_of(&coll);
-        let chosen = self.index_plan(&coll, filter, None, None, None)?;
-        let tasks: Vec<Box<dyn FnOnce() -> Result<u64> + Send>> =
-            Router::targets_in(&coll, &parts, filter)
-                .into_iter()
-                .filter_map(|t| t.partition)
-                .map(|part| {
-                    let (reader, sharding, filter, chosen) = (
-                        reader.clone(),
-                        sharding.clone(),
-                        filter.cloned(),
-                        chosen.clone(),
-                    );
-                    let id = coll.id;
-                    Box::new(move || {
-                        let records = match &chosen {
-                            Some(chosen) => Router::planned_records(
-                                reader.clone(),
-                                id,
-                                Some(&sharding),
-                                Some(&part),
-                                chosen,
-                                filter.as_ref(),
-                                None,
-                            ),
-                            None => Router::partition_candidates(
-                                &reader,
-                                id,
-                                &sharding,
-                                &part,
-                                filter.as_ref(),
-                                None,
-                            ),
-                        };
-                        let mut n = 0u64;
-                        for item in filter_records(records, filter) {
-                            item?;
-                            n += 1;
-                        }
-                        Ok(n)
-                    }) as Box<dyn FnOnce() -> Result<u64> + Send>
-                })
-                .collect();
+        let plan = Arc::new(self.plan(&coll, &spec, &reader)?);
+        let tasks: Vec<Box<dyn FnOnce() -> Result<u64> + Send>> = plan
+            .parts
+            .iter()
+            .map(|part| {
+                let (reader, plan, part, filter) =
+                    (reader.clone(), plan.clone(), part.clone(), filter.cloned());
+                let id = coll.id;
+                Box::new(move || {
+                    let records = access_records(&reader, id, &plan, &part, filter.as_ref(), None);
+                    let mut n = 0u64;
+                    for item in filter_records(records, filter) {
+                        item?;
+                        n += 1;
+                    }
+                    Ok(n)
+                }) as Box<dyn FnOnce() -> Result<u64> + Send>
+            })
+            .collect();
         let parallelism = self.parallelism(tasks.len());
         merge::run_parallel(tasks, parallelism)?.into_iter().sum()
     }
 
-    /// Runs a query on each targeted partition and reports, per partition,
-    /// what it examined and returned — the figures of `explain`.
-    pub fn explain(&self, ns: &Namespace, spec: &FindSpec) -> Result<Vec<PartitionRun>> {
+    /// Plans a query and runs each partition of that plan, reporting
+    /// what it examined and returned: what `explain` shows.
+    pub fn explain(&self, ns: &Namespace, spec: &FindSpec) -> Result<Explained> {
         let Some(coll) = self.catalog.get(ns) else {
-            return Ok(vec![PartitionRun {
+            let plan = QueryPlan::of_missing_collection(spec);
+            let runs = vec![PartitionRun {
                 name: PRIMARY_PARTITION.to_string(),
                 ..PartitionRun::default()
-            }]);
+            }];
+            return Ok(Explained { plan, runs });
         };
-        let skip = usize::try_from(spec.skip).unwrap_or(usize::MAX);
-        let keep = spec.limit.filter(|&l| l > 0).map(|l| {
-            usize::try_from(l)
-                .unwrap_or(usize::MAX)
-                .saturating_add(skip)
-        });
-        let (reader, parts) = self.view_of(&coll);
-        let targets = Router::targets_in(&coll, &parts, spec.filter.as_ref());
-        let chosen = self.index_plan(
-            &coll,
-            spec.filter.as_ref(),
-            spec.sort.as_ref(),
-            spec.projection.as_ref(),
-            spec.hint.as_ref(),
-        )?;
-        let in_order = spec.sort.is_none() || chosen.as_ref().is_some_and(|c| c.scan.provides_sort);
-        let mut runs = Vec::with_capacity(targets.len());
-        for t in targets {
-            let through_index = Arc::new(Examined::default());
+        let reader = self.reader_for(&coll);
+        let plan = self.plan(&coll, spec, &reader)?;
+        let keep = plan.keep();
+        let in_order = matches!(plan.sort, SortStrategy::Unsorted | SortStrategy::Streamed);
+        let mut runs = Vec::with_capacity(plan.parts.len());
+        for part in &plan.parts {
+            let examined = Arc::new(Examined::default());
             let started = std::time::Instant::now();
-            // Scans count every record they read; point reads count
-            // the records they fetch.
-            let scanned = Arc::new(std::sync::atomic::AtomicU64::new(0));
-            let fetched = Arc::new(std::sync::atomic::AtomicU64::new(0));
-            let counter = fetched.clone();
-            let records: RecordIter = match (&chosen, &coll.sharding, t.partition) {
-                (Some(chosen), sharding, part) => Router::planned_records(
-                    reader.clone(),
-                    coll.id,
-                    sharding.as_deref(),
-                    part.as_ref(),
-                    chosen,
-                    spec.filter.as_ref(),
-                    Some(through_index.clone()),
-                ),
-                (None, Some(sharding), Some(part)) => Router::partition_candidates(
-                    &reader,
-                    coll.id,
-                    sharding,
-                    &part,
-                    spec.filter.as_ref(),
-                    Some(scanned.clone()),
-                ),
-                _ => self.candidates_counted(
-                    &coll,
-                    spec.filter.as_ref(),
-                    false,
-                    Some(scanned.clone()),
-                ),
-            };
-            let records = records.inspect(move |_| {
-                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            });
+            let records = access_records(
+                &reader,
+                coll.id,
+                &plan,
+                part,
+                spec.filter.as_ref(),
+                Some(examined.clone()),
+            );
             let mut returned = 0u64;
-            for item in filter_records(Box::new(records), spec.filter.clone()) {
+            for item in filter_records(records, spec.filter.clone()) {
                 item?;
                 returned += 1;
                 if in_order && keep.is_some_and(|k| returned as usize >= k) {
@@ -807,23 +428,17 @@ impl Router {
             if let Some(k) = keep {
                 returned = returned.min(k as u64);
             }
-            let examined = match &chosen {
-                Some(_) => through_index.docs(),
-                None => scanned
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    .max(fetched.load(std::sync::atomic::Ordering::Relaxed)),
-            };
             runs.push(PartitionRun {
-                name: t.name,
-                partition: t.partition,
-                plan: chosen.clone(),
-                keys_examined: through_index.keys(),
-                examined,
+                name: part.name.clone(),
+                partition: plan.sharded.then_some(part.partition),
+                plan: plan.index.clone(),
+                keys_examined: examined.keys(),
+                examined: examined.docs(),
                 returned,
                 millis: started.elapsed().as_millis() as u64,
             });
         }
-        Ok(runs)
+        Ok(Explained { plan, runs })
     }
 
     /// Documents and bytes of each partition of a sharded collection, in
@@ -866,19 +481,14 @@ impl Router {
 /// straight from the `_id` index: it streams, however many documents
 /// match, instead of sorting every partition's matches.
 fn by_id_index(
-    reader: SharedView,
+    reader: Reader,
     id: u64,
     spec: FindSpec,
     reverse: bool,
     skip: usize,
     limit: Option<usize>,
 ) -> DocStream {
-    let (from, to) = id_key_range(spec.filter.as_ref());
-    let entries = blocking::iter(reader.scan_id_entries(id, from, to, reverse));
-    let records: RecordIter = Box::new(entries.filter_map(move |item| match item {
-        Ok((id_key, hash)) => fetch(&reader, RecordKey::new(id, hash, id_key)),
-        Err(e) => Some(Err(e.into())),
-    }));
+    let records = id_index_records(reader, id, spec.filter.as_ref(), reverse, None, None);
     let projection = spec.projection;
     let rows = filter_records(records, spec.filter)
         .skip(skip)
@@ -895,38 +505,137 @@ fn by_id_index(
     }
 }
 
-/// The bounds on `keystring(_id)` that the `_id` bounds of `filter`
-/// allow (unbounded when it has none).
-fn id_key_range(filter: Option<&Filter>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    let (all_from, all_to) = (Bound::Unbounded, Bound::Unbounded);
-    let Some((lower, upper)) = filter.and_then(|f| f.range_bounds("_id")) else {
-        return (all_from, all_to);
-    };
-    let with_prefix = |tail: &[u8]| tail.to_vec();
-    // A comparison only matches values of its own type class, so a
-    // one-sided range stops at the edge of that class.
-    let class_start = |v: &Bson| with_prefix(&keystring::encode_id(v)[..1]);
-    let class_end = |v: &Bson| {
-        let first = keystring::encode_id(v).first().copied().unwrap_or(0);
-        with_prefix(&[first.saturating_add(1)])
-    };
-    let from = match &lower {
-        Bound::Included(v) => Bound::Included(with_prefix(&keystring::encode_id(v))),
-        Bound::Excluded(v) => Bound::Excluded(with_prefix(&keystring::encode_id(v))),
-        Bound::Unbounded => match &upper {
-            Bound::Included(v) | Bound::Excluded(v) => Bound::Included(class_start(v)),
-            Bound::Unbounded => all_from,
-        },
-    };
-    let to = match &upper {
-        Bound::Included(v) => Bound::Included(with_prefix(&keystring::encode_id(v))),
-        Bound::Excluded(v) => Bound::Excluded(with_prefix(&keystring::encode_id(v))),
-        Bound::Unbounded => match &lower {
-            Bound::Included(v) | Bound::Excluded(v) => Bound::Excluded(class_end(v)),
-            Bound::Unbounded => all_to,
-        },
-    };
-    (from, to)
+/// The records the `_id` index reaches in `_id` order within the `_id`
+/// bounds of `filter`, keeping those in `part` when given.
+fn id_index_records(
+    reader: Reader,
+    id: u64,
+    filter: Option<&Filter>,
+    reverse: bool,
+    part: Option<Partition>,
+    examined: Option<Arc<Examined>>,
+) -> RecordIter {
+    let (from, to) = id_key_range(filter);
+    let entries = blocking::iter(reader.view.scan_id_entries(id, from, to, reverse));
+    Box::new(entries.filter_map(move |item| {
+        let fetch = || -> Result<Option<Record>> {
+            let (id_key, hash) = item?;
+            if let Some(e) = &examined {
+                e.key();
+            }
+            if part.is_some_and(|p| !p.contains(hash)) {
+                return Ok(None);
+            }
+            let key = RecordKey::new(id, hash, id_key);
+            match blocking::wait(reader.view.record(&key))? {
+                Some(v) => {
+                    if let Some(e) = &examined {
+                        e.doc();
+                    }
+                    Ok(Some(decode_record(key, &v)?))
+                }
+                None => Ok(None),
+            }
+        };
+        fetch().transpose()
+    }))
+}
+
+/// The records one partition's access path reads: every candidate the
+/// filter may match (scans skip, undecoded, those it certainly does not).
+/// The one place an access path becomes storage reads.
+fn access_records(
+    reader: &Reader,
+    id: u64,
+    plan: &QueryPlan,
+    part: &PartitionPlan,
+    filter: Option<&Filter>,
+    examined: Option<Arc<Examined>>,
+) -> RecordIter {
+    match &part.access {
+        Access::IdPoints { keys, reverse } => {
+            let view = reader.view.clone();
+            let fetch = move |key: RecordKey| match blocking::wait(view.record(&key)) {
+                Ok(Some(v)) => {
+                    if let Some(e) = &examined {
+                        e.doc();
+                    }
+                    Some(decode_record(key, &v))
+                }
+                Ok(None) => None,
+                Err(e) => Some(Err(e.into())),
+            };
+            let keys = keys.clone();
+            if *reverse {
+                Box::new(keys.into_iter().rev().filter_map(fetch))
+            } else {
+                Box::new(keys.into_iter().filter_map(fetch))
+            }
+        }
+        Access::KeyHashes(hashes) => {
+            let (view, filter) = (reader.view.clone(), filter.cloned());
+            Box::new(hashes.clone().into_iter().flat_map(move |h| {
+                decode_scan(
+                    blocking::iter(view.scan_records(RecordScan::hashes(id, h, h))),
+                    filter.clone(),
+                    examined.clone(),
+                )
+            }))
+        }
+        Access::Index(chosen) => {
+            let scope = HashScope {
+                range: plan
+                    .sharded
+                    .then_some((part.partition.min, part.partition.max)),
+                pinned: plan.key_hashes.clone(),
+            };
+            index_records(
+                reader.view.clone(),
+                id,
+                vec![reader.parts.start_of(part.partition.min)],
+                &chosen.scan,
+                scope,
+                chosen.covered,
+                examined,
+            )
+        }
+        Access::IdRange { from, to, reverse } => {
+            let scan = RecordScan {
+                ids: Some((from.clone(), to.clone())),
+                reverse: *reverse,
+                ..RecordScan::hashes(id, part.partition.min, part.partition.min)
+            };
+            decode_scan(
+                blocking::iter(reader.view.scan_records(scan)),
+                filter.cloned(),
+                examined,
+            )
+        }
+        Access::IdIndex { reverse } => id_index_records(
+            reader.clone(),
+            id,
+            filter,
+            *reverse,
+            Some(part.partition),
+            examined,
+        ),
+        Access::Scan => {
+            let scan = RecordScan::hashes(id, part.partition.min, part.partition.max);
+            decode_scan(
+                blocking::iter(reader.view.scan_records(scan)),
+                filter.cloned(),
+                examined,
+            )
+        }
+    }
+}
+
+/// What `explain` shows: the plan that runs and what each of its
+/// partitions did.
+#[derive(Debug, Clone)]
+pub struct Explained {
+    pub plan: QueryPlan,
+    pub runs: Vec<PartitionRun>,
 }
 
 /// What one partition did for an explained query.
@@ -994,7 +703,7 @@ fn parent_equalities(filter: &Filter, path: &str) -> Option<Vec<Option<Bson>>> {
 }
 
 /// Counts the records a scan reads, for `explain`.
-type Scanned = Option<Arc<std::sync::atomic::AtomicU64>>;
+type Scanned = Option<Arc<Examined>>;
 
 /// Decodes scanned records, skipping undecoded those `filter` certainly
 /// does not match ([`Filter::may_match_raw`]): decoding is most of the
@@ -1013,7 +722,7 @@ fn decode_scan(
             Err(e) => return Some(Err(e.into())),
         };
         if let Some(n) = &scanned {
-            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            n.doc();
         }
         if let (Some(f), Ok(raw)) = (&filter, bson::RawDocument::from_bytes(&v)) {
             if !f.may_match_raw(raw) {
@@ -1022,15 +731,6 @@ fn decode_scan(
         }
         Some(decode_record(k, &v))
     }))
-}
-
-/// The record under `key`, if any.
-fn fetch(view: &SharedView, key: RecordKey) -> Option<Result<Record>> {
-    match blocking::wait(view.record(&key)) {
-        Ok(Some(v)) => Some(decode_record(key, &v)),
-        Ok(None) => None,
-        Err(e) => Some(Err(e.into())),
-    }
 }
 
 /// A record's `_id` (null when it has none, which stored records never do).
@@ -1065,93 +765,66 @@ fn filter_records(
 /// One partition's part of a query, as a lazy stream of rows: nothing is
 /// read until the merge first asks, which it does on a pool thread.
 fn partition_rows(
-    reader: SharedView,
+    reader: Reader,
     id: u64,
-    sharding: Arc<Sharding>,
-    part: Partition,
+    plan: QueryPlan,
+    part: PartitionPlan,
     spec: FindSpec,
-    chosen: Option<ChosenPlan>,
     keep: Option<usize>,
 ) -> RowStream {
     let mut rows: Option<RowStream> = None;
     Box::new(std::iter::from_fn(move || {
         let rows = rows.get_or_insert_with(|| {
-            let records = match &chosen {
-                Some(chosen) => Router::planned_records(
-                    reader.clone(),
-                    id,
-                    Some(&sharding),
-                    Some(&part),
-                    chosen,
-                    spec.filter.as_ref(),
-                    None,
-                ),
-                None => Router::partition_candidates(
-                    &reader,
-                    id,
-                    &sharding,
-                    &part,
-                    spec.filter.as_ref(),
-                    None,
-                ),
-            };
-            let in_order = chosen.as_ref().is_some_and(|c| c.scan.provides_sort);
-            let matching = filter_records(records, spec.filter.clone());
-            let projection = spec.projection.clone();
-            let project = move |key: Vec<Bson>, rec: Record, details: MatchDetails| {
-                let id = rec.doc.get("_id").cloned().unwrap_or(Bson::Null);
-                let doc = match &projection {
-                    Some(p) => p.apply(&rec.doc, &details)?,
-                    None => rec.doc,
-                };
-                Ok(Row { key, id, doc })
-            };
-            match &spec.sort {
-                None => {
-                    let rows = matching.map(move |item| {
-                        let (rec, details) = item?;
-                        project(Vec::new(), rec, details)
-                    });
-                    match keep {
-                        Some(k) => Box::new(rows.take(k)),
-                        None => Box::new(rows),
-                    }
-                }
-                Some(sort) if in_order => {
-                    let sort = sort.clone();
-                    let rows = matching.map(move |item| {
-                        let (rec, details) = item?;
-                        project(sort.key_for(&rec.doc), rec, details)
-                    });
-                    match keep {
-                        Some(k) => Box::new(rows.take(k)),
-                        None => Box::new(rows),
-                    }
-                }
-                Some(sort) => match sorted_rows(matching, sort, &spec, keep) {
-                    Ok(sorted) => sorted,
-                    Err(e) => Box::new(std::iter::once(Err(e))),
-                },
+            match partition_rows_now(&reader, id, &plan, &part, &spec, keep) {
+                Ok(rows) => rows,
+                Err(e) => Box::new(std::iter::once(Err(e))),
             }
         });
         rows.next()
     }))
 }
 
-/// Where a query's candidate records come from.
-enum Access {
-    /// Exact record keys, in key order.
-    Points(BTreeSet<RecordKey>),
-    /// A range of record keys.
-    Range(Bound<Vec<u8>>, Bound<Vec<u8>>),
-}
-
-/// `Some(ascending)` when the sort is on `_id` alone.
-fn id_sort_direction(sort: &SortSpec) -> Option<bool> {
-    match sort.fields() {
-        [only] if only.path() == "_id" => Some(only.ascending()),
-        _ => None,
-    }
+/// One partition's part of a query: its matching records, projected,
+/// in the order the plan's sort strategy gives, at most `keep`.
+fn partition_rows_now(
+    reader: &Reader,
+    id: u64,
+    plan: &QueryPlan,
+    part: &PartitionPlan,
+    spec: &FindSpec,
+    keep: Option<usize>,
+) -> Result<RowStream> {
+    let records = access_records(reader, id, plan, part, spec.filter.as_ref(), None);
+    let matching = filter_records(records, spec.filter.clone());
+    let projection = spec.projection.clone();
+    let project = move |key: Vec<Bson>, rec: Record, details: MatchDetails| {
+        let id = rec.doc.get("_id").cloned().unwrap_or(Bson::Null);
+        let doc = match &projection {
+            Some(p) => p.apply(&rec.doc, &details)?,
+            None => rec.doc,
+        };
+        Ok(Row { key, id, doc })
+    };
+    let rows: RowStream = match (&spec.sort, plan.sort) {
+        (Some(sort), SortStrategy::TopK(_) | SortStrategy::Blocking { .. }) => {
+            return sorted_rows(matching, sort, spec, keep);
+        }
+        (Some(sort), _) => {
+            let sort = sort.clone();
+            Box::new(matching.map(move |item| {
+                let (rec, details) = item?;
+                project(sort.key_for(&rec.doc), rec, details)
+            }))
+        }
+        (None, _) => Box::new(matching.map(move |item| {
+            let (rec, details) = item?;
+            project(Vec::new(), rec, details)
+        })),
+    };
+    Ok(match keep {
+        Some(k) => Box::new(rows.take(k)),
+        None => rows,
+    })
 }
 
 /// Sorts matching rows, ties broken by `_id` so every partition layout

@@ -18,9 +18,9 @@
 //! One collection is one key range in each space, and within its records
 //! one partition (a hash range) is one contiguous sub-range. A secondary
 //! index entry sits under the start hash of the partition holding its
-//! record, so a partition reads only its own index range; the one
-//! partition of an unsharded collection starts at [`ONE_PARTITION`]
-//! (`i64::MIN`), and its records all sit under hash 0.
+//! record, so a partition reads only its own index range; an unsharded
+//! collection is one partition whose records all sit under hash 0 and
+//! whose entries sit under start [`ONE_PARTITION`], also 0.
 //!
 //! Version 1 (no version key) kept usage under index numbers `u32::MAX`
 //! (per hash) and `u32::MAX - 1` (per partition) and secondary entries
@@ -33,8 +33,9 @@ use super::{StorageError, StorageResult};
 /// The layout this build writes.
 pub const FORMAT_VERSION: u32 = 2;
 
-/// The start hash of the one partition of an unsharded collection.
-pub const ONE_PARTITION: i64 = i64::MIN;
+/// The start hash the index entries of an unsharded collection (one
+/// partition, every record under hash 0) sit under.
+pub const ONE_PARTITION: i64 = 0;
 
 /// Index number of the `_id` entries; secondary indexes number from 1.
 const ID_INDEX: u32 = 0;
