@@ -21,6 +21,8 @@ pub mod indexes;
 mod merge;
 pub mod plan;
 pub mod sharding;
+#[cfg(test)]
+mod tests;
 mod write;
 
 use std::sync::Arc;

@@ -462,3 +462,84 @@ impl View for KvView {
         ready(found.map(|v| v.as_deref().map(Usage::decode)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::layout::v1;
+    use crate::storage::memory::MemoryEngine;
+    use crate::storage::{blocking, IndexScan};
+
+    #[test]
+    fn a_fresh_store_is_stamped_and_a_newer_one_refused() {
+        let (store, engine) = MemoryEngine::store();
+        store.ensure_format(&|_, _| None).unwrap();
+        let version = blocking::wait(store.meta().get(&CatalogKey::FormatVersion)).unwrap();
+        assert_eq!(version.as_deref().and_then(layout::decode_counter), Some(2));
+        engine
+            .put_raw(
+                Space::Catalog,
+                CatalogKey::FormatVersion.encode(),
+                layout::encode_counter(99),
+            )
+            .unwrap();
+        let e = store.ensure_format(&|_, _| None).unwrap_err().to_string();
+        assert!(e.contains("version 99") && e.contains("version 2"), "{e}");
+    }
+
+    #[test]
+    fn version_one_keys_move_to_their_places() {
+        let (store, engine) = MemoryEngine::store();
+        let put =
+            |space, key: Vec<u8>, value: &[u8]| engine.put_raw(space, key, value.to_vec()).unwrap();
+        put(
+            Space::Catalog,
+            CatalogKey::Namespace("db.c".into()).encode(),
+            b"meta",
+        );
+        put(
+            Space::Index,
+            v1::usage_key(1, 5),
+            &Usage { count: 1, bytes: 9 }.encode(),
+        );
+        put(
+            Space::Index,
+            v1::partition_total_key(1, 3),
+            &Usage { count: 2, bytes: 8 }.encode(),
+        );
+        put(Space::Index, v1::entry_key(1, 2, b"keyid"), b"value");
+        put(Space::Index, v1::entry_key(7, 2, b"gone"), b"value");
+        put(
+            Space::Index,
+            layout::id_entry_key(1, b"id"),
+            &layout::id_entry_value(5),
+        );
+        store
+            .ensure_format(&|collection, value| {
+                assert_eq!(value, b"value");
+                (collection == 1).then_some(-7)
+            })
+            .unwrap();
+        let view = store.view();
+        assert_eq!(
+            blocking::wait(view.usage(1, 5)).unwrap(),
+            Some(Usage { count: 1, bytes: 9 })
+        );
+        assert_eq!(
+            blocking::wait(view.partition_total(1, 3)).unwrap(),
+            Some(Usage { count: 2, bytes: 8 })
+        );
+        let entries: Vec<_> = blocking::iter(view.scan_index(IndexScan::all(1, 2, Some(-7))))
+            .map(|e| e.unwrap())
+            .collect();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].0.entry, b"keyid");
+        assert_eq!(blocking::wait(view.id_entry(1, b"id")).unwrap(), Some(5));
+        // Only the `_id` entry and the moved entry stay in the index space.
+        assert_eq!(engine.dump(Space::Index).len(), 2);
+        // A second start finds the current version and changes nothing.
+        let before = engine.dump(Space::Index);
+        store.ensure_format(&|_, _| None).unwrap();
+        assert_eq!(engine.dump(Space::Index), before);
+    }
+}

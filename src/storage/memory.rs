@@ -137,6 +137,16 @@ impl MemoryEngine {
             .collect()
     }
 
+    /// How many batches have been committed.
+    pub fn commits(&self) -> CommitSeq {
+        self.inner.state.lock().committed
+    }
+
+    /// Deletes a raw key, bypassing the typed layer.
+    pub fn delete_raw(&self, space: Space, key: Vec<u8>) -> StorageResult<()> {
+        self.write(vec![KvOp::Delete { space, key }]).map(|_| ())
+    }
+
     /// Puts raw bytes, bypassing the typed layer (tests write old layouts).
     pub fn put_raw(&self, space: Space, key: Vec<u8>, value: Vec<u8>) -> StorageResult<()> {
         self.write(vec![KvOp::Put { space, key, value }])
