@@ -87,7 +87,7 @@ pub struct RecordScan {
     pub min: i64,
     pub max: i64,
     /// Bounds on `keystring(_id)`; only when `min == max`.
-    pub ids: Option<(Bound<Vec<u8>>, Bound<Vec<u8>>)>,
+    pub ids: Option<layout::KeyRange>,
     pub reverse: bool,
     pub filter: Option<RecordFilter>,
     /// Most records to return (after the filter).
