@@ -5,6 +5,15 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+/// The storage backends a server can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// fjall, in the data directory.
+    Embedded,
+    /// In memory, gone at exit.
+    Memory,
+}
+
 /// Shardgate: a MongoDB wire-protocol server that partitions collections
 /// the way Azure Cosmos DB does.
 #[derive(Debug, Clone, Parser)]
@@ -26,6 +35,11 @@ pub struct Config {
     /// an error and closed.
     #[arg(long, default_value_t = 10_000)]
     pub max_connections: usize,
+
+    /// Where the data lives: `embedded` (on disk in --data-dir) or
+    /// `memory` (lost at exit; for tests).
+    #[arg(long, value_enum, default_value_t = Backend::Embedded)]
+    pub backend: Backend,
 
     /// Block cache of the embedded engine, in MiB.
     #[arg(long, default_value_t = 256)]
@@ -83,6 +97,23 @@ pub struct Config {
 
 impl Config {
     /// The partition settings the router runs with.
+    /// Opens the storage backend the flags choose.
+    /// Opens the chosen backend and the router over it: the one place
+    /// that names a backend.
+    pub fn open_router(&self) -> crate::error::Result<crate::router::Router> {
+        crate::router::Router::open_with(self.open_store()?, self.partition_options())
+    }
+
+    fn open_store(&self) -> crate::storage::StorageResult<crate::storage::SharedStore> {
+        Ok(match self.backend {
+            Backend::Embedded => crate::storage::embedded::EmbeddedEngine::open_store(
+                &self.data_dir,
+                self.cache_mb * 1024 * 1024,
+            )?,
+            Backend::Memory => crate::storage::memory::MemoryEngine::store().0,
+        })
+    }
+
     pub fn partition_options(&self) -> crate::router::PartitionOptions {
         crate::router::PartitionOptions {
             initial_partitions: self.initial_partitions,

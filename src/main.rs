@@ -38,7 +38,17 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(server::run(config)) {
+    let router = match server::secure_data_dir(&config.data_dir)
+        .map_err(|e| e.to_string())
+        .and_then(|()| config.open_router().map_err(|e| e.to_string()))
+    {
+        Ok(router) => router,
+        Err(e) => {
+            tracing::error!("cannot open storage in {}: {e}", config.data_dir.display());
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::run(config, router)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("shardgate stopped: {e}");

@@ -18,13 +18,11 @@ use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::Index;
 use crate::partition::{PartitionMap, ShardKey};
-use crate::storage::{keys, SharedEngine, Space, WriteBatch};
+use crate::storage::layout::{decode_counter, encode_counter, ONE_PARTITION};
+pub use crate::storage::Usage;
+use crate::storage::{blocking, CatalogKey, SharedStore, SharedView, WriteBatch, WriteOp};
 
 pub use crate::base::namespace::{validate_db_name, Namespace};
-
-const NEXT_ID_KEY: &[u8] = b"\0next-collection-id";
-const NEXT_PARTITION_KEY: &[u8] = b"\0next-partition-id";
-const NS_PREFIX: &[u8] = b"ns:";
 /// Number of a collection's first secondary index: 0 is the `_id` index
 /// of a sharded collection.
 pub const FIRST_INDEX_NUMBER: u32 = 1;
@@ -52,44 +50,6 @@ pub struct Collection {
     next_index: AtomicU32,
 }
 
-/// Documents and bytes stored under one partition or one hash.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Usage {
-    pub count: u64,
-    pub bytes: u64,
-}
-
-impl Usage {
-    pub fn add(&mut self, bytes: usize) {
-        self.count += 1;
-        self.bytes += bytes as u64;
-    }
-
-    pub fn remove(&mut self, bytes: usize) {
-        self.count = self.count.saturating_sub(1);
-        self.bytes = self.bytes.saturating_sub(bytes as u64);
-    }
-
-    pub fn encode(&self) -> Vec<u8> {
-        let mut v = self.count.to_be_bytes().to_vec();
-        v.extend_from_slice(&self.bytes.to_be_bytes());
-        v
-    }
-
-    pub fn decode(v: &[u8]) -> Usage {
-        let word = |i: usize| {
-            v.get(i..i + 8)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_be_bytes)
-                .unwrap_or(0)
-        };
-        Usage {
-            count: word(0),
-            bytes: word(8),
-        }
-    }
-}
-
 /// How a sharded collection is partitioned.
 #[derive(Debug)]
 pub struct Sharding {
@@ -105,6 +65,10 @@ pub struct Sharding {
     usage: Mutex<HashMap<u64, Usage>>,
     /// Set while a split of this collection is running.
     pub splitting: AtomicBool,
+    /// Taken (shared) by a reader around "read the map, take a view" and
+    /// (exclusive) by a split around "commit, publish the new map", so a
+    /// reader's map always matches where its view keeps index entries.
+    pub view_lock: RwLock<()>,
 }
 
 impl Sharding {
@@ -123,6 +87,7 @@ impl Sharding {
             map: RwLock::new(Arc::new(map)),
             usage: Mutex::new(HashMap::new()),
             splitting: AtomicBool::new(false),
+            view_lock: RwLock::new(()),
         }
     }
 
@@ -255,7 +220,7 @@ impl Collection {
 }
 
 pub struct Catalog {
-    engine: SharedEngine,
+    store: SharedStore,
     collections: RwLock<BTreeMap<Namespace, Arc<Collection>>>,
     /// Serializes catalog changes (create, drop, rename); holds the next
     /// collection id.
@@ -264,10 +229,8 @@ pub struct Catalog {
     next_partition: Mutex<u64>,
 }
 
-fn ns_key(ns: &Namespace) -> Vec<u8> {
-    let mut k = NS_PREFIX.to_vec();
-    k.extend_from_slice(ns.full().as_bytes());
-    k
+fn ns_key(ns: &Namespace) -> CatalogKey {
+    CatalogKey::Namespace(ns.full())
 }
 
 fn new_uuid() -> Binary {
@@ -278,21 +241,13 @@ fn new_uuid() -> Binary {
 }
 
 impl Catalog {
-    /// Loads every collection's metadata from the engine.
-    pub fn load(engine: SharedEngine) -> Result<Catalog> {
+    /// Loads every collection's metadata from the store, upgrading an
+    /// older storage format first.
+    pub fn load(store: SharedStore) -> Result<Catalog> {
         let mut collections = BTreeMap::new();
         let mut max_id = 0u64;
         let mut max_partition = 0u64;
-        let mut prefix_end = NS_PREFIX.to_vec();
-        if let Some(last) = prefix_end.last_mut() {
-            *last += 1;
-        }
-        for item in engine.scan(
-            Space::Catalog,
-            std::ops::Bound::Included(NS_PREFIX.to_vec()),
-            std::ops::Bound::Excluded(prefix_end),
-        ) {
-            let (_, value) = item?;
+        for (_, value) in blocking::wait(store.meta().namespaces())? {
             let meta = Document::from_reader(&value[..])
                 .map_err(|e| Error::internal(format!("corrupt catalog entry: {e}")))?;
             let ns = Namespace::parse(meta.get_str("ns").unwrap_or_default())?;
@@ -309,7 +264,6 @@ impl Catalog {
                             "corrupt partition map of {ns}: {d}"
                         )));
                     };
-                    s.set_usage(load_usage(&engine, id, &s.map())?);
                     max_partition = s
                         .map()
                         .partitions
@@ -342,19 +296,45 @@ impl Catalog {
             coll.next_index.store(next_index, Ordering::Release);
             collections.insert(ns, Arc::new(coll));
         }
-        let stored = |key: &[u8]| -> Result<Option<u64>> {
-            Ok(engine
-                .get(Space::Catalog, key)?
-                .and_then(|v| v.try_into().ok().map(u64::from_be_bytes)))
+        // An index entry of an older format moves under the partition
+        // its record's hash belongs to.
+        let maps: HashMap<u64, Option<Arc<PartitionMap>>> = collections
+            .values()
+            .map(|c| (c.id, c.sharding.as_ref().map(|s| s.map())))
+            .collect();
+        let partition_of = |collection: u64, value: &[u8]| -> Option<i64> {
+            match maps.get(&collection)? {
+                None => Some(ONE_PARTITION),
+                Some(map) => Some(map.locate(crate::index::entry_hash(value)?).min),
+            }
         };
-        let next_id = stored(NEXT_ID_KEY)?.unwrap_or(1).max(max_id + 1);
-        let next_partition = stored(NEXT_PARTITION_KEY)?.unwrap_or(0).max(max_partition);
+        store.ensure_format(&partition_of)?;
+        let view = store.view();
+        for coll in collections.values() {
+            if let Some(s) = &coll.sharding {
+                s.set_usage(load_usage(&view, coll.id, &s.map())?);
+            }
+        }
+        let stored = |key: CatalogKey| -> Result<Option<u64>> {
+            Ok(blocking::wait(store.meta().get(&key))?.and_then(|v| decode_counter(&v)))
+        };
+        let next_id = stored(CatalogKey::NextCollectionId)?
+            .unwrap_or(1)
+            .max(max_id + 1);
+        let next_partition = stored(CatalogKey::NextPartitionId)?
+            .unwrap_or(0)
+            .max(max_partition);
         Ok(Catalog {
-            engine,
+            store,
             collections: RwLock::new(collections),
             ddl: Mutex::new(next_id),
             next_partition: Mutex::new(next_partition),
         })
+    }
+
+    /// Applies a batch; returns its commit.
+    fn commit(&self, batch: WriteBatch) -> Result<u64> {
+        Ok(blocking::wait(self.store.apply(batch))?)
     }
 
     /// Reserves `n` partition ids; the returned write (to commit with the
@@ -363,11 +343,7 @@ impl Catalog {
         let mut next = self.next_partition.lock();
         let first = *next;
         *next += n;
-        batch.put(
-            Space::Catalog,
-            NEXT_PARTITION_KEY.to_vec(),
-            next.to_be_bytes().to_vec(),
-        );
+        batch.put_meta(CatalogKey::NextPartitionId, encode_counter(*next));
         first
     }
 
@@ -377,21 +353,13 @@ impl Catalog {
         let mut next = self.ddl.lock();
         let id = *next;
         *next += 1;
-        batch.put(
-            Space::Catalog,
-            NEXT_ID_KEY.to_vec(),
-            next.to_be_bytes().to_vec(),
-        );
+        batch.put_meta(CatalogKey::NextCollectionId, encode_counter(*next));
         id
     }
 
     /// Adds the stored form of `coll`'s metadata to `batch`.
     pub fn put_meta(&self, coll: &Collection, batch: &mut WriteBatch) -> Result<()> {
-        batch.put(
-            Space::Catalog,
-            ns_key(&coll.ns),
-            encode(&coll.meta_document())?,
-        );
+        batch.put_meta(ns_key(&coll.ns), encode(&coll.meta_document())?);
         Ok(())
     }
 
@@ -462,13 +430,9 @@ impl Catalog {
             options,
             sharding,
         ));
-        batch.put(Space::Catalog, ns_key(ns), encode(&coll.meta_document())?);
-        batch.put(
-            Space::Catalog,
-            NEXT_ID_KEY.to_vec(),
-            (*next_id + 1).to_be_bytes().to_vec(),
-        );
-        let seq = self.engine.write(batch)?;
+        batch.put_meta(ns_key(ns), encode(&coll.meta_document())?);
+        batch.put_meta(CatalogKey::NextCollectionId, encode_counter(*next_id + 1));
+        let seq = self.commit(batch)?;
         *next_id += 1;
         self.collections.write().insert(ns.clone(), coll.clone());
         Ok((coll, Some(seq)))
@@ -485,30 +449,15 @@ impl Catalog {
         coll.dropped.store(true, Ordering::Release);
         self.collections.write().remove(ns);
         let mut batch = WriteBatch::default();
-        batch.delete(Space::Catalog, ns_key(ns));
-        let mut seq = self.engine.write(batch)?;
+        batch.push(WriteOp::DeleteMeta(ns_key(ns)));
+        let mut seq = self.commit(batch)?;
         seq = seq.max(self.delete_records(coll.id)?);
         Ok(Some(seq))
     }
 
-    /// Deletes every record and index entry of collection `id`.
+    /// Deletes every record, index entry and counter of collection `id`.
     pub fn delete_records(&self, id: u64) -> Result<u64> {
-        let mut seq = 0;
-        let mut batch = WriteBatch::default();
-        for space in [Space::Records, Space::Index] {
-            let (from, to) = keys::collection_range(id);
-            for item in self.engine.scan(space, from, to) {
-                let (key, _) = item?;
-                batch.delete(space, key);
-                if batch.ops.len() >= 10_000 {
-                    seq = self.engine.write(std::mem::take(&mut batch))?;
-                }
-            }
-        }
-        if !batch.is_empty() {
-            seq = self.engine.write(batch)?;
-        }
-        Ok(seq)
+        Ok(blocking::wait(self.store.clear_collection(id))?)
     }
 
     /// Renames `from` to `to`, dropping `to` first when `drop_target`.
@@ -534,13 +483,9 @@ impl Catalog {
         ));
         renamed.adopt_indexes(&coll);
         let mut batch = WriteBatch::default();
-        batch.delete(Space::Catalog, ns_key(from));
-        batch.put(
-            Space::Catalog,
-            ns_key(to),
-            encode(&renamed.meta_document())?,
-        );
-        seq = seq.max(self.engine.write(batch)?);
+        batch.push(WriteOp::DeleteMeta(ns_key(from)));
+        batch.put_meta(ns_key(to), encode(&renamed.meta_document())?);
+        seq = seq.max(self.commit(batch)?);
         // Writers holding the old handle re-resolve and find the new name.
         coll.dropped.store(true, Ordering::Release);
         let mut map = self.collections.write();
@@ -550,60 +495,22 @@ impl Catalog {
     }
 }
 
-/// Index number of the per-hash usage entries of a sharded collection
-/// (see [`keys::index_key`]): `hash → Usage`, the size of each logical
-/// partition, kept in the same batch as every write.
-pub const USAGE_INDEX: u32 = u32::MAX;
-
-/// The key of the usage entry of `hash` in collection `id`.
-pub fn usage_key(id: u64, hash: i64) -> Vec<u8> {
-    keys::index_key(id, USAGE_INDEX, &keys::hash_bytes(hash))
-}
-
-/// The hash of a usage entry's key.
-pub fn usage_key_hash(key: &[u8]) -> Option<i64> {
-    let bytes: [u8; 8] = key.get(12..20)?.try_into().ok()?;
-    Some((u64::from_be_bytes(bytes) ^ (1 << 63)) as i64)
-}
-
 /// The usage entries of collection `id` with hashes in `min..=max`.
 pub fn usage_entries(
-    reader: &dyn crate::storage::Reader,
+    view: &SharedView,
     id: u64,
     min: i64,
     max: i64,
 ) -> impl Iterator<Item = Result<(i64, Usage)>> {
-    let from = usage_key(id, min);
-    let to = match max.checked_add(1) {
-        Some(next) => std::ops::Bound::Excluded(usage_key(id, next)),
-        None => std::ops::Bound::Excluded(keys::index_key(id + 1, 0, &[])),
-    };
-    reader
-        .scan(Space::Index, std::ops::Bound::Included(from), to)
-        .map(|item| {
-            let (k, v) = item?;
-            let hash = usage_key_hash(&k)
-                .ok_or_else(|| Error::internal("corrupt partition usage entry"))?;
-            Ok((hash, Usage::decode(&v)))
-        })
-}
-
-/// Index number of the per-partition totals of a sharded collection:
-/// `partition id → Usage`, kept in the same batch as every write, so
-/// start-up reads one entry per partition instead of summing every hash's.
-pub const PARTITION_USAGE_INDEX: u32 = u32::MAX - 1;
-
-/// The key of the stored total of `partition` in collection `id`.
-pub fn partition_usage_key(id: u64, partition: u64) -> Vec<u8> {
-    keys::index_key(id, PARTITION_USAGE_INDEX, &partition.to_be_bytes())
+    blocking::iter(view.scan_usage(id, min, max)).map(|item| Ok(item?))
 }
 
 /// The stored totals of each partition of `map`.
-fn load_usage(engine: &SharedEngine, id: u64, map: &PartitionMap) -> Result<HashMap<u64, Usage>> {
+fn load_usage(view: &SharedView, id: u64, map: &PartitionMap) -> Result<HashMap<u64, Usage>> {
     let mut usage = HashMap::new();
     for p in &map.partitions {
-        let stored = engine.get(Space::Index, &partition_usage_key(id, p.id))?;
-        usage.insert(p.id, stored.map(|v| Usage::decode(&v)).unwrap_or_default());
+        let stored = blocking::wait(view.partition_total(id, p.id))?;
+        usage.insert(p.id, stored.unwrap_or_default());
     }
     Ok(usage)
 }

@@ -17,22 +17,60 @@ use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::plan::IndexPlan;
 use crate::index::{entry_value, Index};
-use crate::storage::{keys, Reader, Space, WriteBatch};
+use crate::partition::PartitionMap;
+use crate::storage::layout::ONE_PARTITION;
+use crate::storage::{
+    blocking, IndexEntryKey, IndexScan, RecordKey, RecordScan, SharedView, WriteBatch, WriteOp,
+};
 
-/// The key of the entry `index` holds for one key of one document.
-pub fn entry_key(collection: u64, index: u32, key: &[u8], id_key: &[u8]) -> Vec<u8> {
-    let mut entry = keys::index_key(collection, index, key);
+/// `keystring(key) | keystring(_id)`: the entry part of an index entry.
+fn entry_part(key: &[u8], id_key: &[u8]) -> Vec<u8> {
+    let mut entry = Vec::with_capacity(key.len() + id_key.len());
+    entry.extend_from_slice(key);
     entry.extend_from_slice(id_key);
     entry
 }
 
-/// The range of every entry whose key bytes start with `prefix`.
-pub fn prefix_range(prefix: Vec<u8>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    let end = crate::index::plan::prefix_successor(&prefix);
+/// The entries whose entry part starts with `prefix`.
+fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let end = crate::index::plan::prefix_successor(prefix);
     (
-        Bound::Included(prefix),
+        Bound::Included(prefix.to_vec()),
         end.map_or(Bound::Unbounded, Bound::Excluded),
     )
+}
+
+/// Where a collection's index entries sit: one partition (unsharded) or
+/// the partitions of its map.
+#[derive(Clone)]
+pub(crate) enum Partitions {
+    One,
+    Map(Arc<PartitionMap>),
+}
+
+impl Partitions {
+    pub fn of(coll: &Collection) -> Partitions {
+        match &coll.sharding {
+            Some(s) => Partitions::Map(s.map()),
+            None => Partitions::One,
+        }
+    }
+
+    /// The start hash of the partition holding `hash`.
+    pub fn start_of(&self, hash: i64) -> i64 {
+        match self {
+            Partitions::One => ONE_PARTITION,
+            Partitions::Map(map) => map.locate(hash).min,
+        }
+    }
+
+    /// Every partition's start hash, in order.
+    pub fn starts(&self) -> Vec<i64> {
+        match self {
+            Partitions::One => vec![ONE_PARTITION],
+            Partitions::Map(map) => map.partitions.iter().map(|p| p.min).collect(),
+        }
+    }
 }
 
 /// Shows a key value the way MongoDB's duplicate-key message does:
@@ -67,29 +105,35 @@ pub fn duplicate_error(ns: &Namespace, index: &Index, values: &[Bson]) -> Error 
 }
 
 /// One change to an index entry: a value to put, or `None` to delete.
-type EntryOp = (Vec<u8>, Option<Vec<u8>>);
+type EntryOp = (IndexEntryKey, Option<Vec<u8>>);
+
+/// A pending entry: `(index, entry part, partition)`, ordered so the
+/// entries of one key of one index are one range.
+type PendingKey = (u32, Vec<u8>, i64);
 
 /// The index side of one write batch.
 pub(crate) struct IndexWrites {
     collection: u64,
     indexes: Arc<Vec<Arc<Index>>>,
+    partitions: Partitions,
     /// Entries this batch puts (`true`) or deletes (`false`), so unique
     /// checks see the batch's own earlier writes.
-    pending: BTreeMap<Vec<u8>, bool>,
+    pending: BTreeMap<PendingKey, bool>,
     /// An index became multikey: the catalog entry must be rewritten.
     pub meta_changed: bool,
 }
 
 impl IndexWrites {
     pub fn new(coll: &Collection) -> IndexWrites {
-        IndexWrites::of(coll.id, coll.indexes())
+        IndexWrites::of(coll, coll.indexes())
     }
 
-    /// The writes to some indexes of collection `collection`.
-    pub fn of(collection: u64, indexes: Arc<Vec<Arc<Index>>>) -> IndexWrites {
+    /// The writes to some indexes of `coll`.
+    pub fn of(coll: &Collection, indexes: Arc<Vec<Arc<Index>>>) -> IndexWrites {
         IndexWrites {
-            collection,
+            collection: coll.id,
             indexes,
+            partitions: Partitions::of(coll),
             pending: BTreeMap::new(),
             meta_changed: false,
         }
@@ -100,7 +144,8 @@ impl IndexWrites {
     }
 
     /// The entries (key → value) `doc` gives every index.
-    fn entries(&self, doc: &Document, id_key: &[u8]) -> Result<Vec<(usize, EntryKeys)>> {
+    fn entries(&self, doc: &Document, id_key: &[u8], hash: i64) -> Result<Vec<(usize, EntryKeys)>> {
+        let partition = self.partitions.start_of(hash);
         let mut out = Vec::with_capacity(self.indexes.len());
         for (i, index) in self.indexes.iter().enumerate() {
             let keys = index.keys_of(doc)?;
@@ -108,7 +153,12 @@ impl IndexWrites {
                 .keys
                 .into_iter()
                 .map(|(key, values)| {
-                    let entry = entry_key(self.collection, index.number, &key, id_key);
+                    let entry = IndexEntryKey {
+                        collection: self.collection,
+                        index: index.number,
+                        partition,
+                        entry: entry_part(&key, id_key),
+                    };
                     (entry, key, values)
                 })
                 .collect();
@@ -123,28 +173,47 @@ impl IndexWrites {
         Ok(out)
     }
 
-    /// Fails when a unique index already holds `key` for another document.
+    /// Fails when a unique index already holds `key` for another document,
+    /// in any partition.
     fn check_unique(
         &self,
-        reader: &dyn Reader,
+        live: &SharedView,
         ns: &Namespace,
         index: &Index,
         key: &[u8],
         id_key: &[u8],
         values: &[Bson],
     ) -> Result<()> {
-        let prefix = keys::index_key(self.collection, index.number, key);
-        let own = entry_key(self.collection, index.number, key, id_key);
-        let (from, to) = prefix_range(prefix);
-        for (entry, put) in self.pending.range((from.clone(), to.clone())) {
+        let own = entry_part(key, id_key);
+        let (from, to) = prefix_bounds(key);
+        let pending_from = match &from {
+            Bound::Included(k) => Bound::Included((index.number, k.clone(), i64::MIN)),
+            _ => Bound::Unbounded,
+        };
+        let pending_to = match &to {
+            Bound::Excluded(k) => Bound::Excluded((index.number, k.clone(), i64::MIN)),
+            _ => Bound::Excluded((index.number.saturating_add(1), Vec::new(), i64::MIN)),
+        };
+        for ((_, entry, _), put) in self.pending.range((pending_from, pending_to)) {
             if *put && *entry != own {
                 return Err(duplicate_error(ns, index, values));
             }
         }
-        for item in reader.scan(Space::Index, from, to) {
-            let (entry, _) = item?;
-            if entry != own && self.pending.get(&entry) != Some(&false) {
-                return Err(duplicate_error(ns, index, values));
+        for partition in self.partitions.starts() {
+            let scan = IndexScan {
+                collection: self.collection,
+                index: index.number,
+                partition: Some(partition),
+                from: from.clone(),
+                to: to.clone(),
+                reverse: false,
+            };
+            for item in blocking::iter(live.scan_index(scan)) {
+                let (entry, _) = item?;
+                let pending = (entry.index, entry.entry, entry.partition);
+                if pending.1 != own && self.pending.get(&pending) != Some(&false) {
+                    return Err(duplicate_error(ns, index, values));
+                }
             }
         }
         Ok(())
@@ -156,7 +225,7 @@ impl IndexWrites {
     /// adds the result to the batch.
     pub fn changes(
         &mut self,
-        reader: &dyn Reader,
+        live: &SharedView,
         ns: &Namespace,
         id_key: &[u8],
         old: Option<(&Document, i64)>,
@@ -167,16 +236,16 @@ impl IndexWrites {
             return Ok(ops);
         }
         let old_entries = match old {
-            Some((doc, _)) => self.entries(doc, id_key)?,
+            Some((doc, hash)) => self.entries(doc, id_key, hash)?,
             None => Vec::new(),
         };
         let (new_entries, new_hash) = match new {
-            Some((doc, hash)) => (self.entries(doc, id_key)?, hash),
+            Some((doc, hash)) => (self.entries(doc, id_key, hash)?, hash),
             None => (Vec::new(), 0),
         };
         // Entries both documents give (under the same hash) stay as they are.
         let same_hash = matches!((old, new), (Some((_, a)), Some((_, b))) if a == b);
-        let keys_of = |entries: &[(usize, EntryKeys)]| -> HashSet<Vec<u8>> {
+        let keys_of = |entries: &[(usize, EntryKeys)]| -> HashSet<IndexEntryKey> {
             entries
                 .iter()
                 .flat_map(|(_, k)| k.entries.iter().map(|e| e.0.clone()))
@@ -201,7 +270,7 @@ impl IndexWrites {
                     continue;
                 }
                 if index.unique {
-                    self.check_unique(reader, ns, index, key, id_key, values)?;
+                    self.check_unique(live, ns, index, key, id_key, values)?;
                 }
                 let value = entry_value(new_hash, key.len(), values);
                 ops.push((entry.clone(), Some(value)));
@@ -220,31 +289,27 @@ impl IndexWrites {
         let (puts, deletes): (Vec<EntryOp>, Vec<EntryOp>) =
             ops.into_iter().partition(|(_, v)| v.is_some());
         for (key, _) in deletes {
-            self.pending.insert(key.clone(), false);
-            batch.delete(Space::Index, key);
+            self.pending
+                .insert((key.index, key.entry.clone(), key.partition), false);
+            batch.push(WriteOp::DeleteIndexEntry(key));
         }
         for (key, value) in puts {
             if let Some(value) = value {
-                self.pending.insert(key.clone(), true);
-                batch.put(Space::Index, key, value);
+                self.pending
+                    .insert((key.index, key.entry.clone(), key.partition), true);
+                batch.push(WriteOp::PutIndexEntry(key, value));
             }
         }
     }
 }
 
 /// One entry: `(entry key, keystring of the key, key values)`.
-type Entry = (Vec<u8>, Vec<u8>, Vec<Bson>);
+type Entry = (IndexEntryKey, Vec<u8>, Vec<Bson>);
 
 /// The entries one document gives one index.
 struct EntryKeys {
     entries: Vec<Entry>,
     multikey: bool,
-}
-
-/// The `_id` keystring at the end of an entry key of `index`, given the
-/// length of the key part.
-pub fn entry_id_key(entry: &[u8], key_len: usize) -> &[u8] {
-    entry.get(12 + key_len..).unwrap_or_default()
 }
 
 /// What `createIndexes` did.
@@ -364,7 +429,7 @@ impl Router {
             coll.set_indexes(all);
             let mut batch = WriteBatch::default();
             self.catalog.put_meta(coll, &mut batch)?;
-            let seq = seq.max(self.engine.write(batch)?);
+            let seq = seq.max(self.commit(batch)?);
             Ok(CreatedIndexes {
                 before,
                 after,
@@ -388,31 +453,29 @@ impl Router {
         // A crash during an earlier build may have left entries under a
         // number that was never stored; clear them.
         self.delete_index_entries(coll.id, &numbers)?;
-        let mut writes = IndexWrites::of(coll.id, Arc::new(indexes.to_vec()));
+        let mut writes = IndexWrites::of(coll, Arc::new(indexes.to_vec()));
         let mut batch = WriteBatch::default();
         let mut seq = 0;
-        let (from, to) = keys::collection_range(coll.id);
-        let build = || -> Result<u64> {
-            for item in self.engine.scan(Space::Records, from, to) {
+        let live = self.store.live();
+        let mut build = || -> Result<u64> {
+            for item in blocking::iter(live.scan_records(RecordScan::all(coll.id))) {
                 let (key, value) = item?;
                 let rec = super::decode_record(key, &value)?;
-                let hash = keys::record_hash(&rec.key)
-                    .ok_or_else(|| Error::internal("record key without a hash"))?;
                 let ops = writes.changes(
-                    self.engine.as_ref(),
+                    &live,
                     &coll.ns,
-                    keys::record_id_key(&rec.key),
+                    &rec.key.id,
                     None,
-                    Some((&rec.doc, hash)),
+                    Some((&rec.doc, rec.key.hash)),
                 )?;
                 writes.apply(ops, &mut batch);
                 if batch.ops.len() >= BUILD_BATCH_OPS {
-                    seq = self.engine.write(std::mem::take(&mut batch))?;
+                    seq = self.commit(std::mem::take(&mut batch))?;
                     writes.pending.clear();
                 }
             }
             if !batch.is_empty() {
-                seq = self.engine.write(std::mem::take(&mut batch))?;
+                seq = self.commit(std::mem::take(&mut batch))?;
             }
             Ok(seq)
         };
@@ -431,19 +494,8 @@ impl Router {
     /// Deletes every entry stored under these index numbers.
     pub(crate) fn delete_index_entries(&self, collection: u64, numbers: &[u32]) -> Result<u64> {
         let mut seq = 0;
-        let mut batch = WriteBatch::default();
         for &number in numbers {
-            let (from, to) = prefix_range(keys::index_key(collection, number, &[]));
-            for item in self.engine.scan(Space::Index, from, to) {
-                let (key, _) = item?;
-                batch.delete(Space::Index, key);
-                if batch.ops.len() >= BUILD_BATCH_OPS {
-                    seq = self.engine.write(std::mem::take(&mut batch))?;
-                }
-            }
-        }
-        if !batch.is_empty() {
-            seq = self.engine.write(batch)?;
+            seq = seq.max(blocking::wait(self.store.clear_index(collection, number))?);
         }
         Ok(seq)
     }
@@ -467,7 +519,7 @@ impl Router {
             coll.set_indexes(kept);
             let mut batch = WriteBatch::default();
             self.catalog.put_meta(coll, &mut batch)?;
-            let seq = self.engine.write(batch)?;
+            let seq = self.commit(batch)?;
             let seq = seq.max(self.delete_index_entries(coll.id, &numbers)?);
             Ok((current.len() + 1, seq))
         })?;
@@ -494,7 +546,7 @@ impl Router {
             coll.set_indexes(all);
             let mut batch = WriteBatch::default();
             self.catalog.put_meta(coll, &mut batch)?;
-            Ok(Some((before, after, self.engine.write(batch)?)))
+            Ok(Some((before, after, self.commit(batch)?)))
         })?;
         Ok(result.and_then(|(r, _)| r))
     }
@@ -530,29 +582,44 @@ impl Router {
     /// has exactly the entries its keys call for, and each entry names a
     /// document that gives it. Reads one snapshot.
     pub(crate) fn validate_now(&self, coll: &Collection) -> Result<Validation> {
-        let reader = self.engine.snapshot();
+        let (view, partitions) = self.view_of(coll);
         let indexes = coll.indexes();
         let mut report = Validation::default();
-        let (from, to) = keys::collection_range(coll.id);
         let mut expected = vec![0u64; indexes.len()];
         let mut id_entries = 0u64;
-        for item in reader.scan(Space::Records, from, to) {
+        let entry_value_of = |key: &IndexEntryKey| -> Result<Option<Vec<u8>>> {
+            let scan = IndexScan {
+                collection: key.collection,
+                index: key.index,
+                partition: Some(key.partition),
+                from: Bound::Included(key.entry.clone()),
+                to: Bound::Included(key.entry.clone()),
+                reverse: false,
+            };
+            match blocking::iter(view.scan_index(scan)).next() {
+                Some(item) => Ok(Some(item?.1)),
+                None => Ok(None),
+            }
+        };
+        let record = |hash: i64, id_key: &[u8]| -> Result<Option<Vec<u8>>> {
+            let key = RecordKey::new(coll.id, hash, id_key.to_vec());
+            Ok(blocking::wait(view.record(&key))?)
+        };
+        for item in blocking::iter(view.scan_records(RecordScan::all(coll.id))) {
             let (key, value) = item?;
             report.records += 1;
             let Ok(rec) = super::decode_record(key.clone(), &value) else {
                 if report.corrupt_records.len() < MAX_REPORTED {
-                    report.corrupt_records.push(key);
+                    report.corrupt_records.push(key.encode());
                 }
                 continue;
             };
-            let hash = keys::record_hash(&rec.key)
-                .ok_or_else(|| Error::internal("record key without a hash"))?;
-            let id_key = keys::record_id_key(&rec.key);
+            let hash = rec.key.hash;
+            let id_key = &rec.key.id;
             let id = rec.doc.get("_id").cloned().unwrap_or(Bson::Null);
             if coll.sharding.is_some() {
-                let entry = keys::index_key(coll.id, 0, id_key);
-                let found = reader.get(Space::Index, &entry)?;
-                if found.as_deref() != Some(&hash.to_be_bytes()[..]) {
+                let found = blocking::wait(view.id_entry(coll.id, id_key))?;
+                if found != Some(hash) {
                     report.note_missing(crate::index::ID_INDEX_NAME, &id, doc! {"_id": id.clone()});
                 }
             }
@@ -563,8 +630,13 @@ impl Router {
                 };
                 for (key, values) in doc_keys.keys {
                     expected[i] += 1;
-                    let entry = entry_key(coll.id, index.number, &key, id_key);
-                    match reader.get(Space::Index, &entry)? {
+                    let entry = IndexEntryKey {
+                        collection: coll.id,
+                        index: index.number,
+                        partition: partitions.start_of(hash),
+                        entry: entry_part(&key, id_key),
+                    };
+                    match entry_value_of(&entry)? {
                         Some(v) if crate::index::entry_hash(&v) == Some(hash) => {}
                         _ => report.note_missing(&index.name, &id, key_document(index, &values)),
                     }
@@ -572,19 +644,15 @@ impl Router {
             }
         }
         if coll.sharding.is_some() {
-            let (from, to) = prefix_range(keys::index_key(coll.id, 0, &[]));
-            for item in reader.scan(Space::Index, from, to) {
-                let (entry, value) = item?;
+            for item in blocking::iter(view.scan_id_entries(
+                coll.id,
+                Bound::Unbounded,
+                Bound::Unbounded,
+                false,
+            )) {
+                let (id_key, hash) = item?;
                 id_entries += 1;
-                let id_key = entry.get(12..).unwrap_or_default();
-                let hash = crate::index::entry_hash(&value);
-                let present = match hash {
-                    Some(h) => reader
-                        .get(Space::Records, &keys::record_key(coll.id, h, id_key))?
-                        .is_some(),
-                    None => false,
-                };
-                if !present {
+                if record(hash, &id_key)?.is_none() {
                     report.note_extra(crate::index::ID_INDEX_NAME, Document::new());
                 }
             }
@@ -595,28 +663,28 @@ impl Router {
             .keys_per_index
             .push((crate::index::ID_INDEX_NAME.to_string(), id_entries));
         for (i, index) in indexes.iter().enumerate() {
-            let (from, to) = prefix_range(keys::index_key(coll.id, index.number, &[]));
             let mut stored = 0u64;
-            for item in reader.scan(Space::Index, from, to) {
+            let scan = IndexScan::all(coll.id, index.number, None);
+            for item in blocking::iter(view.scan_index(scan)) {
                 let (entry, value) = item?;
                 stored += 1;
                 let values = crate::index::entry_values(&value).unwrap_or_default();
                 let key = index.encode(&values);
                 let key_len = crate::index::entry_key_len(&value).unwrap_or(usize::MAX);
-                let id_key = entry_id_key(&entry, key.len());
+                let id_key = entry.id(key.len());
                 let names_document = key_len == key.len()
-                    && entry.get(12..12 + key.len()) == Some(&key[..])
+                    && entry.key(key.len()) == Some(&key[..])
                     && match crate::index::entry_hash(&value) {
-                        Some(h) => match reader
-                            .get(Space::Records, &keys::record_key(coll.id, h, id_key))?
-                        {
-                            Some(bytes) => super::decode_record(Vec::new(), &bytes)
-                                .ok()
-                                .and_then(|rec| index.keys_of(&rec.doc).ok())
-                                .is_some_and(|k| k.keys.iter().any(|(k, _)| *k == key)),
-                            None => false,
-                        },
-                        None => false,
+                        Some(h) if partitions.start_of(h) == entry.partition => {
+                            match record(h, id_key)? {
+                                Some(bytes) => super::decode_record(RecordKey::default(), &bytes)
+                                    .ok()
+                                    .and_then(|rec| index.keys_of(&rec.doc).ok())
+                                    .is_some_and(|k| k.keys.iter().any(|(k, _)| *k == key)),
+                                None => false,
+                            }
+                        }
+                        _ => false,
                     };
                 if !names_document {
                     report.note_extra(&index.name, key_document(index, &values));
@@ -699,48 +767,40 @@ impl HashScope {
     }
 }
 
-/// The records an index plan reads, in index order (reversed for a
-/// backward plan), limited to `scope`. A covered read builds each
-/// document from the entry's key values and never reads the record.
+/// The records an index plan reads from the partitions starting at
+/// `partitions` (one after another), in index order within each
+/// (reversed for a backward plan), limited to `scope`. A covered read
+/// builds each document from the entry's key values and never reads the
+/// record.
 pub(crate) fn index_records(
-    reader: crate::storage::SharedReader,
+    view: SharedView,
     collection: u64,
+    partitions: Vec<i64>,
     plan: &IndexPlan,
     scope: HashScope,
     covered: bool,
     examined: Option<Arc<Examined>>,
 ) -> super::RecordIter {
-    let prefix = keys::index_key(collection, plan.index.number, &[]);
-    let all_end = prefix_range(prefix.clone()).1;
-    let with_prefix = |b: &Bound<Vec<u8>>, end: bool| -> Bound<Vec<u8>> {
-        let joined = |tail: &[u8]| {
-            let mut k = prefix.clone();
-            k.extend_from_slice(tail);
-            k
-        };
-        match b {
-            Bound::Included(t) => Bound::Included(joined(t)),
-            Bound::Excluded(t) => Bound::Excluded(joined(t)),
-            Bound::Unbounded if end => all_end.clone(),
-            Bound::Unbounded => Bound::Included(prefix.clone()),
-        }
-    };
-    let mut ranges: Vec<crate::index::plan::KeyRange> = plan
-        .ranges
-        .iter()
-        .map(|(from, to)| (with_prefix(from, false), with_prefix(to, true)))
-        .collect();
+    let mut ranges: Vec<crate::index::plan::KeyRange> = plan.ranges.clone();
     let reverse = plan.reverse;
     if reverse {
         ranges.reverse();
     }
-    let scan_reader = reader.clone();
-    let entries = ranges.into_iter().flat_map(move |(from, to)| {
-        if reverse {
-            scan_reader.scan_rev(Space::Index, from, to)
-        } else {
-            scan_reader.scan(Space::Index, from, to)
-        }
+    let number = plan.index.number;
+    let scan_view = view.clone();
+    let entries = partitions.into_iter().flat_map(move |partition| {
+        let view = scan_view.clone();
+        ranges.clone().into_iter().flat_map(move |(from, to)| {
+            let scan = IndexScan {
+                collection,
+                index: number,
+                partition: Some(partition),
+                from,
+                to,
+                reverse,
+            };
+            blocking::iter(view.scan_index(scan))
+        })
     });
     let index = plan.index.clone();
     let mut seen: Option<std::collections::HashSet<Vec<u8>>> =
@@ -759,13 +819,13 @@ pub(crate) fn index_records(
             }
             let key_len = crate::index::entry_key_len(&value)
                 .ok_or_else(|| Error::internal("corrupt index entry"))?;
-            let id_key = entry_id_key(&entry, key_len);
+            let id_key = entry.id(key_len);
             if let Some(seen) = &mut seen {
                 if !seen.insert(id_key.to_vec()) {
                     return Ok(None);
                 }
             }
-            let record_key = keys::record_key(collection, hash, id_key);
+            let record_key = RecordKey::new(collection, hash, id_key.to_vec());
             if covered {
                 let values = crate::index::entry_values(&value)?;
                 let doc = crate::index::plan::covered_document(&index, &values);
@@ -778,7 +838,7 @@ pub(crate) fn index_records(
             if let Some(e) = &examined {
                 e.doc();
             }
-            match reader.get(Space::Records, &record_key)? {
+            match blocking::wait(view.record(&record_key))? {
                 Some(bytes) => Ok(Some(super::decode_record(record_key, &bytes)?)),
                 None => Ok(None),
             }
@@ -833,11 +893,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prefix_ranges_hold_exactly_their_prefix() {
-        let (from, to) = prefix_range(vec![1, 2, 0xff]);
+    fn prefix_bounds_hold_exactly_their_prefix() {
+        let (from, to) = prefix_bounds(&[1, 2, 0xff]);
         assert_eq!(from, Bound::Included(vec![1, 2, 0xff]));
         assert_eq!(to, Bound::Excluded(vec![1, 3]));
-        assert_eq!(prefix_range(vec![0xff, 0xff]).1, Bound::Unbounded);
+        assert_eq!(prefix_bounds(&[0xff, 0xff]).1, Bound::Unbounded);
     }
 
     #[test]

@@ -22,9 +22,10 @@ pub mod indexes;
 mod merge;
 pub mod plan;
 pub mod sharding;
+#[cfg(test)]
+mod tests;
 mod write;
 
-use std::ops::Bound;
 use std::sync::Arc;
 
 use bson::{Bson, Document};
@@ -37,14 +38,16 @@ use crate::aggregate::spill::{sort_memory_error, KeyedSort};
 use crate::aggregate::{Limits, DEFAULT_MAX_BLOCKING_BYTES};
 use crate::error::{Error, Result};
 use crate::index::plan::{Hint, IndexPlan};
-use crate::partition::Partition;
+use crate::partition::{Partition, PartitionMap};
 use crate::query::compare::compare;
 use crate::query::filter::{Filter, MatchDetails};
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
-use crate::storage::{keys, keystring, SharedEngine, SharedReader, Space};
+use crate::storage::{
+    blocking, keystring, RecordKey, RecordScan, SharedStore, SharedView, StorageResult, WriteBatch,
+};
 use catalog::Catalog;
-use indexes::{index_records, Examined, HashScope};
+use indexes::{index_records, Examined, HashScope, Partitions};
 use merge::{Merge, Row, RowStream};
 use plan::id_key_range;
 pub use plan::{Access, Cost, PartitionPlan, QueryPlan, SortStrategy};
@@ -108,7 +111,7 @@ impl Default for PartitionOptions {
 }
 
 pub struct Router {
-    engine: SharedEngine,
+    store: SharedStore,
     catalog: Catalog,
     options: PartitionOptions,
     splits: sharding::SplitQueue,
@@ -116,13 +119,13 @@ pub struct Router {
 
 /// One stored document and where it lives.
 pub(crate) struct Record {
-    pub key: Vec<u8>,
+    pub key: RecordKey,
     pub doc: Document,
     /// Its stored size in bytes.
     pub len: usize,
 }
 
-pub(crate) fn decode_record(key: Vec<u8>, value: &[u8]) -> Result<Record> {
+pub(crate) fn decode_record(key: RecordKey, value: &[u8]) -> Result<Record> {
     let doc = Document::from_reader(value)
         .map_err(|e| Error::internal(format!("stored document is not valid BSON: {e}")))?;
     Ok(Record {
@@ -149,15 +152,42 @@ pub(crate) type MatchIter = Box<dyn Iterator<Item = Result<(Record, MatchDetails
 
 pub(crate) type RecordIter = Box<dyn Iterator<Item = Result<Record>> + Send>;
 
-impl Router {
-    pub fn open(engine: SharedEngine) -> Result<Router> {
-        Router::open_with(engine, PartitionOptions::default())
+/// What a read goes through: a view of the store and the partitions the
+/// view keeps the collection in.
+#[derive(Clone)]
+pub(crate) struct Reader {
+    pub view: SharedView,
+    pub parts: Partitions,
+}
+
+impl Reader {
+    /// The latest state: for writers, whose lock keeps it (and the map)
+    /// still, and for a collection of one partition.
+    fn live(router: &Router, coll: &Collection) -> Reader {
+        Reader {
+            view: router.store.live(),
+            parts: Partitions::of(coll),
+        }
     }
 
-    pub fn open_with(engine: SharedEngine, options: PartitionOptions) -> Result<Router> {
-        let catalog = Catalog::load(engine.clone())?;
+    /// The map the view was taken with.
+    pub fn map_of(&self, sharding: &Sharding) -> Arc<PartitionMap> {
+        match &self.parts {
+            Partitions::Map(map) => map.clone(),
+            Partitions::One => sharding.map(),
+        }
+    }
+}
+
+impl Router {
+    pub fn open(store: SharedStore) -> Result<Router> {
+        Router::open_with(store, PartitionOptions::default())
+    }
+
+    pub fn open_with(store: SharedStore, options: PartitionOptions) -> Result<Router> {
+        let catalog = Catalog::load(store.clone())?;
         Ok(Router {
-            engine,
+            store,
             catalog,
             options,
             splits: sharding::SplitQueue::default(),
@@ -181,8 +211,19 @@ impl Router {
         }
     }
 
-    pub fn engine(&self) -> &SharedEngine {
-        &self.engine
+    /// Syncs the store and stops its background work; called once, at
+    /// shutdown, after the last request.
+    pub fn close(&self) -> Result<()> {
+        Ok(self.store.close()?)
+    }
+
+    pub fn store(&self) -> &SharedStore {
+        &self.store
+    }
+
+    /// Applies a batch; returns its commit.
+    pub(crate) fn commit(&self, batch: WriteBatch) -> Result<u64> {
+        Ok(blocking::wait(self.store.apply(batch))?)
     }
 
     /// Waits until the commit `seq` is durable.
@@ -190,21 +231,37 @@ impl Router {
         if seq == 0 {
             return Ok(());
         }
-        Ok(self.engine.durable(seq).await?)
+        Ok(self.store.durable(seq).await?)
     }
 
     /// The key of the record with this `_id` in an unsharded collection.
-    pub(crate) fn id_key(coll: &Collection, id: &Bson) -> Vec<u8> {
-        keys::record_key(coll.id, UNSHARDED_HASH, &keystring::encode_id(id))
+    pub(crate) fn id_key(coll: &Collection, id: &Bson) -> RecordKey {
+        RecordKey::new(coll.id, UNSHARDED_HASH, keystring::encode_id(id))
+    }
+
+    /// A snapshot of `coll` and the partitions it keeps them in, taken
+    /// together: a split publishes its map with the commit that re-keys
+    /// index entries, under the same lock.
+    pub(crate) fn view_of(&self, coll: &Collection) -> (SharedView, Partitions) {
+        match &coll.sharding {
+            None => (self.store.view(), Partitions::One),
+            Some(s) => {
+                let _split = s.view_lock.read();
+                (self.store.view(), Partitions::Map(s.map()))
+            }
+        }
     }
 
     /// The reader a read of `coll` goes through: a snapshot when it reads
-    /// several partitions of one store, so they agree; the live engine for
+    /// several partitions of one store, so they agree; the live store for
     /// a collection of one partition.
-    fn reader_for(&self, coll: &Collection) -> SharedReader {
+    fn reader_for(&self, coll: &Collection) -> Reader {
         match coll.sharding {
-            Some(_) => self.engine.snapshot(),
-            None => self.engine.clone(),
+            Some(_) => {
+                let (view, parts) = self.view_of(coll);
+                Reader { view, parts }
+            }
+            None => Reader::live(self, coll),
         }
     }
 
@@ -217,7 +274,7 @@ impl Router {
         coll: &Collection,
         filter: Option<&Filter>,
     ) -> Result<MatchIter> {
-        let reader: SharedReader = self.engine.clone();
+        let reader = Reader::live(self, coll);
         let spec = FindSpec {
             filter: filter.cloned(),
             ..FindSpec::default()
@@ -257,7 +314,7 @@ impl Router {
         coll: &Collection,
         plan: &QueryPlan,
         spec: FindSpec,
-        reader: SharedReader,
+        reader: Reader,
     ) -> Result<DocStream> {
         let (skip, limit) = plan.window();
         if let (true, Some(reverse)) = (plan.sharded, plan.through_id_index()) {
@@ -417,9 +474,9 @@ impl Router {
             }
             return Ok(stats);
         }
-        let (from, to) = keys::collection_range(coll.id);
         let mut stats = CollectionStats::default();
-        for item in self.engine.scan(Space::Records, from, to) {
+        let scan = self.store.view().scan_records(RecordScan::all(coll.id));
+        for item in blocking::iter(scan) {
             let (_, v) = item?;
             stats.count += 1;
             stats.size += v.len() as u64;
@@ -432,7 +489,7 @@ impl Router {
 /// straight from the `_id` index: it streams, however many documents
 /// match, instead of sorting every partition's matches.
 fn by_id_index(
-    reader: SharedReader,
+    reader: Reader,
     id: u64,
     spec: FindSpec,
     reverse: bool,
@@ -459,37 +516,26 @@ fn by_id_index(
 /// The records the `_id` index reaches in `_id` order within the `_id`
 /// bounds of `filter`, keeping those in `part` when given.
 fn id_index_records(
-    reader: SharedReader,
+    reader: Reader,
     id: u64,
     filter: Option<&Filter>,
     reverse: bool,
     part: Option<Partition>,
     examined: Option<Arc<Examined>>,
 ) -> RecordIter {
-    let prefix = keys::index_key(id, 0, &[]);
-    let all = (
-        Bound::Included(prefix.clone()),
-        Bound::Excluded(keys::index_key(id, 1, &[])),
-    );
-    let (from, to) = id_key_range(&prefix, all, filter);
-    let entries = if reverse {
-        reader.scan_rev(Space::Index, from, to)
-    } else {
-        reader.scan(Space::Index, from, to)
-    };
+    let (from, to) = id_key_range(filter);
+    let entries = blocking::iter(reader.view.scan_id_entries(id, from, to, reverse));
     Box::new(entries.filter_map(move |item| {
         let fetch = || -> Result<Option<Record>> {
-            let (entry, value) = item?;
+            let (id_key, hash) = item?;
             if let Some(e) = &examined {
                 e.key();
             }
-            let hash = crate::index::entry_hash(&value)
-                .ok_or_else(|| Error::internal("corrupt _id index entry"))?;
             if part.is_some_and(|p| !p.contains(hash)) {
                 return Ok(None);
             }
-            let key = keys::record_key(id, hash, entry.get(12..).unwrap_or_default());
-            match reader.get(Space::Records, &key)? {
+            let key = RecordKey::new(id, hash, id_key);
+            match blocking::wait(reader.view.record(&key))? {
                 Some(v) => {
                     if let Some(e) = &examined {
                         e.doc();
@@ -507,7 +553,7 @@ fn id_index_records(
 /// filter may match (scans skip, undecoded, those it certainly does not).
 /// The one place an access path becomes storage reads.
 fn access_records(
-    reader: &SharedReader,
+    reader: &Reader,
     id: u64,
     plan: &QueryPlan,
     part: &PartitionPlan,
@@ -516,8 +562,8 @@ fn access_records(
 ) -> RecordIter {
     match &part.access {
         Access::IdPoints { keys, reverse } => {
-            let reader = reader.clone();
-            let fetch = move |key: Vec<u8>| match reader.get(Space::Records, &key) {
+            let view = reader.view.clone();
+            let fetch = move |key: RecordKey| match blocking::wait(view.record(&key)) {
                 Ok(Some(v)) => {
                     if let Some(e) = &examined {
                         e.doc();
@@ -535,11 +581,10 @@ fn access_records(
             }
         }
         Access::KeyHashes(hashes) => {
-            let (reader, filter) = (reader.clone(), filter.cloned());
+            let (view, filter) = (reader.view.clone(), filter.cloned());
             Box::new(hashes.clone().into_iter().flat_map(move |h| {
-                let (from, to) = keys::partition_range(id, h, h);
                 decode_scan(
-                    reader.scan(Space::Records, from, to),
+                    blocking::iter(view.scan_records(RecordScan::hashes(id, h, h))),
                     filter.clone(),
                     examined.clone(),
                 )
@@ -553,8 +598,9 @@ fn access_records(
                 pinned: plan.key_hashes.clone(),
             };
             index_records(
-                reader.clone(),
+                reader.view.clone(),
                 id,
+                vec![reader.parts.start_of(part.partition.min)],
                 &chosen.scan,
                 scope,
                 chosen.covered,
@@ -562,12 +608,16 @@ fn access_records(
             )
         }
         Access::IdRange { from, to, reverse } => {
-            let scan = if *reverse {
-                reader.scan_rev(Space::Records, from.clone(), to.clone())
-            } else {
-                reader.scan(Space::Records, from.clone(), to.clone())
+            let scan = RecordScan {
+                ids: Some((from.clone(), to.clone())),
+                reverse: *reverse,
+                ..RecordScan::hashes(id, part.partition.min, part.partition.min)
             };
-            decode_scan(scan, filter.cloned(), examined)
+            decode_scan(
+                blocking::iter(reader.view.scan_records(scan)),
+                filter.cloned(),
+                examined,
+            )
         }
         Access::IdIndex { reverse } => id_index_records(
             reader.clone(),
@@ -578,9 +628,9 @@ fn access_records(
             examined,
         ),
         Access::Scan => {
-            let (from, to) = keys::partition_range(id, part.partition.min, part.partition.max);
+            let scan = RecordScan::hashes(id, part.partition.min, part.partition.max);
             decode_scan(
-                reader.scan(Space::Records, from, to),
+                blocking::iter(reader.view.scan_records(scan)),
                 filter.cloned(),
                 examined,
             )
@@ -617,7 +667,7 @@ type Scanned = Option<Arc<Examined>>;
 /// does not match ([`Filter::may_match_raw`]): decoding is most of the
 /// cost of a scan that matches little.
 fn decode_scan(
-    scan: crate::storage::ScanIter,
+    scan: impl Iterator<Item = StorageResult<(RecordKey, Vec<u8>)>> + Send + 'static,
     filter: Option<Filter>,
     scanned: Scanned,
 ) -> RecordIter {
@@ -673,7 +723,7 @@ fn filter_records(
 /// One partition's part of a query, as a lazy stream of rows: nothing is
 /// read until the merge first asks, which it does on a pool thread.
 fn partition_rows(
-    reader: SharedReader,
+    reader: Reader,
     id: u64,
     plan: QueryPlan,
     part: PartitionPlan,
@@ -695,7 +745,7 @@ fn partition_rows(
 /// One partition's part of a query: its matching records, projected,
 /// in the order the plan's sort strategy gives, at most `keep`.
 fn partition_rows_now(
-    reader: &SharedReader,
+    reader: &Reader,
     id: u64,
     plan: &QueryPlan,
     part: &PartitionPlan,

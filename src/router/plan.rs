@@ -19,6 +19,7 @@ use std::ops::Bound;
 use bson::Bson;
 
 use super::catalog::{Collection, Sharding};
+use super::Reader;
 use super::{ChosenPlan, FindSpec, Router, PRIMARY_PARTITION, UNSHARDED_HASH};
 use crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES;
 use crate::error::Result;
@@ -27,7 +28,7 @@ use crate::partition::hash;
 use crate::partition::Partition;
 use crate::query::filter::Filter;
 use crate::query::sort::SortSpec;
-use crate::storage::{keys, keystring, SharedReader, Space};
+use crate::storage::{blocking, keystring, RecordKey};
 
 /// What one operation reads and how: built by [`Router::plan`].
 #[derive(Debug, Clone)]
@@ -65,15 +66,15 @@ pub enum Access {
     /// Exact record keys (the filter pins `_id`), in key order or its
     /// reverse.
     IdPoints {
-        keys: BTreeSet<Vec<u8>>,
+        keys: BTreeSet<RecordKey>,
         reverse: bool,
     },
     /// Every record under these hashes (the filter pins the shard key).
     KeyHashes(Vec<i64>),
     /// Entries of a secondary index, then their records unless covered.
     Index(ChosenPlan),
-    /// A range of record keys in `_id` order, forward or `reverse`: the
-    /// partition holds one hash, so key order is `_id` order.
+    /// A range of `keystring(_id)` under the partition's one hash, in
+    /// `_id` order, forward or `reverse`.
     IdRange {
         from: Bound<Vec<u8>>,
         to: Bound<Vec<u8>>,
@@ -174,20 +175,21 @@ impl QueryPlan {
 
 impl Router {
     /// Plans a read of `coll`. `reader` resolves pinned `_id`s to the
-    /// partitions that hold them (writers pass the live engine, which is
-    /// consistent under their lock; readers a snapshot).
-    pub fn plan(
+    /// partitions that hold them, and its partition map is the one the
+    /// plan targets (writers pass the live store, which is consistent
+    /// under their lock; readers a snapshot).
+    pub(crate) fn plan(
         &self,
         coll: &Collection,
         spec: &FindSpec,
-        reader: &SharedReader,
+        reader: &Reader,
     ) -> Result<QueryPlan> {
         plan(coll, spec, reader)
     }
 }
 
 /// See [`Router::plan`].
-pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &SharedReader) -> Result<QueryPlan> {
+pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Result<QueryPlan> {
     let filter = spec.filter.as_ref();
     let limit = spec.limit.filter(|&l| l > 0);
     let index = choose_index(coll, spec)?;
@@ -210,18 +212,12 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &SharedReader) ->
                 (None, Some(ids)) => Access::IdPoints {
                     keys: ids
                         .iter()
-                        .map(|v| {
-                            keys::record_key(coll.id, UNSHARDED_HASH, &keystring::encode_id(v))
-                        })
+                        .map(|v| RecordKey::new(coll.id, UNSHARDED_HASH, keystring::encode_id(v)))
                         .collect(),
                     reverse,
                 },
                 (None, None) => {
-                    let (from, to) = id_key_range(
-                        &keys::record_key(coll.id, UNSHARDED_HASH, &[]),
-                        keys::collection_range(coll.id),
-                        filter,
-                    );
+                    let (from, to) = id_key_range(filter);
                     Access::IdRange { from, to, reverse }
                 }
             };
@@ -285,10 +281,10 @@ fn sharded_parts(
     index: Option<&ChosenPlan>,
     ids: Option<Vec<Bson>>,
     id_sort: Option<bool>,
-    reader: &SharedReader,
+    reader: &Reader,
 ) -> Result<Vec<PartitionPlan>> {
     let filter = spec.filter.as_ref();
-    let map = sharding.map();
+    let map = reader.map_of(sharding);
     let hashes = key_hashes(sharding, filter);
     let owners: Vec<Partition> = match &hashes {
         Some(hashes) => {
@@ -306,8 +302,8 @@ fn sharded_parts(
         let mut found = Vec::new();
         for v in ids {
             let id_key = keystring::encode_id(v);
-            let entry = reader.get(Space::Index, &keys::index_key(coll.id, 0, &id_key))?;
-            if let Some(h) = entry.as_deref().and_then(crate::index::entry_hash) {
+            let entry = blocking::wait(reader.view.id_entry(coll.id, &id_key))?;
+            if let Some(h) = entry {
                 found.push((h, id_key));
             }
         }
@@ -324,7 +320,7 @@ fn sharded_parts(
                     keys: found
                         .iter()
                         .filter(|(h, _)| part.contains(*h))
-                        .map(|(h, id_key)| keys::record_key(coll.id, *h, id_key))
+                        .map(|(h, id_key)| RecordKey::new(coll.id, *h, id_key.clone()))
                         .collect(),
                     reverse: false,
                 }
@@ -341,7 +337,7 @@ fn sharded_parts(
                             .iter()
                             .flat_map(|&h| {
                                 ids.iter().map(move |v| {
-                                    keys::record_key(coll.id, h, &keystring::encode_id(v))
+                                    RecordKey::new(coll.id, h, keystring::encode_id(v))
                                 })
                             })
                             .collect(),
@@ -474,22 +470,14 @@ pub(crate) fn id_sort_direction(sort: &SortSpec) -> Option<bool> {
     }
 }
 
-/// The keys under `prefix | keystring(_id)` that the `_id` bounds of
-/// `filter` allow, or `all` when it has none.
-pub(crate) fn id_key_range(
-    prefix: &[u8],
-    all: (Bound<Vec<u8>>, Bound<Vec<u8>>),
-    filter: Option<&Filter>,
-) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    let (all_from, all_to) = all;
+/// The bounds on `keystring(_id)` that the `_id` bounds of `filter`
+/// allow (unbounded when it has none).
+pub(crate) fn id_key_range(filter: Option<&Filter>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let (all_from, all_to) = (Bound::Unbounded, Bound::Unbounded);
     let Some((lower, upper)) = filter.and_then(|f| f.range_bounds("_id")) else {
         return (all_from, all_to);
     };
-    let with_prefix = |tail: &[u8]| {
-        let mut k = prefix.to_vec();
-        k.extend_from_slice(tail);
-        k
-    };
+    let with_prefix = |tail: &[u8]| tail.to_vec();
     // A comparison only matches values of its own type class, so a
     // one-sided range stops at the edge of that class.
     let class_start = |v: &Bson| with_prefix(&keystring::encode_id(v)[..1]);
@@ -523,14 +511,16 @@ mod tests {
     use super::*;
     use crate::partition::ShardKey;
     use crate::router::Namespace;
-    use crate::storage::embedded::EmbeddedEngine;
+    use std::sync::Arc;
+
+    use crate::storage::kv::KvStore;
+    use crate::storage::memory::MemoryEngine;
 
     /// A router over a fresh store, with `n` documents `{_id, k, a}` in
     /// `t.plain` (unsharded) and `t.sharded` (4 partitions on `k`).
-    async fn router(n: i32) -> (tempfile::TempDir, Router) {
-        let dir = tempfile::tempdir().unwrap();
-        let engine = EmbeddedEngine::open(dir.path(), 1 << 20).unwrap();
-        let router = Router::open(engine).unwrap();
+    async fn router(n: i32) -> (MemoryEngine, Router) {
+        let engine = MemoryEngine::default();
+        let router = Router::open(KvStore::new(Arc::new(engine.clone()))).unwrap();
         let sharded = Namespace::new("t", "sharded").unwrap();
         router
             .shard_collection_now(&sharded, ShardKey::new("k").unwrap(), Some(4))
@@ -542,13 +532,13 @@ mod tests {
                 .collect();
             router.insert(&ns, docs, true).await.unwrap();
         }
-        (dir, router)
+        (engine, router)
     }
 
     fn plan_of(router: &Router, coll: &str, spec: FindSpec) -> QueryPlan {
         let ns = Namespace::new("t", coll).unwrap();
         let coll = router.collection(&ns).unwrap();
-        let reader: SharedReader = router.engine().clone();
+        let reader = Reader::live(router, &coll);
         router.plan(&coll, &spec, &reader).unwrap()
     }
 

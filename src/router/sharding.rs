@@ -1,11 +1,12 @@
 //! Sharding a collection and splitting its partitions.
 //!
 //! Records are keyed by `collection | hash | _id`, and a partition is a
-//! hash range, so a split moves no data: it is a new partition map, one
-//! catalog write under the collection's write lock. Readers already
-//! running keep the partitions (ranges) they started with, which still
-//! hold exactly the same records; writers after the split see the new
-//! map. Sharding a collection that holds data does move it: its records
+//! hash range, so a split moves no records: it is a new partition map
+//! and the secondary-index entries of the upper half re-keyed under its
+//! start, one atomic batch under the collection's write lock. Readers
+//! take their map and their view together (`Sharding::view_lock`), so the
+//! partitions they read match where their view keeps the entries; writers
+//! after the split see the new map. Sharding a collection that holds data does move it: its records
 //! are copied under their hashes into a new key range, and the catalog
 //! switches to it in one write.
 
@@ -17,13 +18,13 @@ use bson::Document;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::catalog::{partition_usage_key, usage_entries, Usage};
+use super::catalog::{usage_entries, Usage};
 use super::write::CollectionBatch;
 use super::{Collection, Namespace, Router, Sharding};
 use crate::bail;
 use crate::error::{Error, Result};
 use crate::partition::{PartitionMap, ShardKey};
-use crate::storage::{keys, Space, WriteBatch};
+use crate::storage::{blocking, IndexEntryKey, IndexScan, RecordScan, WriteBatch, WriteOp};
 
 /// Collections waiting for a partition split.
 #[derive(Default)]
@@ -105,7 +106,7 @@ impl Router {
             ));
             coll.adopt_indexes(&old);
             // The reserved ids are durable before any record uses them.
-            let mut seq = self.engine.write(std::mem::take(&mut batch))?;
+            let mut seq = self.commit(std::mem::take(&mut batch))?;
             // Copy every record under its hash, with its `_id` index entry
             // and logical-partition size; nobody reads the new id until
             // the catalog points at it.
@@ -117,7 +118,7 @@ impl Router {
                 ));
             }
             self.catalog.put_meta(&coll, &mut batch)?;
-            seq = seq.max(self.engine.write(batch)?);
+            seq = seq.max(self.commit(batch)?);
             self.catalog.replace(&old, coll.clone());
             seq = seq.max(self.catalog.delete_records(old.id)?);
             self.request_split(ns);
@@ -128,8 +129,8 @@ impl Router {
     /// Copies the records of unsharded `old` into sharded `new`, a batch
     /// of [`COPY_BATCH`] at a time.
     fn copy_sharded(&self, old: &Collection, new: &Collection) -> Result<()> {
-        let (from, to) = keys::collection_range(old.id);
-        let mut records = self.engine.scan(Space::Records, from, to).peekable();
+        let scan = self.store.live().scan_records(RecordScan::all(old.id));
+        let mut records = blocking::iter(scan).peekable();
         while records.peek().is_some() {
             let mut writes = CollectionBatch::new(self, new);
             for item in records.by_ref().take(COPY_BATCH) {
@@ -222,10 +223,10 @@ impl Router {
             return Ok(None);
         };
         // Find the median outside the lock, on a snapshot.
-        let snapshot = self.engine.snapshot();
+        let snapshot = self.store.view();
         let mut total = 0u64;
         let mut entries = Vec::new();
-        for entry in usage_entries(snapshot.as_ref(), coll.id, part.min, part.max) {
+        for entry in usage_entries(&snapshot, coll.id, part.min, part.max) {
             let (hash, u) = entry?;
             total += u.bytes;
             entries.push((hash, u.bytes));
@@ -259,27 +260,51 @@ impl Router {
         let Some(new) = old.split(id, at, first, first + 1) else {
             return Ok(None);
         };
+        let live = self.store.live();
         let mut halves = [Usage::default(); 2];
         for (half, (min, max)) in [(part.min, at - 1), (at, part.max)].into_iter().enumerate() {
-            for entry in usage_entries(self.engine.as_ref(), coll.id, min, max) {
+            for entry in usage_entries(&live, coll.id, min, max) {
                 let (_, u) = entry?;
                 halves[half].count += u.count;
                 halves[half].bytes += u.bytes;
             }
         }
-        batch.delete(Space::Index, partition_usage_key(coll.id, id));
+        batch.push(WriteOp::DeletePartitionTotal {
+            collection: coll.id,
+            partition: id,
+        });
         for (i, half) in halves.iter().enumerate() {
-            batch.put(
-                Space::Index,
-                partition_usage_key(coll.id, first + i as u64),
-                half.encode(),
-            );
+            batch.push(WriteOp::PutPartitionTotal {
+                collection: coll.id,
+                partition: first + i as u64,
+                usage: *half,
+            });
         }
+        // The entries of the upper half move under its own start, in the
+        // batch that publishes the map.
+        for index in coll.indexes().iter() {
+            let scan = IndexScan::all(coll.id, index.number, Some(part.min));
+            for item in blocking::iter(live.scan_index(scan)) {
+                let (entry, value) = item?;
+                let hash = crate::index::entry_hash(&value)
+                    .ok_or_else(|| Error::internal("corrupt index entry"))?;
+                if hash < at {
+                    continue;
+                }
+                let moved = IndexEntryKey {
+                    partition: at,
+                    ..entry.clone()
+                };
+                batch.push(WriteOp::DeleteIndexEntry(entry));
+                batch.push(WriteOp::PutIndexEntry(moved, value));
+            }
+        }
+        let readers = sharding.view_lock.write();
         sharding.set_map(new);
         let written = self
             .catalog
             .put_meta(coll, &mut batch)
-            .and_then(|()| Ok(self.engine.write(batch)?));
+            .and_then(|()| self.commit(batch));
         let seq = match written {
             Ok(seq) => seq,
             Err(e) => {
@@ -287,6 +312,7 @@ impl Router {
                 return Err(e);
             }
         };
+        drop(readers);
         let mut usage = sharding.usage();
         usage.remove(&id);
         usage.insert(first, halves[0]);

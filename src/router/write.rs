@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bson::raw::{RawBsonRef, RawIter};
 use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 
-use super::catalog::{partition_usage_key, usage_key, Usage};
+use super::catalog::Usage;
 use super::indexes::IndexWrites;
 use super::{Collection, Namespace, Record, Router, Sharding};
 use crate::base::limits::MAX_BSON_OBJECT_SIZE;
@@ -21,8 +21,8 @@ use crate::partition::PartitionMap;
 use crate::query::filter::Filter;
 use crate::query::sort::SortSpec;
 use crate::query::update::{documents_identical, ApplyContext, Update};
-use crate::storage::{keys, keystring};
-use crate::storage::{Space, WriteBatch};
+use crate::storage::{blocking, keystring};
+use crate::storage::{RecordKey, SharedView, WriteBatch, WriteOp};
 use crate::{bail, err};
 
 /// The result of an insert batch.
@@ -255,6 +255,8 @@ pub(crate) struct PartitionedBatch<'a> {
     coll: &'a Collection,
     sharding: &'a Sharding,
     map: Arc<PartitionMap>,
+    /// The latest state; the write lock keeps it still.
+    live: SharedView,
     batch: WriteBatch,
     /// Usage of each hash touched, as it will be after the batch.
     hashes: HashMap<i64, Usage>,
@@ -270,6 +272,7 @@ impl<'a> PartitionedBatch<'a> {
             coll,
             sharding,
             map: sharding.map(),
+            live: router.store.live(),
             batch: WriteBatch::default(),
             hashes: HashMap::new(),
             partitions: HashMap::new(),
@@ -278,11 +281,8 @@ impl<'a> PartitionedBatch<'a> {
 
     fn usage(&mut self, hash: i64) -> Result<&mut Usage> {
         if let std::collections::hash_map::Entry::Vacant(v) = self.hashes.entry(hash) {
-            let stored = self
-                .router
-                .engine
-                .get(Space::Index, &usage_key(self.coll.id, hash))?;
-            v.insert(stored.map(|b| Usage::decode(&b)).unwrap_or_default());
+            let stored = blocking::wait(self.live.usage(self.coll.id, hash))?;
+            v.insert(stored.unwrap_or_default());
         }
         Ok(self.hashes.entry(hash).or_default())
     }
@@ -311,18 +311,10 @@ impl<'a> PartitionedBatch<'a> {
         Ok(())
     }
 
-    /// The key of the `_id` index entry of `id`.
-    fn id_entry(&self, id: &Bson) -> Vec<u8> {
-        keys::index_key(self.coll.id, 0, &keystring::encode_id(id))
-    }
-
     /// True when a document with this `_id` is stored.
     pub fn id_exists(&self, id: &Bson) -> Result<bool> {
-        Ok(self
-            .router
-            .engine
-            .get(Space::Index, &self.id_entry(id))?
-            .is_some())
+        let found = self.live.id_entry(self.coll.id, &keystring::encode_id(id));
+        Ok(blocking::wait(found)?.is_some())
     }
 
     /// Adds a new document, in BSON form (its `_id` checked unique by
@@ -338,16 +330,15 @@ impl<'a> PartitionedBatch<'a> {
         let id_key = keystring::encode_id(id);
         self.usage(hash)?.add(bytes.len());
         self.partition_delta(hash, 1, bytes.len() as i64);
-        self.batch.put(
-            Space::Index,
-            keys::index_key(self.coll.id, 0, &id_key),
-            hash.to_be_bytes().to_vec(),
-        );
-        self.batch.put(
-            Space::Records,
-            keys::record_key(self.coll.id, hash, &id_key),
+        self.batch.push(WriteOp::PutIdEntry {
+            collection: self.coll.id,
+            id: id_key.clone(),
+            hash,
+        });
+        self.batch.push(WriteOp::PutRecord(
+            RecordKey::new(self.coll.id, hash, id_key),
             bytes,
-        );
+        ));
         Ok(())
     }
 
@@ -355,8 +346,7 @@ impl<'a> PartitionedBatch<'a> {
     /// shard-key value when that changed: the delete and the insert are
     /// one atomic batch, so readers see it in exactly one place.
     pub fn replace(&mut self, old: &Record, doc: &Document, bytes: Vec<u8>) -> Result<()> {
-        let old_hash = keys::record_hash(&old.key)
-            .ok_or_else(|| Error::internal("record key without a hash"))?;
+        let old_hash = old.key.hash;
         let value = self.sharding.key.value(doc)?;
         let hash = match value {
             Some(v) => crate::partition::hash::hash_value(v),
@@ -368,40 +358,38 @@ impl<'a> PartitionedBatch<'a> {
             let usage = self.usage(hash)?;
             usage.bytes = (usage.bytes as i64 + new_len - old.len as i64).max(0) as u64;
             self.partition_delta(hash, 0, new_len - old.len as i64);
-            self.batch.put(Space::Records, old.key.clone(), bytes);
+            self.batch.push(WriteOp::PutRecord(old.key.clone(), bytes));
             return Ok(());
         }
         self.check_cap(hash, value, new_len)?;
-        let id_key = keys::record_id_key(&old.key).to_vec();
+        let id_key = old.key.id.clone();
         self.usage(old_hash)?.remove(old.len);
         self.partition_delta(old_hash, -1, -(old.len as i64));
         self.usage(hash)?.add(bytes.len());
         self.partition_delta(hash, 1, new_len);
-        self.batch.delete(Space::Records, old.key.clone());
-        self.batch.put(
-            Space::Index,
-            keys::index_key(self.coll.id, 0, &id_key),
-            hash.to_be_bytes().to_vec(),
-        );
-        self.batch.put(
-            Space::Records,
-            keys::record_key(self.coll.id, hash, &id_key),
+        self.batch.push(WriteOp::DeleteRecord(old.key.clone()));
+        self.batch.push(WriteOp::PutIdEntry {
+            collection: self.coll.id,
+            id: id_key.clone(),
+            hash,
+        });
+        self.batch.push(WriteOp::PutRecord(
+            RecordKey::new(self.coll.id, hash, id_key),
             bytes,
-        );
+        ));
         Ok(())
     }
 
     /// Removes a stored document.
     pub fn delete(&mut self, old: &Record) -> Result<()> {
-        let hash = keys::record_hash(&old.key)
-            .ok_or_else(|| Error::internal("record key without a hash"))?;
+        let hash = old.key.hash;
         self.usage(hash)?.remove(old.len);
         self.partition_delta(hash, -1, -(old.len as i64));
-        self.batch.delete(
-            Space::Index,
-            keys::index_key(self.coll.id, 0, keys::record_id_key(&old.key)),
-        );
-        self.batch.delete(Space::Records, old.key.clone());
+        self.batch.push(WriteOp::DeleteIdEntry {
+            collection: self.coll.id,
+            id: old.key.id.clone(),
+        });
+        self.batch.push(WriteOp::DeleteRecord(old.key.clone()));
         Ok(())
     }
 
@@ -411,13 +399,17 @@ impl<'a> PartitionedBatch<'a> {
         if self.batch.is_empty() {
             return Ok(0);
         }
-        for (hash, usage) in &self.hashes {
-            let key = usage_key(self.coll.id, *hash);
-            if usage.count == 0 {
-                self.batch.delete(Space::Index, key);
+        let collection = self.coll.id;
+        for (&hash, &usage) in &self.hashes {
+            self.batch.push(if usage.count == 0 {
+                WriteOp::DeleteUsage { collection, hash }
             } else {
-                self.batch.put(Space::Index, key, usage.encode());
-            }
+                WriteOp::PutUsage {
+                    collection,
+                    hash,
+                    usage,
+                }
+            });
         }
         let totals: Vec<(u64, Usage)> = self
             .partitions
@@ -429,14 +421,14 @@ impl<'a> PartitionedBatch<'a> {
                 (partition, u)
             })
             .collect();
-        for (partition, u) in &totals {
-            self.batch.put(
-                Space::Index,
-                partition_usage_key(self.coll.id, *partition),
-                u.encode(),
-            );
+        for &(partition, usage) in &totals {
+            self.batch.push(WriteOp::PutPartitionTotal {
+                collection,
+                partition,
+                usage,
+            });
         }
-        let seq = self.router.engine.write(std::mem::take(&mut self.batch))?;
+        let seq = self.router.commit(std::mem::take(&mut self.batch))?;
         let split_bytes = self.router.options.split_bytes;
         let mut oversized = false;
         for (partition, u) in totals {
@@ -465,6 +457,8 @@ enum Layout<'a> {
 pub(crate) struct CollectionBatch<'a> {
     router: &'a Router,
     coll: &'a Collection,
+    /// The latest state; the write lock keeps it still.
+    live: SharedView,
     layout: Layout<'a>,
     indexes: IndexWrites,
     /// Index entries, written with the records in one atomic batch.
@@ -480,6 +474,7 @@ impl<'a> CollectionBatch<'a> {
         CollectionBatch {
             router,
             coll,
+            live: router.store.live(),
             layout,
             indexes: IndexWrites::new(coll),
             index_batch: WriteBatch::default(),
@@ -489,11 +484,10 @@ impl<'a> CollectionBatch<'a> {
     /// True when a document with this `_id` is stored.
     pub fn id_exists(&self, id: &Bson) -> Result<bool> {
         match &self.layout {
-            Layout::Unsharded(_) => Ok(self
-                .router
-                .engine
-                .get(Space::Records, &Router::id_key(self.coll, id))?
-                .is_some()),
+            Layout::Unsharded(_) => {
+                let found = self.live.record(&Router::id_key(self.coll, id));
+                Ok(blocking::wait(found)?.is_some())
+            }
             Layout::Partitioned(pb) => pb.id_exists(id),
         }
     }
@@ -519,17 +513,12 @@ impl<'a> CollectionBatch<'a> {
             })?;
             let hash = self.hash_of(&doc)?;
             let id_key = keystring::encode_id(id);
-            self.indexes.changes(
-                self.router.engine.as_ref(),
-                &self.coll.ns,
-                &id_key,
-                None,
-                Some((&doc, hash)),
-            )?
+            self.indexes
+                .changes(&self.live, &self.coll.ns, &id_key, None, Some((&doc, hash)))?
         };
         match &mut self.layout {
             Layout::Unsharded(batch) => {
-                batch.put(Space::Records, Router::id_key(self.coll, id), bytes)
+                batch.push(WriteOp::PutRecord(Router::id_key(self.coll, id), bytes))
             }
             Layout::Partitioned(pb) => pb.insert(id, bytes)?,
         }
@@ -542,19 +531,17 @@ impl<'a> CollectionBatch<'a> {
         let index_ops = if self.indexes.is_empty() {
             Vec::new()
         } else {
-            let old_hash = keys::record_hash(&old.key)
-                .ok_or_else(|| Error::internal("record key without a hash"))?;
             let hash = self.hash_of(doc)?;
             self.indexes.changes(
-                self.router.engine.as_ref(),
+                &self.live,
                 &self.coll.ns,
-                keys::record_id_key(&old.key),
-                Some((&old.doc, old_hash)),
+                &old.key.id,
+                Some((&old.doc, old.key.hash)),
                 Some((doc, hash)),
             )?
         };
         match &mut self.layout {
-            Layout::Unsharded(batch) => batch.put(Space::Records, old.key.clone(), bytes),
+            Layout::Unsharded(batch) => batch.push(WriteOp::PutRecord(old.key.clone(), bytes)),
             Layout::Partitioned(pb) => pb.replace(old, doc, bytes)?,
         }
         self.indexes.apply(index_ops, &mut self.index_batch);
@@ -566,18 +553,16 @@ impl<'a> CollectionBatch<'a> {
         let index_ops = if self.indexes.is_empty() {
             Vec::new()
         } else {
-            let old_hash = keys::record_hash(&old.key)
-                .ok_or_else(|| Error::internal("record key without a hash"))?;
             self.indexes.changes(
-                self.router.engine.as_ref(),
+                &self.live,
                 &self.coll.ns,
-                keys::record_id_key(&old.key),
-                Some((&old.doc, old_hash)),
+                &old.key.id,
+                Some((&old.doc, old.key.hash)),
                 None,
             )?
         };
         match &mut self.layout {
-            Layout::Unsharded(batch) => batch.delete(Space::Records, old.key.clone()),
+            Layout::Unsharded(batch) => batch.push(WriteOp::DeleteRecord(old.key.clone())),
             Layout::Partitioned(pb) => pb.delete(old)?,
         }
         self.indexes.apply(index_ops, &mut self.index_batch);
@@ -599,7 +584,7 @@ impl<'a> CollectionBatch<'a> {
                 if batch.is_empty() {
                     return Ok(0);
                 }
-                Ok(self.router.engine.write(batch)?)
+                self.router.commit(batch)
             }
             Layout::Partitioned(mut pb) => {
                 pb.batch.ops.extend(index_ops);

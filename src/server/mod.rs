@@ -1,6 +1,6 @@
 //! The server: accept loop, one task per connection, graceful shutdown.
 //!
-//! `run` opens storage, builds the shared state, accepts connections
+//! `run` takes the opened storage (chosen in `main`), builds the shared state, accepts connections
 //! (serving at most `--max-connections` at once; the ones over it get an
 //! error and are closed) and waits for Ctrl-C or SIGTERM.
 //! On a signal it stops accepting, tells every connection to finish the
@@ -21,16 +21,11 @@ use tokio::sync::{watch, Semaphore};
 use crate::commands::ServerState;
 use crate::config::Config;
 use crate::router::Router;
-use crate::storage::embedded::EmbeddedEngine;
 
-/// Runs the server until a shutdown signal.
-pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
-    secure_data_dir(&config.data_dir)?;
-    let engine = EmbeddedEngine::open(&config.data_dir, config.cache_mb * 1024 * 1024)?;
-    let router = Arc::new(Router::open_with(
-        engine.clone(),
-        config.partition_options(),
-    )?);
+/// Runs the server over `router` (opened by the caller on the backend it
+/// chose) until a shutdown signal.
+pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::error::Error>> {
+    let router = Arc::new(router);
     let splitter = tokio::spawn(router.clone().run_splitter());
     let ttl_monitor = tokio::spawn(
         router
@@ -45,7 +40,7 @@ pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             router.request_split(&coll.ns);
         }
     }
-    let state = ServerState::new(router, config.clone());
+    let state = ServerState::new(router.clone(), config.clone());
     let listener = TcpListener::bind(config.bind).await?;
     tracing::info!(
         bind = %config.bind,
@@ -121,7 +116,7 @@ pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     cursor_reaper.abort();
     splitter.abort();
     ttl_monitor.abort();
-    crate::storage::Engine::close(&*engine)?;
+    router.close()?;
     tracing::info!("storage flushed; bye");
     Ok(())
 }
@@ -138,7 +133,7 @@ static ACCEPT_WARNINGS: WarnLimit = WarnLimit::new();
 /// Makes the data directory (and what is already in it) readable by this
 /// user only: the journal holds document values in plain text. Files
 /// created later are private through the process umask (see `main`).
-fn secure_data_dir(dir: &Path) -> std::io::Result<()> {
+pub fn secure_data_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};

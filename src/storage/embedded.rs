@@ -7,7 +7,6 @@
 //! or wholly absent.
 
 use std::fs::File;
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,10 +16,9 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, Sn
 use futures::future::BoxFuture;
 
 use super::durability::GroupCommit;
-use super::{
-    CommitSeq, Engine, Reader, ScanIter, SharedReader, Space, StorageError, StorageResult,
-    WriteBatch, WriteOp,
-};
+use super::kv::{KvEngine, KvOp, KvRead, KvStore, ScanIter, Space};
+use super::layout::KeyRange;
+use super::{CommitSeq, StorageError, StorageResult};
 
 /// Size at which a memtable is sealed and flushed to disk.
 const MEMTABLE_BYTES: u64 = 32 * 1024 * 1024;
@@ -82,6 +80,7 @@ struct Spaces {
     records: Keyspace,
     catalog: Keyspace,
     index: Keyspace,
+    usage: Keyspace,
 }
 
 impl Spaces {
@@ -90,6 +89,7 @@ impl Spaces {
             Space::Records => &self.records,
             Space::Catalog => &self.catalog,
             Space::Index => &self.index,
+            Space::Usage => &self.usage,
         }
     }
 }
@@ -117,7 +117,7 @@ fn owned(
     })
 }
 
-impl Reader for EmbeddedSnapshot {
+impl KvRead for EmbeddedSnapshot {
     fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
         Ok(self
             .snapshot
@@ -126,23 +126,42 @@ impl Reader for EmbeddedSnapshot {
             .map(|v| v.to_vec()))
     }
 
-    fn scan(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter {
-        Box::new(owned(
-            self.snapshot
-                .range::<Vec<u8>, _>(self.spaces.get(space), (from, to)),
-        ))
+    fn scan(&self, space: Space, range: KeyRange, reverse: bool) -> ScanIter {
+        let iter = self
+            .snapshot
+            .range::<Vec<u8>, _>(self.spaces.get(space), range);
+        if reverse {
+            Box::new(owned(iter.rev()))
+        } else {
+            Box::new(owned(iter))
+        }
+    }
+}
+
+impl KvRead for Spaces {
+    fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        Ok(Spaces::get(self, space)
+            .get(key)
+            .map_err(engine_err)?
+            .map(|v| v.to_vec()))
     }
 
-    fn scan_rev(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter {
-        Box::new(owned(
-            self.snapshot
-                .range::<Vec<u8>, _>(self.spaces.get(space), (from, to))
-                .rev(),
-        ))
+    fn scan(&self, space: Space, range: KeyRange, reverse: bool) -> ScanIter {
+        let iter = Spaces::get(self, space).range::<Vec<u8>, _>(range);
+        if reverse {
+            Box::new(owned(iter.rev()))
+        } else {
+            Box::new(owned(iter))
+        }
     }
 }
 
 impl EmbeddedEngine {
+    /// Opens (or creates) the store in `dir`, recovering from the journal.
+    pub fn open_store(dir: &Path, cache_bytes: u64) -> StorageResult<Arc<KvStore>> {
+        Ok(KvStore::new(EmbeddedEngine::open(dir, cache_bytes)?))
+    }
+
     /// Opens (or creates) the database in `dir`, recovering from the journal.
     pub fn open(dir: &Path, cache_bytes: u64) -> StorageResult<Arc<EmbeddedEngine>> {
         std::fs::create_dir_all(dir)
@@ -166,6 +185,9 @@ impl EmbeddedEngine {
                 KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
             })
             .map_err(engine_err)?;
+        let usage = db
+            .keyspace("usage", KeyspaceCreateOptions::default)
+            .map_err(engine_err)?;
         let sync_db = db.clone();
         let journal = Mutex::new(ActiveJournal::new(dir.join("engine")));
         let group = GroupCommit::start(Box::new(move || {
@@ -187,50 +209,41 @@ impl EmbeddedEngine {
                 records,
                 catalog,
                 index,
+                usage,
             },
             group,
         }))
     }
-
-    fn keyspace(&self, space: Space) -> &Keyspace {
-        self.spaces.get(space)
-    }
 }
 
-impl Reader for EmbeddedEngine {
+impl KvRead for EmbeddedEngine {
     fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
-        Ok(self
-            .keyspace(space)
-            .get(key)
-            .map_err(engine_err)?
-            .map(|v| v.to_vec()))
+        KvRead::get(&self.spaces, space, key)
     }
 
-    fn scan(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter {
-        Box::new(owned(self.keyspace(space).range::<Vec<u8>, _>((from, to))))
-    }
-
-    fn scan_rev(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter {
-        Box::new(owned(
-            self.keyspace(space).range::<Vec<u8>, _>((from, to)).rev(),
-        ))
+    fn scan(&self, space: Space, range: KeyRange, reverse: bool) -> ScanIter {
+        KvRead::scan(&self.spaces, space, range, reverse)
     }
 }
 
-impl Engine for EmbeddedEngine {
-    fn snapshot(&self) -> SharedReader {
+impl KvEngine for EmbeddedEngine {
+    fn snapshot(&self) -> Arc<dyn KvRead> {
         Arc::new(EmbeddedSnapshot {
             snapshot: self.db.snapshot(),
             spaces: self.spaces.clone(),
         })
     }
 
-    fn write(&self, batch: WriteBatch) -> StorageResult<CommitSeq> {
+    fn live(&self) -> Arc<dyn KvRead> {
+        Arc::new(self.spaces.clone())
+    }
+
+    fn write(&self, ops: Vec<KvOp>) -> StorageResult<CommitSeq> {
         let mut wb = self.db.batch();
-        for op in batch.ops {
+        for op in ops {
             match op {
-                WriteOp::Put { space, key, value } => wb.insert(self.keyspace(space), key, value),
-                WriteOp::Delete { space, key } => wb.remove(self.keyspace(space), key),
+                KvOp::Put { space, key, value } => wb.insert(self.spaces.get(space), key, value),
+                KvOp::Delete { space, key } => wb.remove(self.spaces.get(space), key),
             }
         }
         wb.commit().map_err(engine_err)?;
@@ -254,50 +267,87 @@ impl Engine for EmbeddedEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ops::Bound;
+
+    fn put(space: Space, k: &[u8], v: &[u8]) -> KvOp {
+        KvOp::Put {
+            space,
+            key: k.to_vec(),
+            value: v.to_vec(),
+        }
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
             let e = EmbeddedEngine::open(dir.path(), 1 << 20).unwrap();
-            let mut b = WriteBatch::default();
-            b.put(Space::Records, b"k1".to_vec(), b"v1".to_vec());
-            b.put(Space::Catalog, b"c".to_vec(), b"m".to_vec());
-            let seq = e.write(b).unwrap();
+            let seq = e
+                .write(vec![
+                    put(Space::Records, b"k1", b"v1"),
+                    put(Space::Catalog, b"c", b"m"),
+                    put(Space::Usage, b"u", b"1"),
+                ])
+                .unwrap();
             e.durable(seq).await.unwrap();
         }
         let e = EmbeddedEngine::open(dir.path(), 1 << 20).unwrap();
-        assert_eq!(e.get(Space::Records, b"k1").unwrap(), Some(b"v1".to_vec()));
-        assert_eq!(e.get(Space::Catalog, b"c").unwrap(), Some(b"m".to_vec()));
-        assert_eq!(e.get(Space::Records, b"c").unwrap(), None);
+        assert_eq!(
+            KvRead::get(&*e, Space::Records, b"k1").unwrap(),
+            Some(b"v1".to_vec())
+        );
+        assert_eq!(
+            KvRead::get(&*e, Space::Catalog, b"c").unwrap(),
+            Some(b"m".to_vec())
+        );
+        assert_eq!(
+            KvRead::get(&*e, Space::Usage, b"u").unwrap(),
+            Some(b"1".to_vec())
+        );
+        assert_eq!(KvRead::get(&*e, Space::Records, b"c").unwrap(), None);
     }
 
     #[test]
     fn scans_are_ordered_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
         let e = EmbeddedEngine::open(dir.path(), 1 << 20).unwrap();
-        let mut b = WriteBatch::default();
-        for k in [b"a3", b"a1", b"b1", b"a2"] {
-            b.put(Space::Records, k.to_vec(), vec![]);
-        }
-        e.write(b).unwrap();
-        let keys: Vec<Vec<u8>> = e
-            .scan(
-                Space::Records,
-                Bound::Included(b"a".to_vec()),
-                Bound::Excluded(b"b".to_vec()),
-            )
-            .map(|r| r.unwrap().0)
+        let ops = [b"a3", b"a1", b"b1", b"a2"]
+            .into_iter()
+            .map(|k| put(Space::Records, k, b""))
             .collect();
-        assert_eq!(keys, vec![b"a1".to_vec(), b"a2".to_vec(), b"a3".to_vec()]);
-        let rev: Vec<Vec<u8>> = e
-            .scan_rev(
-                Space::Records,
-                Bound::Unbounded,
-                Bound::Excluded(b"b".to_vec()),
-            )
-            .map(|r| r.unwrap().0)
-            .collect();
-        assert_eq!(rev, vec![b"a3".to_vec(), b"a2".to_vec(), b"a1".to_vec()]);
+        e.write(ops).unwrap();
+        let keys = |range: KeyRange, reverse: bool| -> Vec<Vec<u8>> {
+            KvRead::scan(&*e, Space::Records, range, reverse)
+                .map(|r| r.unwrap().0)
+                .collect()
+        };
+        assert_eq!(
+            keys(
+                (
+                    Bound::Included(b"a".to_vec()),
+                    Bound::Excluded(b"b".to_vec())
+                ),
+                false
+            ),
+            vec![b"a1".to_vec(), b"a2".to_vec(), b"a3".to_vec()]
+        );
+        assert_eq!(
+            keys((Bound::Unbounded, Bound::Excluded(b"b".to_vec())), true),
+            vec![b"a3".to_vec(), b"a2".to_vec(), b"a1".to_vec()]
+        );
+        let snapshot = e.snapshot();
+        e.write(vec![put(Space::Records, b"a0", b"")]).unwrap();
+        assert_eq!(
+            snapshot
+                .scan(Space::Records, (Bound::Unbounded, Bound::Unbounded), false)
+                .count(),
+            4
+        );
+        assert_eq!(
+            e.live()
+                .scan(Space::Records, (Bound::Unbounded, Bound::Unbounded), false)
+                .count(),
+            5
+        );
     }
 }

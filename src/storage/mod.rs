@@ -1,24 +1,50 @@
 //! Storage: the bottom layer. Everything above reaches it through the
 //! router; nothing here knows about MongoDB commands.
 //!
-//! - [`Engine`] is the key-value contract every backend implements: point
-//!   reads, ordered range scans, atomic write batches and a durability
-//!   wait that lets many concurrent writers share one sync.
-//! - [`embedded`] is the default backend, on the `fjall` LSM engine.
-//! - [`keys`] lays out records so one physical partition is one
-//!   contiguous key range: `collection id | shard-key hash | _id`.
-//! - [`keystring`] is the order-preserving encoding of BSON values.
+//! The seam is the [`Store`] trait, which speaks in partitions and typed
+//! keys, never in bytes:
+//!
+//! - a [`View`] reads one record, scans a partition's records (a hash
+//!   range, optionally an `_id` sub-range, either direction, with a filter
+//!   and a limit a backend may push down), scans a partition's index
+//!   range, looks up `_id` entries and reads the usage counters;
+//! - [`Store::apply`] applies an atomic [`WriteBatch`] of typed
+//!   [`WriteOp`]s and [`Store::durable`] waits until a commit survives a
+//!   crash (many writers share one sync);
+//! - the catalog space (collection metadata, partition maps, id counters,
+//!   the format version) is read through [`Store::meta`] and written in
+//!   batches, so a split commits its new map with the index entries it
+//!   re-keys.
+//!
+//! Methods that would be network calls for a backend keeping partitions
+//! on other servers return futures and streams. The embedded backends
+//! answer them at once; the router drives them from its own threads with
+//! [`blocking`], so its iterator pipeline keeps its shape. Snapshots are
+//! explicit ([`Store::view`]) only because one store here holds several
+//! partitions: a fan-out reads them all through one view, so a document
+//! moving between partitions is seen exactly once.
+//!
+//! - [`kv`] implements the seam over any ordered key-value engine, in the
+//!   byte layout of [`layout`] (the only module that knows bytes);
+//! - [`embedded`] is that engine on `fjall`, the default backend;
+//! - [`memory`] is that engine in memory, for tests: it can fail a batch
+//!   at any step and lose what was not yet durable.
 
 pub mod durability;
 pub mod embedded;
-pub mod keys;
+pub mod kv;
+pub mod layout;
+pub mod memory;
 /// The key-string encoding lives with the pure BSON logic; storage keeps the name.
 pub use crate::query::keystring;
+
+pub use layout::{CatalogKey, IndexEntryKey, RecordKey, Usage};
 
 use std::ops::Bound;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 
 /// A failure inside a storage backend. Mapped to a MongoDB error once, at
 /// the command boundary.
@@ -28,6 +54,8 @@ pub enum StorageError {
     Engine(String),
     #[error("stored record is not valid BSON: {0}")]
     Corrupt(String),
+    #[error("{0}")]
+    Format(String),
 }
 
 pub type StorageResult<T> = std::result::Result<T, StorageError>;
@@ -38,29 +66,209 @@ impl From<StorageError> for crate::error::Error {
     }
 }
 
-/// The key spaces a backend keeps apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Space {
-    /// Documents, keyed by [`keys::record_key`].
-    Records,
-    /// Collection metadata and partition maps, keyed by namespace.
-    Catalog,
-    /// Index entries, keyed by [`keys::index_key`].
-    Index,
+/// The answer of a store, once it has it.
+pub type StoreFuture<T> = BoxFuture<'static, StorageResult<T>>;
+/// Items a store produces in order.
+pub type StoreStream<T> = BoxStream<'static, StorageResult<T>>;
+
+/// A position in the store's commit order. A commit is durable once the
+/// store has synced past its sequence number.
+pub type CommitSeq = u64;
+
+/// A test a backend may run on each record before returning it; the
+/// router checks every record again, so a backend may ignore it.
+pub type RecordFilter = Arc<dyn Fn(&bson::RawDocument) -> bool + Send + Sync>;
+
+/// The records of one partition to read.
+#[derive(Clone)]
+pub struct RecordScan {
+    pub collection: u64,
+    /// The hash range, both ends inclusive.
+    pub min: i64,
+    pub max: i64,
+    /// Bounds on `keystring(_id)`; only when `min == max`.
+    pub ids: Option<layout::KeyRange>,
+    pub reverse: bool,
+    pub filter: Option<RecordFilter>,
+    /// Most records to return (after the filter).
+    pub limit: Option<usize>,
 }
 
-/// One change inside an atomic [`WriteBatch`].
+impl RecordScan {
+    /// Every record with a hash in `[min, max]`, in key order.
+    pub fn hashes(collection: u64, min: i64, max: i64) -> RecordScan {
+        RecordScan {
+            collection,
+            min,
+            max,
+            ids: None,
+            reverse: false,
+            filter: None,
+            limit: None,
+        }
+    }
+
+    /// Every record of the collection.
+    pub fn all(collection: u64) -> RecordScan {
+        RecordScan::hashes(collection, i64::MIN, i64::MAX)
+    }
+}
+
+/// Entries of one secondary index to read.
 #[derive(Debug, Clone)]
+pub struct IndexScan {
+    pub collection: u64,
+    pub index: u32,
+    /// The partition (its start hash); `None` reads every partition, in
+    /// partition order, and ignores the bounds.
+    pub partition: Option<i64>,
+    /// Bounds on the entry part (`keystring(key) | keystring(_id)`).
+    pub from: Bound<Vec<u8>>,
+    pub to: Bound<Vec<u8>>,
+    pub reverse: bool,
+}
+
+impl IndexScan {
+    /// Every entry of `index` in one partition (or all).
+    pub fn all(collection: u64, index: u32, partition: Option<i64>) -> IndexScan {
+        IndexScan {
+            collection,
+            index,
+            partition,
+            from: Bound::Unbounded,
+            to: Bound::Unbounded,
+            reverse: false,
+        }
+    }
+}
+
+/// Reads of one point in time (a [`Store::view`]) or of the latest state
+/// ([`Store::live`], for writers holding their collection's lock).
+pub trait View: Send + Sync + 'static {
+    fn record(&self, key: &RecordKey) -> StoreFuture<Option<Vec<u8>>>;
+
+    fn scan_records(&self, scan: RecordScan) -> StoreStream<(RecordKey, Vec<u8>)>;
+
+    /// The hash the record with this `keystring(_id)` is stored under (a
+    /// sharded collection's `_id` entries).
+    fn id_entry(&self, collection: u64, id: &[u8]) -> StoreFuture<Option<i64>>;
+
+    /// The `_id` entries of a collection whose `keystring(_id)` lies in
+    /// the bounds, in `_id` order (or its reverse): `(keystring(_id), hash)`.
+    fn scan_id_entries(
+        &self,
+        collection: u64,
+        from: Bound<Vec<u8>>,
+        to: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> StoreStream<(Vec<u8>, i64)>;
+
+    fn scan_index(&self, scan: IndexScan) -> StoreStream<(IndexEntryKey, Vec<u8>)>;
+
+    /// The usage of one logical partition (one hash).
+    fn usage(&self, collection: u64, hash: i64) -> StoreFuture<Option<Usage>>;
+
+    /// The usage of every hash in `[min, max]` that has any.
+    fn scan_usage(&self, collection: u64, min: i64, max: i64) -> StoreStream<(i64, Usage)>;
+
+    /// The stored total of one partition.
+    fn partition_total(&self, collection: u64, partition: u64) -> StoreFuture<Option<Usage>>;
+}
+
+pub type SharedView = Arc<dyn View>;
+
+/// The catalog: collection metadata, partition maps, counters.
+pub trait MetaStore: Send + Sync {
+    fn get(&self, key: &CatalogKey) -> StoreFuture<Option<Vec<u8>>>;
+
+    /// Every collection's metadata: `(db.coll, value)`.
+    fn namespaces(&self) -> StoreFuture<Vec<(String, Vec<u8>)>>;
+}
+
+/// Finds the partition (its start hash) of a version-1 index entry from
+/// its collection and value; `None` drops the entry (its collection is
+/// gone).
+pub type PartitionOf<'a> = &'a (dyn Fn(u64, &[u8]) -> Option<i64> + Sync);
+
+/// What a storage backend offers the router.
+///
+/// Writes become visible to readers when [`Store::apply`] resolves and
+/// durable when [`Store::durable`] resolves: callers reply to a client
+/// only after that, which is how "acknowledged means durable" holds while
+/// concurrent writers share one sync.
+pub trait Store: Send + Sync + 'static {
+    /// A consistent view of everything committed so far: a batch is
+    /// wholly in it or wholly absent, however long the view is kept.
+    fn view(&self) -> SharedView;
+
+    /// Reads of the latest committed state.
+    fn live(&self) -> SharedView;
+
+    fn meta(&self) -> &dyn MetaStore;
+
+    /// Applies a batch atomically; resolves to its commit sequence.
+    fn apply(&self, batch: WriteBatch) -> StoreFuture<CommitSeq>;
+
+    /// Resolves once everything up to `seq` survives a crash.
+    fn durable(&self, seq: CommitSeq) -> StoreFuture<()>;
+
+    /// Removes every record, entry and counter of a collection (not its
+    /// metadata); may take several commits, the last one returned.
+    fn clear_collection(&self, collection: u64) -> StoreFuture<CommitSeq>;
+
+    /// Removes every entry of one secondary index.
+    fn clear_index(&self, collection: u64, index: u32) -> StoreFuture<CommitSeq>;
+
+    /// Checks the stored format on start: a fresh store is stamped with
+    /// the current version, an older one is upgraded in place (the index
+    /// entries placed by `partition_of`), a newer one refused.
+    fn ensure_format(&self, partition_of: PartitionOf<'_>) -> StorageResult<()>;
+
+    /// Bytes the backend uses on disk (approximate).
+    fn disk_bytes(&self) -> u64;
+
+    /// Syncs everything and stops background work; called at shutdown.
+    fn close(&self) -> StorageResult<()>;
+}
+
+pub type SharedStore = Arc<dyn Store>;
+
+/// One change inside an atomic [`WriteBatch`].
+#[derive(Debug, Clone, PartialEq)]
 pub enum WriteOp {
-    Put {
-        space: Space,
-        key: Vec<u8>,
-        value: Vec<u8>,
+    PutRecord(RecordKey, Vec<u8>),
+    DeleteRecord(RecordKey),
+    PutIdEntry {
+        collection: u64,
+        id: Vec<u8>,
+        hash: i64,
     },
-    Delete {
-        space: Space,
-        key: Vec<u8>,
+    DeleteIdEntry {
+        collection: u64,
+        id: Vec<u8>,
     },
+    PutIndexEntry(IndexEntryKey, Vec<u8>),
+    DeleteIndexEntry(IndexEntryKey),
+    PutUsage {
+        collection: u64,
+        hash: i64,
+        usage: Usage,
+    },
+    DeleteUsage {
+        collection: u64,
+        hash: i64,
+    },
+    PutPartitionTotal {
+        collection: u64,
+        partition: u64,
+        usage: Usage,
+    },
+    DeletePartitionTotal {
+        collection: u64,
+        partition: u64,
+    },
+    PutMeta(CatalogKey, Vec<u8>),
+    DeleteMeta(CatalogKey),
 }
 
 /// Changes applied all together or not at all.
@@ -70,12 +278,12 @@ pub struct WriteBatch {
 }
 
 impl WriteBatch {
-    pub fn put(&mut self, space: Space, key: Vec<u8>, value: Vec<u8>) {
-        self.ops.push(WriteOp::Put { space, key, value });
+    pub fn push(&mut self, op: WriteOp) {
+        self.ops.push(op);
     }
 
-    pub fn delete(&mut self, space: Space, key: Vec<u8>) {
-        self.ops.push(WriteOp::Delete { space, key });
+    pub fn put_meta(&mut self, key: CatalogKey, value: Vec<u8>) {
+        self.ops.push(WriteOp::PutMeta(key, value));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -83,52 +291,19 @@ impl WriteBatch {
     }
 }
 
-/// A position in the engine's commit order. A commit is durable once the
-/// engine has synced past its sequence number.
-pub type CommitSeq = u64;
+/// Driving a store's futures and streams from a thread that may block
+/// (the router's pool threads). On an embedded backend they are ready at
+/// once and this costs nothing.
+pub mod blocking {
+    use super::{StorageResult, StoreFuture, StoreStream};
 
-/// An owned iterator over `(key, value)` pairs in key order.
-pub type ScanIter = Box<dyn Iterator<Item = StorageResult<(Vec<u8>, Vec<u8>)>> + Send>;
+    pub fn wait<T>(future: StoreFuture<T>) -> StorageResult<T> {
+        futures::executor::block_on(future)
+    }
 
-/// Reads: point lookups and ordered range scans. A scan sees the data as
-/// it was when the scan started.
-pub trait Reader: Send + Sync + 'static {
-    fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>>;
-
-    fn scan(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter;
-
-    /// Like [`Reader::scan`], from the last key down to the first.
-    fn scan_rev(&self, space: Space, from: Bound<Vec<u8>>, to: Bound<Vec<u8>>) -> ScanIter;
+    pub fn iter<T: Send + 'static>(
+        stream: StoreStream<T>,
+    ) -> impl Iterator<Item = StorageResult<T>> + Send + 'static {
+        futures::executor::block_on_stream(stream)
+    }
 }
-
-/// A reader shared between the tasks of one query.
-pub type SharedReader = Arc<dyn Reader>;
-
-/// What a storage backend offers the router.
-///
-/// Writes become visible to readers when [`Engine::write`] returns and
-/// durable when the future of [`Engine::durable`] resolves: callers reply
-/// to a client only after that, which is how "acknowledged means durable"
-/// holds while concurrent writers share one sync.
-pub trait Engine: Reader {
-    /// A consistent view of everything committed so far, across all
-    /// spaces: a batch is wholly in it or wholly absent, however long
-    /// the view is kept. A query over many partitions reads them all
-    /// through one snapshot, so a document moving between partitions is
-    /// seen exactly once.
-    fn snapshot(&self) -> SharedReader;
-
-    /// Applies a batch atomically; returns its commit sequence.
-    fn write(&self, batch: WriteBatch) -> StorageResult<CommitSeq>;
-
-    /// Resolves once everything up to `seq` survives a crash.
-    fn durable(&self, seq: CommitSeq) -> BoxFuture<'static, StorageResult<()>>;
-
-    /// Bytes the backend uses on disk (approximate).
-    fn disk_bytes(&self) -> u64;
-
-    /// Syncs everything and stops background work; called at shutdown.
-    fn close(&self) -> StorageResult<()>;
-}
-
-pub type SharedEngine = Arc<dyn Engine>;

@@ -1,0 +1,391 @@
+//! Router tests against the in-memory backend: reads and writes through
+//! [`Router`], and crash points — every batch of a write failed at every
+//! step, and commits lost before they were durable — after which the
+//! store, reopened, must still be consistent.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bson::{doc, Bson, Document};
+
+use super::{FindSpec, Namespace, PartitionOptions, Router, UpdateStatement};
+use crate::partition::ShardKey;
+use crate::query::filter::Filter;
+use crate::storage::kv::{KvStore, Space};
+use crate::storage::memory::MemoryEngine;
+use crate::storage::{blocking, RecordKey, RecordScan, Usage};
+
+fn options() -> PartitionOptions {
+    PartitionOptions {
+        initial_partitions: 4,
+        // Small, so a few documents make a partition split.
+        split_bytes: 100,
+        ..PartitionOptions::default()
+    }
+}
+
+fn open(engine: &MemoryEngine) -> Arc<Router> {
+    let store = KvStore::new(Arc::new(engine.clone()));
+    Arc::new(Router::open_with(store, options()).unwrap())
+}
+
+fn ns(coll: &str) -> Namespace {
+    Namespace::new("db", coll).unwrap()
+}
+
+fn raw(d: Document) -> Vec<u8> {
+    d.to_vec().unwrap()
+}
+
+fn find(router: &Router, coll: &str, filter: Document) -> Vec<Document> {
+    let spec = FindSpec {
+        filter: Some(Filter::parse(&filter).unwrap()),
+        ..FindSpec::default()
+    };
+    let mut docs: Vec<Document> = router
+        .find_stream(&ns(coll), spec)
+        .unwrap()
+        .map(|d| d.unwrap())
+        .collect();
+    docs.sort_by_key(|d| d.get_i32("_id").unwrap_or_default());
+    docs
+}
+
+fn ids(docs: &[Document]) -> Vec<i32> {
+    docs.iter().map(|d| d.get_i32("_id").unwrap()).collect()
+}
+
+/// A sharded collection `db.s` on `k` with an index on `a` and a unique
+/// index on `{k, u}`, holding `_id` 1..=n.
+async fn sharded(engine: &MemoryEngine, n: i32) -> Arc<Router> {
+    let router = open(engine);
+    router
+        .shard_collection_now(
+            &ns("s"),
+            ShardKey::parse(&doc! {"k": "hashed"}).unwrap(),
+            None,
+        )
+        .unwrap();
+    router
+        .create_indexes_now(
+            &ns("s"),
+            &[
+                doc! {"key": {"a": 1}, "name": "a_1"},
+                doc! {"key": {"k": 1, "u": 1}, "name": "k_u", "unique": true},
+            ],
+        )
+        .unwrap();
+    let docs = (1..=n)
+        .map(|i| raw(doc! {"_id": i, "k": i % 5, "u": i, "a": i * 10}))
+        .collect();
+    let outcome = router.insert(&ns("s"), docs, true).await.unwrap();
+    assert!(outcome.errors.is_empty());
+    router
+}
+
+/// Every collection's records, `_id` entries, index entries and usage
+/// agree, and nothing is stored for a collection the catalog lacks.
+fn assert_consistent(router: &Router, engine: &MemoryEngine) {
+    let mut known = Vec::new();
+    for coll in router.collections() {
+        known.push(coll.id);
+        let report = router.validate_now(&coll).unwrap();
+        assert!(report.valid(), "{}: {report:?}", coll.ns);
+        let Some(sharding) = &coll.sharding else {
+            continue;
+        };
+        let view = router.store().view();
+        let mut by_hash: HashMap<i64, Usage> = HashMap::new();
+        for item in blocking::iter(view.scan_records(RecordScan::all(coll.id))) {
+            let (key, value) = item.unwrap();
+            by_hash.entry(key.hash).or_default().add(value.len());
+        }
+        let stored: HashMap<i64, Usage> =
+            blocking::iter(view.scan_usage(coll.id, i64::MIN, i64::MAX))
+                .map(|i| i.unwrap())
+                .collect();
+        assert_eq!(stored, by_hash, "{}: usage per hash", coll.ns);
+        for p in &sharding.map().partitions {
+            let mut total = Usage::default();
+            for (_, u) in by_hash.iter().filter(|(h, _)| p.contains(**h)) {
+                total.count += u.count;
+                total.bytes += u.bytes;
+            }
+            let stored = blocking::wait(view.partition_total(coll.id, p.id)).unwrap();
+            assert_eq!(
+                stored.unwrap_or_default(),
+                total,
+                "{}: total of p{}",
+                coll.ns,
+                p.id
+            );
+            assert_eq!(
+                sharding.usage_of(p.id),
+                total,
+                "{}: loaded total of p{}",
+                coll.ns,
+                p.id
+            );
+        }
+    }
+    for space in [Space::Records, Space::Index, Space::Usage] {
+        for (key, _) in engine.dump(space) {
+            // Every key of these spaces starts with its collection.
+            let collection = RecordKey::decode(&key).map(|k| k.collection);
+            assert!(
+                collection.is_ok_and(|c| known.contains(&c)),
+                "orphan key {key:02x?} in {space:?}"
+            );
+        }
+    }
+}
+
+fn dump_all(engine: &MemoryEngine) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+    Space::ALL.iter().map(|&s| engine.dump(s)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsharded_collections_read_and_write_through_the_store() {
+    let engine = MemoryEngine::new();
+    let router = open(&engine);
+    router
+        .create_indexes_now(&ns("u"), &[doc! {"key": {"a": 1}, "name": "a_1"}])
+        .unwrap();
+    let docs = (1..=5).map(|i| raw(doc! {"_id": i, "a": i % 2})).collect();
+    router.insert(&ns("u"), docs, true).await.unwrap();
+    assert_eq!(ids(&find(&router, "u", doc! {"a": 1})), vec![1, 3, 5]);
+    assert_eq!(
+        ids(&find(&router, "u", doc! {"_id": {"$gte": 4}})),
+        vec![4, 5]
+    );
+    let stmt = UpdateStatement {
+        filter: Filter::parse(&doc! {"_id": 2}).unwrap(),
+        update: crate::aggregate::parse_update(&Bson::Document(doc! {"$set": {"a": 1}}), None)
+            .unwrap(),
+        multi: false,
+        upsert: false,
+        sort: None,
+        return_documents: false,
+    };
+    router.update(&ns("u"), &stmt).await.unwrap();
+    let (n, _) = router
+        .delete(
+            &ns("u"),
+            &Filter::parse(&doc! {"_id": 5}).unwrap(),
+            false,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(ids(&find(&router, "u", doc! {"a": 1})), vec![1, 2, 3]);
+    assert_consistent(&router, &engine);
+    // Everything is there after a restart.
+    let reopened = open(&engine);
+    assert_eq!(ids(&find(&reopened, "u", doc! {"a": 1})), vec![1, 2, 3]);
+    assert_consistent(&reopened, &engine);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_reads_find_each_document_once_across_a_split() {
+    let engine = MemoryEngine::new();
+    let router = sharded(&engine, 40).await;
+    let before = router
+        .catalog
+        .get(&ns("s"))
+        .unwrap()
+        .sharding
+        .clone()
+        .unwrap()
+        .map();
+    router.split_oversized(&ns("s")).unwrap();
+    let coll = router.catalog.get(&ns("s")).unwrap();
+    let after = coll.sharding.clone().unwrap().map();
+    assert!(
+        after.partitions.len() > before.partitions.len(),
+        "no split happened"
+    );
+    // Through the secondary index, by shard key, by `_id`, by scan.
+    let through_a = find(&router, "s", doc! {"a": {"$gte": 100, "$lte": 200}});
+    assert_eq!(ids(&through_a), (10..=20).collect::<Vec<_>>());
+    assert_eq!(
+        ids(&find(&router, "s", doc! {"k": 3})),
+        vec![3, 8, 13, 18, 23, 28, 33, 38]
+    );
+    assert_eq!(ids(&find(&router, "s", doc! {"_id": 17})), vec![17]);
+    assert_eq!(find(&router, "s", doc! {}).len(), 40);
+    assert_eq!(
+        router
+            .count(
+                &ns("s"),
+                Some(&Filter::parse(&doc! {"a": {"$lt": 55}}).unwrap())
+            )
+            .await
+            .unwrap(),
+        5
+    );
+    // The unique index still sees every partition.
+    let dup = router
+        .insert(&ns("s"), vec![raw(doc! {"_id": 100, "k": 2, "u": 7})], true)
+        .await
+        .unwrap();
+    assert_eq!(dup.errors.len(), 1);
+    assert_consistent(&router, &engine);
+    let reopened = open(&engine);
+    assert_eq!(find(&reopened, "s", doc! {"a": {"$gte": 0}}).len(), 40);
+    assert_consistent(&reopened, &engine);
+}
+
+/// A write, run on a fresh copy of its starting state.
+type Scenario = fn(Arc<Router>) -> futures::future::BoxFuture<'static, ()>;
+
+fn insert_with_indexes(router: Arc<Router>) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        let docs = (50..53)
+            .map(|i| raw(doc! {"_id": i, "k": i, "u": i, "a": i}))
+            .collect();
+        let _ = router.insert(&ns("s"), docs, true).await;
+    })
+}
+
+fn update_moving_partitions(router: Arc<Router>) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        let stmt = UpdateStatement {
+            filter: Filter::parse(&doc! {"_id": {"$lte": 4}}).unwrap(),
+            update: crate::aggregate::parse_update(
+                &Bson::Document(doc! {"$set": {"k": 77, "a": -1}}),
+                None,
+            )
+            .unwrap(),
+            multi: true,
+            upsert: false,
+            sort: None,
+            return_documents: false,
+        };
+        let _ = router.update(&ns("s"), &stmt).await;
+    })
+}
+
+fn delete_some(router: Arc<Router>) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        let filter = Filter::parse(&doc! {"a": {"$gte": 50}}).unwrap();
+        let _ = router.delete(&ns("s"), &filter, true, None).await;
+    })
+}
+
+fn split(router: Arc<Router>) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        let _ = router.split_oversized(&ns("s"));
+    })
+}
+
+const SCENARIOS: [(&str, Scenario); 4] = [
+    ("insert", insert_with_indexes),
+    ("update", update_moving_partitions),
+    ("delete", delete_some),
+    ("split", split),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_failed_at_any_step_leaves_the_store_as_it_was() {
+    for (name, scenario) in SCENARIOS {
+        let mut step = 0;
+        loop {
+            assert!(step < 10_000, "{name}: the batch never ends");
+            let engine = MemoryEngine::new();
+            let router = sharded(&engine, 12).await;
+            let before = dump_all(&engine);
+            let commits = engine.commits();
+            engine.fail_at(step);
+            scenario(router).await;
+            let fired = engine.disarm();
+            let reopened = open(&engine);
+            assert_consistent(&reopened, &engine);
+            if !fired {
+                // The write's batches were all shorter: it completed.
+                assert_ne!(dump_all(&engine), before, "{name}: nothing written");
+                break;
+            }
+            if engine.commits() == commits {
+                // Its first batch failed: none of it is visible.
+                assert_eq!(dump_all(&engine), before, "{name}: failed at step {step}");
+            }
+            step += 1;
+        }
+        assert!(step > 0, "{name}: no step failed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_the_sync_loses_the_write_whole() {
+    for (name, scenario) in SCENARIOS {
+        let engine = MemoryEngine::new();
+        let router = sharded(&engine, 12).await;
+        let before = dump_all(&engine);
+        engine.hold_sync(true);
+        scenario(router).await;
+        engine.crash();
+        engine.hold_sync(false);
+        assert_eq!(dump_all(&engine), before, "{name}");
+        let reopened = open(&engine);
+        assert_consistent(&reopened, &engine);
+        // And once synced, the write survives whole.
+        scenario(reopened).await;
+        engine.crash();
+        let reopened = open(&engine);
+        assert_consistent(&reopened, &engine);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_one_data_directory_is_upgraded_on_open() {
+    use crate::storage::layout::{self, v1, CatalogKey, IndexEntryKey};
+    let engine = MemoryEngine::new();
+    let router = sharded(&engine, 20).await;
+    let coll = router.catalog.get(&ns("s")).unwrap();
+    let map = coll.sharding.clone().unwrap().map();
+    drop(router);
+    // Rewrite the store in the version-1 layout: entries without their
+    // partition, usage under index numbers, no version key.
+    let mut old = Vec::new();
+    for (key, value) in engine.dump(Space::Index) {
+        if let Ok(entry) = IndexEntryKey::decode(&key) {
+            old.push((Space::Index, key, None));
+            let v1_key = v1::entry_key(entry.collection, entry.index, &entry.entry);
+            old.push((Space::Index, v1_key, Some(value)));
+        }
+    }
+    for (key, value) in engine.dump(Space::Usage) {
+        old.push((Space::Usage, key.clone(), None));
+        let v1_key = match layout::usage_key_hash(&key) {
+            Ok(hash) => v1::usage_key(coll.id, hash),
+            Err(_) => {
+                let p = map
+                    .partitions
+                    .iter()
+                    .find(|p| layout::partition_total_key(coll.id, p.id) == key)
+                    .unwrap();
+                v1::partition_total_key(coll.id, p.id)
+            }
+        };
+        old.push((Space::Index, v1_key, Some(value)));
+    }
+    for (space, key, value) in old {
+        match value {
+            Some(v) => engine.put_raw(space, key, v).unwrap(),
+            None => engine.delete_raw(space, key).unwrap(),
+        }
+    }
+    engine
+        .delete_raw(Space::Catalog, CatalogKey::FormatVersion.encode())
+        .unwrap();
+    assert!(engine.dump(Space::Usage).is_empty());
+    let reopened = open(&engine);
+    assert_consistent(&reopened, &engine);
+    assert_eq!(
+        ids(&find(&reopened, "s", doc! {"a": {"$gte": 150}})),
+        vec![15, 16, 17, 18, 19, 20]
+    );
+    let version = blocking::wait(reopened.store().meta().get(&CatalogKey::FormatVersion)).unwrap();
+    assert_eq!(version.as_deref().and_then(layout::decode_counter), Some(2));
+}

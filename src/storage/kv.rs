@@ -1,0 +1,545 @@
+//! The [`Store`] seam over an ordered key-value engine: the embedded
+//! backends ([`super::embedded`], [`super::memory`]) keep every partition
+//! in one engine, in the byte layout of [`layout`].
+//!
+//! A [`KvEngine`] offers point reads, ordered scans, atomic batches of
+//! raw puts and deletes, snapshots and a durability wait; [`KvStore`]
+//! turns typed partition-level requests into those.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::stream::{self, StreamExt};
+
+use super::layout::{self, KeyRange};
+use super::{
+    CatalogKey, CommitSeq, IndexEntryKey, IndexScan, MetaStore, PartitionOf, RecordKey, RecordScan,
+    SharedView, StorageError, StorageResult, Store, StoreFuture, StoreStream, Usage, View,
+    WriteBatch, WriteOp,
+};
+
+/// The key spaces an engine keeps apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Space {
+    /// Documents.
+    Records,
+    /// Collection metadata, partition maps, counters.
+    Catalog,
+    /// `_id` entries and secondary-index entries.
+    Index,
+    /// Usage counters: per hash and per partition.
+    Usage,
+}
+
+impl Space {
+    pub const ALL: [Space; 4] = [Space::Records, Space::Catalog, Space::Index, Space::Usage];
+}
+
+/// One raw change.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KvOp {
+    Put {
+        space: Space,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        space: Space,
+        key: Vec<u8>,
+    },
+}
+
+/// An owned iterator over `(key, value)` pairs in key order.
+pub type ScanIter = Box<dyn Iterator<Item = StorageResult<(Vec<u8>, Vec<u8>)>> + Send>;
+
+/// Raw reads; a scan sees the data as it was when the scan started.
+pub trait KvRead: Send + Sync + 'static {
+    fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>>;
+
+    fn scan(&self, space: Space, range: KeyRange, reverse: bool) -> ScanIter;
+}
+
+/// An ordered key-value engine.
+pub trait KvEngine: KvRead {
+    /// A consistent view of everything committed so far, across spaces.
+    fn snapshot(&self) -> Arc<dyn KvRead>;
+
+    /// Reads of the latest state.
+    fn live(&self) -> Arc<dyn KvRead>;
+
+    /// Applies the changes atomically; returns the commit sequence.
+    fn write(&self, ops: Vec<KvOp>) -> StorageResult<CommitSeq>;
+
+    fn durable(&self, seq: CommitSeq) -> BoxFuture<'static, StorageResult<()>>;
+
+    fn disk_bytes(&self) -> u64;
+
+    fn close(&self) -> StorageResult<()>;
+}
+
+/// Raw changes per batch when clearing a collection or an index.
+const CLEAR_BATCH: usize = 10_000;
+
+/// The partition-level store over one engine.
+pub struct KvStore {
+    engine: Arc<dyn KvEngine>,
+}
+
+impl KvStore {
+    pub fn new(engine: Arc<dyn KvEngine>) -> Arc<KvStore> {
+        Arc::new(KvStore { engine })
+    }
+
+    fn clear(&self, ranges: Vec<(Space, KeyRange)>) -> StorageResult<CommitSeq> {
+        let mut seq = 0;
+        let mut ops = Vec::new();
+        for (space, range) in ranges {
+            for item in self.engine.scan(space, range, false) {
+                let (key, _) = item?;
+                ops.push(KvOp::Delete { space, key });
+                if ops.len() >= CLEAR_BATCH {
+                    seq = self.engine.write(std::mem::take(&mut ops))?;
+                }
+            }
+        }
+        if !ops.is_empty() {
+            seq = self.engine.write(ops)?;
+        }
+        Ok(seq)
+    }
+
+    /// Upgrades a version-1 store in one atomic batch.
+    fn upgrade_v1(&self, partition_of: PartitionOf<'_>) -> StorageResult<()> {
+        use layout::v1::{decode_index_space, IndexSpaceKey};
+        let mut ops = Vec::new();
+        let (mut moved, mut dropped) = (0u64, 0u64);
+        for item in self
+            .engine
+            .scan(Space::Index, (Bound::Unbounded, Bound::Unbounded), false)
+        {
+            let (key, value) = item?;
+            let new = match decode_index_space(&key)? {
+                IndexSpaceKey::Id => continue,
+                IndexSpaceKey::Usage { collection, hash } => {
+                    Some((Space::Usage, layout::usage_key(collection, hash)))
+                }
+                IndexSpaceKey::PartitionTotal {
+                    collection,
+                    partition,
+                } => Some((
+                    Space::Usage,
+                    layout::partition_total_key(collection, partition),
+                )),
+                IndexSpaceKey::Entry {
+                    collection,
+                    index,
+                    entry,
+                } => partition_of(collection, &value).map(|partition| {
+                    let key = IndexEntryKey {
+                        collection,
+                        index,
+                        partition,
+                        entry,
+                    };
+                    (Space::Index, key.encode())
+                }),
+            };
+            ops.push(KvOp::Delete {
+                space: Space::Index,
+                key,
+            });
+            match new {
+                Some((space, key)) => {
+                    moved += 1;
+                    ops.push(KvOp::Put { space, key, value });
+                }
+                None => dropped += 1,
+            }
+        }
+        ops.push(version_op());
+        self.engine.write(ops)?;
+        tracing::info!(
+            moved,
+            dropped,
+            "storage format upgraded from version 1 to version {}",
+            layout::FORMAT_VERSION
+        );
+        Ok(())
+    }
+}
+
+fn version_op() -> KvOp {
+    KvOp::Put {
+        space: Space::Catalog,
+        key: CatalogKey::FormatVersion.encode(),
+        value: layout::encode_counter(layout::FORMAT_VERSION as u64),
+    }
+}
+
+/// The raw changes of a typed batch.
+pub fn raw_ops(batch: WriteBatch) -> Vec<KvOp> {
+    let put = |space, key, value| KvOp::Put { space, key, value };
+    let delete = |space, key| KvOp::Delete { space, key };
+    batch
+        .ops
+        .into_iter()
+        .map(|op| match op {
+            WriteOp::PutRecord(k, v) => put(Space::Records, k.encode(), v),
+            WriteOp::DeleteRecord(k) => delete(Space::Records, k.encode()),
+            WriteOp::PutIdEntry {
+                collection,
+                id,
+                hash,
+            } => put(
+                Space::Index,
+                layout::id_entry_key(collection, &id),
+                layout::id_entry_value(hash),
+            ),
+            WriteOp::DeleteIdEntry { collection, id } => {
+                delete(Space::Index, layout::id_entry_key(collection, &id))
+            }
+            WriteOp::PutIndexEntry(k, v) => put(Space::Index, k.encode(), v),
+            WriteOp::DeleteIndexEntry(k) => delete(Space::Index, k.encode()),
+            WriteOp::PutUsage {
+                collection,
+                hash,
+                usage,
+            } => put(
+                Space::Usage,
+                layout::usage_key(collection, hash),
+                usage.encode(),
+            ),
+            WriteOp::DeleteUsage { collection, hash } => {
+                delete(Space::Usage, layout::usage_key(collection, hash))
+            }
+            WriteOp::PutPartitionTotal {
+                collection,
+                partition,
+                usage,
+            } => put(
+                Space::Usage,
+                layout::partition_total_key(collection, partition),
+                usage.encode(),
+            ),
+            WriteOp::DeletePartitionTotal {
+                collection,
+                partition,
+            } => delete(
+                Space::Usage,
+                layout::partition_total_key(collection, partition),
+            ),
+            WriteOp::PutMeta(k, v) => put(Space::Catalog, k.encode(), v),
+            WriteOp::DeleteMeta(k) => delete(Space::Catalog, k.encode()),
+        })
+        .collect()
+}
+
+impl Store for KvStore {
+    fn view(&self) -> SharedView {
+        Arc::new(KvView {
+            read: self.engine.snapshot(),
+        })
+    }
+
+    fn live(&self) -> SharedView {
+        Arc::new(KvView {
+            read: self.engine.live(),
+        })
+    }
+
+    fn meta(&self) -> &dyn MetaStore {
+        self
+    }
+
+    fn apply(&self, batch: WriteBatch) -> StoreFuture<CommitSeq> {
+        let result = self.engine.write(raw_ops(batch));
+        Box::pin(async move { result })
+    }
+
+    fn durable(&self, seq: CommitSeq) -> StoreFuture<()> {
+        self.engine.durable(seq)
+    }
+
+    fn clear_collection(&self, collection: u64) -> StoreFuture<CommitSeq> {
+        let ranges = [Space::Records, Space::Index, Space::Usage]
+            .into_iter()
+            .map(|s| (s, layout::collection_range(collection)))
+            .collect();
+        let result = self.clear(ranges);
+        Box::pin(async move { result })
+    }
+
+    fn clear_index(&self, collection: u64, index: u32) -> StoreFuture<CommitSeq> {
+        let range =
+            layout::index_range(collection, index, None, Bound::Unbounded, Bound::Unbounded);
+        let result = self.clear(vec![(Space::Index, range)]);
+        Box::pin(async move { result })
+    }
+
+    fn ensure_format(&self, partition_of: PartitionOf<'_>) -> StorageResult<()> {
+        let found = self
+            .engine
+            .get(Space::Catalog, &CatalogKey::FormatVersion.encode())?;
+        match found.as_deref().map(layout::decode_counter) {
+            Some(Some(v)) if v == layout::FORMAT_VERSION as u64 => Ok(()),
+            Some(Some(v)) => Err(StorageError::Format(format!(
+                "the data directory has storage format version {v}; this build reads version {}",
+                layout::FORMAT_VERSION
+            ))),
+            Some(None) => Err(StorageError::Format(
+                "the data directory's storage format version is unreadable".into(),
+            )),
+            None => {
+                let any = Space::ALL.iter().any(|&s| {
+                    self.engine
+                        .scan(s, (Bound::Unbounded, Bound::Unbounded), false)
+                        .next()
+                        .is_some()
+                });
+                if any {
+                    tracing::info!(
+                        "data directory in storage format version 1; upgrading to version {}",
+                        layout::FORMAT_VERSION
+                    );
+                    self.upgrade_v1(partition_of)
+                } else {
+                    self.engine.write(vec![version_op()]).map(|_| ())
+                }
+            }
+        }
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        self.engine.disk_bytes()
+    }
+
+    fn close(&self) -> StorageResult<()> {
+        self.engine.close()
+    }
+}
+
+impl MetaStore for KvStore {
+    fn get(&self, key: &CatalogKey) -> StoreFuture<Option<Vec<u8>>> {
+        let result = self.engine.get(Space::Catalog, &key.encode());
+        Box::pin(async move { result })
+    }
+
+    fn namespaces(&self) -> StoreFuture<Vec<(String, Vec<u8>)>> {
+        let result = self
+            .engine
+            .scan(Space::Catalog, layout::namespace_range(), false)
+            .map(|item| {
+                let (k, v) = item?;
+                match CatalogKey::decode(&k)? {
+                    CatalogKey::Namespace(ns) => Ok((ns, v)),
+                    _ => Err(StorageError::Corrupt("catalog key out of place".into())),
+                }
+            })
+            .collect();
+        Box::pin(async move { result })
+    }
+}
+
+/// Typed reads over raw reads.
+struct KvView {
+    read: Arc<dyn KvRead>,
+}
+
+fn ready<T: Send + 'static>(value: StorageResult<T>) -> StoreFuture<T> {
+    Box::pin(async move { value })
+}
+
+fn from_iter<T: Send + 'static>(
+    iter: impl Iterator<Item = StorageResult<T>> + Send + 'static,
+) -> StoreStream<T> {
+    stream::iter(iter).boxed()
+}
+
+impl View for KvView {
+    fn record(&self, key: &RecordKey) -> StoreFuture<Option<Vec<u8>>> {
+        ready(self.read.get(Space::Records, &key.encode()))
+    }
+
+    fn scan_records(&self, scan: RecordScan) -> StoreStream<(RecordKey, Vec<u8>)> {
+        let range = match (scan.ids, scan.min == scan.max) {
+            (Some((from, to)), true) => {
+                layout::record_id_range(scan.collection, scan.min, from, to)
+            }
+            _ => layout::record_range(scan.collection, scan.min, scan.max),
+        };
+        let filter = scan.filter;
+        let records = self
+            .read
+            .scan(Space::Records, range, scan.reverse)
+            .map(|item| {
+                let (k, v) = item?;
+                Ok((RecordKey::decode(&k)?, v))
+            })
+            .filter(move |item| match (item, &filter) {
+                (Ok((_, v)), Some(f)) => bson::RawDocument::from_bytes(v).map_or(true, |d| f(d)),
+                _ => true,
+            });
+        match scan.limit {
+            Some(n) => from_iter(records.take(n)),
+            None => from_iter(records),
+        }
+    }
+
+    fn id_entry(&self, collection: u64, id: &[u8]) -> StoreFuture<Option<i64>> {
+        let found = self
+            .read
+            .get(Space::Index, &layout::id_entry_key(collection, id));
+        ready(found.and_then(|v| v.as_deref().map(layout::decode_id_entry_value).transpose()))
+    }
+
+    fn scan_id_entries(
+        &self,
+        collection: u64,
+        from: Bound<Vec<u8>>,
+        to: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> StoreStream<(Vec<u8>, i64)> {
+        from_iter(
+            self.read
+                .scan(
+                    Space::Index,
+                    layout::id_entry_range(collection, from, to),
+                    reverse,
+                )
+                .map(|item| {
+                    let (k, v) = item?;
+                    Ok((layout::id_entry_id(&k)?, layout::decode_id_entry_value(&v)?))
+                }),
+        )
+    }
+
+    fn scan_index(&self, scan: IndexScan) -> StoreStream<(IndexEntryKey, Vec<u8>)> {
+        let range = layout::index_range(
+            scan.collection,
+            scan.index,
+            scan.partition,
+            scan.from,
+            scan.to,
+        );
+        from_iter(
+            self.read
+                .scan(Space::Index, range, scan.reverse)
+                .map(|item| {
+                    let (k, v) = item?;
+                    Ok((IndexEntryKey::decode(&k)?, v))
+                }),
+        )
+    }
+
+    fn usage(&self, collection: u64, hash: i64) -> StoreFuture<Option<Usage>> {
+        let found = self
+            .read
+            .get(Space::Usage, &layout::usage_key(collection, hash));
+        ready(found.map(|v| v.as_deref().map(Usage::decode)))
+    }
+
+    fn scan_usage(&self, collection: u64, min: i64, max: i64) -> StoreStream<(i64, Usage)> {
+        from_iter(
+            self.read
+                .scan(
+                    Space::Usage,
+                    layout::usage_range(collection, min, max),
+                    false,
+                )
+                .map(|item| {
+                    let (k, v) = item?;
+                    Ok((layout::usage_key_hash(&k)?, Usage::decode(&v)))
+                }),
+        )
+    }
+
+    fn partition_total(&self, collection: u64, partition: u64) -> StoreFuture<Option<Usage>> {
+        let found = self.read.get(
+            Space::Usage,
+            &layout::partition_total_key(collection, partition),
+        );
+        ready(found.map(|v| v.as_deref().map(Usage::decode)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::layout::v1;
+    use crate::storage::memory::MemoryEngine;
+    use crate::storage::{blocking, IndexScan};
+
+    #[test]
+    fn a_fresh_store_is_stamped_and_a_newer_one_refused() {
+        let (store, engine) = MemoryEngine::store();
+        store.ensure_format(&|_, _| None).unwrap();
+        let version = blocking::wait(store.meta().get(&CatalogKey::FormatVersion)).unwrap();
+        assert_eq!(version.as_deref().and_then(layout::decode_counter), Some(2));
+        engine
+            .put_raw(
+                Space::Catalog,
+                CatalogKey::FormatVersion.encode(),
+                layout::encode_counter(99),
+            )
+            .unwrap();
+        let e = store.ensure_format(&|_, _| None).unwrap_err().to_string();
+        assert!(e.contains("version 99") && e.contains("version 2"), "{e}");
+    }
+
+    #[test]
+    fn version_one_keys_move_to_their_places() {
+        let (store, engine) = MemoryEngine::store();
+        let put =
+            |space, key: Vec<u8>, value: &[u8]| engine.put_raw(space, key, value.to_vec()).unwrap();
+        put(
+            Space::Catalog,
+            CatalogKey::Namespace("db.c".into()).encode(),
+            b"meta",
+        );
+        put(
+            Space::Index,
+            v1::usage_key(1, 5),
+            &Usage { count: 1, bytes: 9 }.encode(),
+        );
+        put(
+            Space::Index,
+            v1::partition_total_key(1, 3),
+            &Usage { count: 2, bytes: 8 }.encode(),
+        );
+        put(Space::Index, v1::entry_key(1, 2, b"keyid"), b"value");
+        put(Space::Index, v1::entry_key(7, 2, b"gone"), b"value");
+        put(
+            Space::Index,
+            layout::id_entry_key(1, b"id"),
+            &layout::id_entry_value(5),
+        );
+        store
+            .ensure_format(&|collection, value| {
+                assert_eq!(value, b"value");
+                (collection == 1).then_some(-7)
+            })
+            .unwrap();
+        let view = store.view();
+        assert_eq!(
+            blocking::wait(view.usage(1, 5)).unwrap(),
+            Some(Usage { count: 1, bytes: 9 })
+        );
+        assert_eq!(
+            blocking::wait(view.partition_total(1, 3)).unwrap(),
+            Some(Usage { count: 2, bytes: 8 })
+        );
+        let entries: Vec<_> = blocking::iter(view.scan_index(IndexScan::all(1, 2, Some(-7))))
+            .map(|e| e.unwrap())
+            .collect();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].0.entry, b"keyid");
+        assert_eq!(blocking::wait(view.id_entry(1, b"id")).unwrap(), Some(5));
+        // Only the `_id` entry and the moved entry stay in the index space.
+        assert_eq!(engine.dump(Space::Index).len(), 2);
+        // A second start finds the current version and changes nothing.
+        let before = engine.dump(Space::Index);
+        store.ensure_format(&|_, _| None).unwrap();
+        assert_eq!(engine.dump(Space::Index), before);
+    }
+}
