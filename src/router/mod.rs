@@ -44,7 +44,8 @@ use crate::query::filter::{Filter, MatchDetails};
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
 use crate::storage::{
-    blocking, keystring, RecordKey, RecordScan, SharedStore, SharedView, StorageResult, WriteBatch,
+    blocking, keystring, RecordFilter, RecordKey, RecordScan, SharedStore, SharedView,
+    StorageResult, WriteBatch,
 };
 use catalog::Catalog;
 use indexes::{index_records, Examined, HashScope, Partitions};
@@ -583,8 +584,12 @@ fn access_records(
         Access::KeyHashes(hashes) => {
             let (view, filter) = (reader.view.clone(), filter.cloned());
             Box::new(hashes.clone().into_iter().flat_map(move |h| {
+                let scan = RecordScan {
+                    filter: pushed_down(filter.as_ref(), &examined),
+                    ..RecordScan::hashes(id, h, h)
+                };
                 decode_scan(
-                    blocking::iter(view.scan_records(RecordScan::hashes(id, h, h))),
+                    blocking::iter(view.scan_records(scan)),
                     filter.clone(),
                     examined.clone(),
                 )
@@ -611,6 +616,7 @@ fn access_records(
             let scan = RecordScan {
                 ids: Some((from.clone(), to.clone())),
                 reverse: *reverse,
+                filter: pushed_down(filter, &examined),
                 ..RecordScan::hashes(id, part.partition.min, part.partition.min)
             };
             decode_scan(
@@ -628,7 +634,10 @@ fn access_records(
             examined,
         ),
         Access::Scan => {
-            let scan = RecordScan::hashes(id, part.partition.min, part.partition.max);
+            let scan = RecordScan {
+                filter: pushed_down(filter, &examined),
+                ..RecordScan::hashes(id, part.partition.min, part.partition.max)
+            };
             decode_scan(
                 blocking::iter(reader.view.scan_records(scan)),
                 filter.cloned(),
@@ -663,14 +672,30 @@ pub struct PartitionRun {
 /// Counts the records a scan reads, for `explain`.
 type Scanned = Option<Arc<Examined>>;
 
+/// The filter's raw pre-check ([`Filter::may_match_raw`]), handed to the
+/// store so that a backend can drop records before they travel. Not when
+/// `explain` counts what a scan reads: it must see every record.
+fn pushed_down(filter: Option<&Filter>, scanned: &Scanned) -> Option<RecordFilter> {
+    if scanned.is_some() {
+        return None;
+    }
+    let filter = filter?.clone();
+    Some(Arc::new(move |raw: &bson::RawDocument| {
+        filter.may_match_raw(raw)
+    }))
+}
+
 /// Decodes scanned records, skipping undecoded those `filter` certainly
 /// does not match ([`Filter::may_match_raw`]): decoding is most of the
-/// cost of a scan that matches little.
+/// cost of a scan that matches little. When the scan carried the check
+/// down ([`pushed_down`]), the store has already applied it.
 fn decode_scan(
     scan: impl Iterator<Item = StorageResult<(RecordKey, Vec<u8>)>> + Send + 'static,
     filter: Option<Filter>,
     scanned: Scanned,
 ) -> RecordIter {
+    // Without a counter the check went down with the scan.
+    let filter = filter.filter(|_| scanned.is_some());
     Box::new(scan.filter_map(move |item| {
         if let Err(e) = crate::query::interrupt::check() {
             return Some(Err(e));
