@@ -1,7 +1,6 @@
 //! Streaming stages and simple blocking ones: `$match`, `$project`,
 //! `$addFields`/`$set`, `$unset`, `$replaceRoot`/`$replaceWith`, `$unwind`,
-//! `$skip`, `$limit`, `$count`, `$sort`, `$sortByCount`, `$sample`,
-//! `$documents`.
+//! `$skip`, `$limit`, `$count`, `$sort`, `$sample`, `$documents`.
 //!
 //! Streaming stages map documents one by one and run unchanged on every
 //! partition. `$sort` is blocking and bounded by the memory limit (spilling
@@ -38,7 +37,6 @@ pub(super) static STAGES: &[(&str, StageParser)] = &[
     ("$set", parse_set),
     ("$skip", parse_skip),
     ("$sort", parse_sort),
-    ("$sortByCount", parse_sort_by_count),
     ("$unset", parse_unset),
     ("$unwind", parse_unwind),
 ];
@@ -1128,28 +1126,7 @@ impl Stage for Sort {
 }
 
 // ---------------------------------------------------------------------------
-// $sortByCount
-
-fn parse_sort_by_count(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
-    match arg {
-        Bson::String(s) if s.starts_with('$') => {}
-        Bson::Document(d)
-            if d.keys().next().is_some_and(|k| k.starts_with('$')) && d.len() == 1 => {}
-        Bson::Document(_) => {
-            return Err(loc(
-                ErrorCode::SortByCountNotExpression,
-                "the sortByCount field must be defined as a $-prefixed path or an expression",
-            ))
-        }
-        _ => {
-            return Err(loc(
-                ErrorCode::SortByCountFieldPath,
-                "the sortByCount field must be defined as a $-prefixed path or an expression",
-            ))
-        }
-    }
-    super::group::sort_by_count(arg, ctx)
-}
+// Chains
 
 /// Stages run one after the other as one (`$sortByCount` is `$group`
 /// then `$sort`).

@@ -1,5 +1,6 @@
 //! `$group` and its accumulators, with partial groups per partition and a
-//! final group at the router; `$bucket`, `$bucketAuto`.
+//! final group at the router; `$bucket`, `$bucketAuto`, and `$sortByCount`
+//! (a `$group` then a `$sort`).
 //!
 //! Every accumulator has a *state* that takes documents one at a time, can
 //! be written out as a partial value (a BSON value) and can absorb another
@@ -46,6 +47,7 @@ pub(super) static STAGES: &[(&str, StageParser)] = &[
     ("$bucket", parse_bucket),
     ("$bucketAuto", parse_bucket_auto),
     ("$group", parse_group),
+    ("$sortByCount", parse_sort_by_count),
 ];
 
 fn loc(code: ErrorCode, message: impl Into<String>) -> Error {
@@ -1340,9 +1342,30 @@ fn parse_group(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     }))
 }
 
+fn parse_sort_by_count(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
+    match arg {
+        Bson::String(s) if s.starts_with('$') => {}
+        Bson::Document(d)
+            if d.keys().next().is_some_and(|k| k.starts_with('$')) && d.len() == 1 => {}
+        Bson::Document(_) => {
+            return Err(Error::new(
+                ErrorCode::SortByCountNotExpression,
+                "the sortByCount field must be defined as a $-prefixed path or an expression",
+            ))
+        }
+        _ => {
+            return Err(Error::new(
+                ErrorCode::SortByCountFieldPath,
+                "the sortByCount field must be defined as a $-prefixed path or an expression",
+            ))
+        }
+    }
+    sort_by_count(arg, ctx)
+}
+
 /// `$sortByCount: expr`: `$group {_id: expr, count: {$sum: 1}}` then
 /// `$sort {count: -1}`. Splits as the group does, the sort at the router.
-pub(super) fn sort_by_count(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
+fn sort_by_count(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     let group = parse_group(
         &Bson::Document(doc! {"_id": arg.clone(), "count": {"$sum": 1}}),
         ctx,
