@@ -295,15 +295,41 @@ impl WriteBatch {
 /// (the router's pool threads). On an embedded backend they are ready at
 /// once and this costs nothing.
 pub mod blocking {
+    //! The router's way to drive the store from its own threads. An
+    //! embedded backend answers at once, so each call first polls once
+    //! without parking (no executor set-up per record); only an answer
+    //! that is not ready yet waits on the thread.
+
+    use std::task::{Context, Poll};
+
+    use futures::task::noop_waker_ref;
+    use futures::StreamExt;
+
     use super::{StorageResult, StoreFuture, StoreStream};
 
-    pub fn wait<T>(future: StoreFuture<T>) -> StorageResult<T> {
-        futures::executor::block_on(future)
+    pub fn wait<T>(mut future: StoreFuture<T>) -> StorageResult<T> {
+        let mut cx = Context::from_waker(noop_waker_ref());
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(answer) => answer,
+            Poll::Pending => futures::executor::block_on(future),
+        }
     }
 
     pub fn iter<T: Send + 'static>(
-        stream: StoreStream<T>,
+        mut stream: StoreStream<T>,
     ) -> impl Iterator<Item = StorageResult<T>> + Send + 'static {
-        futures::executor::block_on_stream(stream)
+        let mut done = false;
+        std::iter::from_fn(move || {
+            if done {
+                return None;
+            }
+            let mut cx = Context::from_waker(noop_waker_ref());
+            let item = match stream.poll_next_unpin(&mut cx) {
+                Poll::Ready(item) => item,
+                Poll::Pending => futures::executor::block_on(stream.next()),
+            };
+            done = item.is_none();
+            item
+        })
     }
 }
