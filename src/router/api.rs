@@ -45,7 +45,7 @@ impl Router {
         let reader = self.reader_for(&coll);
         let plan = self.plan(&coll, &spec, &reader)?;
         maybe_blocking(plan.is_point_read(), || {
-            read(self.execute(&coll, &plan, spec, reader)?)
+            read(self.execute(&coll, plan, spec, reader)?)
         })
     }
 

@@ -306,14 +306,14 @@ impl Router {
         };
         let reader = self.reader_for(&coll);
         let plan = self.plan(&coll, &spec, &reader)?;
-        self.execute(&coll, &plan, spec, reader)
+        self.execute(&coll, plan, spec, reader)
     }
 
     /// Runs a plan of `find`.
     fn execute(
         &self,
         coll: &Collection,
-        plan: &QueryPlan,
+        plan: QueryPlan,
         spec: FindSpec,
         reader: Reader,
     ) -> Result<DocStream> {
@@ -324,18 +324,20 @@ impl Router {
         }
         let keep = plan.keep();
         if let [part] = plan.parts.as_slice() {
-            let rows = partition_rows_now(&reader, coll.id, plan, part, &spec, keep)?;
+            let rows = partition_rows_now(&reader, coll.id, &plan, part, &spec, keep)?;
             return Ok(sorted_documents(rows, skip, limit));
         }
-        let streams: Vec<RowStream> = plan
-            .parts
-            .iter()
-            .map(|part| {
+        let point_read = plan.is_point_read();
+        let sort = spec.sort.clone();
+        // Shared, not copied: a plan holds every partition's access path.
+        let shared = Arc::new(plan);
+        let streams: Vec<RowStream> = (0..shared.parts.len())
+            .map(|i| {
                 partition_rows(
                     reader.clone(),
                     coll.id,
-                    plan.clone(),
-                    part.clone(),
+                    shared.clone(),
+                    i,
                     spec.clone(),
                     keep,
                 )
@@ -343,12 +345,12 @@ impl Router {
             .collect();
         // A few point reads run right here, one after another (the
         // caller may be on an async worker).
-        let parallelism = if plan.is_point_read() {
+        let parallelism = if point_read {
             1
         } else {
             self.parallelism(streams.len())
         };
-        let merged = Merge::new(streams, spec.sort.clone(), parallelism).skip(skip);
+        let merged = Merge::new(streams, sort, parallelism).skip(skip);
         Ok(match limit {
             Some(l) => Box::new(merged.take(l)),
             None => Box::new(merged),
@@ -750,15 +752,19 @@ fn filter_records(
 fn partition_rows(
     reader: Reader,
     id: u64,
-    plan: QueryPlan,
-    part: PartitionPlan,
+    plan: Arc<QueryPlan>,
+    part: usize,
     spec: FindSpec,
     keep: Option<usize>,
 ) -> RowStream {
     let mut rows: Option<RowStream> = None;
     Box::new(std::iter::from_fn(move || {
         let rows = rows.get_or_insert_with(|| {
-            match partition_rows_now(&reader, id, &plan, &part, &spec, keep) {
+            let rows = match plan.parts.get(part) {
+                Some(part) => partition_rows_now(&reader, id, &plan, part, &spec, keep),
+                None => Err(Error::internal("a partition outside its plan")),
+            };
+            match rows {
                 Ok(rows) => rows,
                 Err(e) => Box::new(std::iter::once(Err(e))),
             }

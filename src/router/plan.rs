@@ -15,6 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bson::Bson;
 
@@ -72,7 +73,7 @@ pub enum Access {
     /// Every record under these hashes (the filter pins the shard key).
     KeyHashes(Vec<i64>),
     /// Entries of a secondary index, then their records unless covered.
-    Index(ChosenPlan),
+    Index(Arc<ChosenPlan>),
     /// A range of `keystring(_id)` under the partition's one hash, in
     /// `_id` order, forward or `reverse`.
     IdRange {
@@ -208,7 +209,7 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Resul
                 Some(_) => id_sort == Some(false),
             };
             let access = match (&index, &ids) {
-                (Some(chosen), _) => Access::Index(chosen.clone()),
+                (Some(chosen), _) => Access::Index(Arc::new(chosen.clone())),
                 (None, Some(ids)) => Access::IdPoints {
                     keys: ids
                         .iter()
@@ -310,10 +311,12 @@ fn sharded_parts(
         id_hashes = Some(found);
     }
     let by_id_index = index.is_none() && ids.is_none() && hashes.is_none() && id_sort.is_some();
+    // One index plan, shared by every partition that runs it.
+    let index = index.map(|chosen| Arc::new(chosen.clone()));
     Ok(owners
         .into_iter()
         .map(|part| {
-            let access = if let Some(chosen) = index {
+            let access = if let Some(chosen) = &index {
                 Access::Index(chosen.clone())
             } else if let Some(found) = &id_hashes {
                 Access::IdPoints {
