@@ -374,7 +374,7 @@ impl View for KvView {
             .scan(Space::Records, range, scan.reverse)
             .map(|item| {
                 let (k, v) = item?;
-                Ok((RecordKey::decode(&k)?, v))
+                Ok((RecordKey::decode_owned(k)?, v))
             })
             .filter(move |item| match (item, &filter) {
                 (Ok((_, v)), Some(f)) => bson::RawDocument::from_bytes(v).map_or(true, |d| f(d)),
