@@ -292,14 +292,10 @@ impl WriteBatch {
 }
 
 /// Driving a store's futures and streams from a thread that may block
-/// (the router's pool threads). On an embedded backend they are ready at
-/// once and this costs nothing.
+/// (the router's pool threads). An embedded backend answers at once, so
+/// each call first polls once without parking (no executor set-up per
+/// record); only an answer that is not ready yet waits on the thread.
 pub mod blocking {
-    //! The router's way to drive the store from its own threads. An
-    //! embedded backend answers at once, so each call first polls once
-    //! without parking (no executor set-up per record); only an answer
-    //! that is not ready yet waits on the thread.
-
     use std::task::{Context, Poll};
 
     use futures::task::noop_waker_ref;
