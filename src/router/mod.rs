@@ -22,7 +22,6 @@ pub mod indexes;
 mod merge;
 pub mod plan;
 pub mod sharding;
-#[cfg(test)]
 mod tests;
 mod write;
 
@@ -586,13 +585,10 @@ fn access_records(
         Access::KeyHashes(hashes) => {
             let (view, filter) = (reader.view.clone(), filter.cloned());
             Box::new(hashes.clone().into_iter().flat_map(move |h| {
-                let scan = RecordScan {
-                    filter: pushed_down(filter.as_ref(), &examined),
-                    ..RecordScan::hashes(id, h, h)
-                };
-                decode_scan(
-                    blocking::iter(view.scan_records(scan)),
-                    filter.clone(),
+                scan_records(
+                    &view,
+                    RecordScan::hashes(id, h, h),
+                    filter.as_ref(),
                     examined.clone(),
                 )
             }))
@@ -618,14 +614,9 @@ fn access_records(
             let scan = RecordScan {
                 ids: Some((from.clone(), to.clone())),
                 reverse: *reverse,
-                filter: pushed_down(filter, &examined),
                 ..RecordScan::hashes(id, part.partition.min, part.partition.min)
             };
-            decode_scan(
-                blocking::iter(reader.view.scan_records(scan)),
-                filter.cloned(),
-                examined,
-            )
+            scan_records(&reader.view, scan, filter, examined)
         }
         Access::IdIndex { reverse } => id_index_records(
             reader.clone(),
@@ -635,17 +626,12 @@ fn access_records(
             Some(part.partition),
             examined,
         ),
-        Access::Scan => {
-            let scan = RecordScan {
-                filter: pushed_down(filter, &examined),
-                ..RecordScan::hashes(id, part.partition.min, part.partition.max)
-            };
-            decode_scan(
-                blocking::iter(reader.view.scan_records(scan)),
-                filter.cloned(),
-                examined,
-            )
-        }
+        Access::Scan => scan_records(
+            &reader.view,
+            RecordScan::hashes(id, part.partition.min, part.partition.max),
+            filter,
+            examined,
+        ),
     }
 }
 
@@ -673,6 +659,22 @@ pub struct PartitionRun {
 
 /// Counts the records a scan reads, for `explain`.
 type Scanned = Option<Arc<Examined>>;
+
+/// The records of `scan` that `filter` may match, decoded; the filter's
+/// pre-check goes down with the scan ([`pushed_down`]).
+fn scan_records(
+    view: &SharedView,
+    mut scan: RecordScan,
+    filter: Option<&Filter>,
+    examined: Scanned,
+) -> RecordIter {
+    scan.filter = pushed_down(filter, &examined);
+    decode_scan(
+        blocking::iter(view.scan_records(scan)),
+        filter.cloned(),
+        examined,
+    )
+}
 
 /// The filter's raw pre-check ([`Filter::may_match_raw`]), handed to the
 /// store so that a backend can drop records before they travel. Not when
