@@ -25,6 +25,14 @@ use crate::storage::{blocking, keystring};
 use crate::storage::{RecordKey, SharedView, WriteBatch, WriteOp};
 use crate::{bail, err};
 
+/// The hash a shard-key value (or its absence) is stored under.
+fn key_hash(value: Option<&Bson>) -> i64 {
+    match value {
+        Some(v) => crate::partition::hash::hash_value(v),
+        None => crate::partition::hash::hash_missing(),
+    }
+}
+
 /// The result of an insert batch.
 #[derive(Debug, Default)]
 pub struct InsertOutcome {
@@ -322,12 +330,14 @@ impl<'a> PartitionedBatch<'a> {
     pub fn insert(&mut self, id: &Bson, bytes: Vec<u8>) -> Result<()> {
         let raw = RawDocument::from_bytes(&bytes).map_err(raw_error)?;
         let value = self.sharding.key.raw_value(raw)?;
-        let hash = match &value {
-            Some(v) => crate::partition::hash::hash_value(v),
-            None => crate::partition::hash::hash_missing(),
-        };
+        let hash = key_hash(value.as_ref());
         self.check_cap(hash, value.as_ref(), bytes.len() as i64)?;
-        let id_key = keystring::encode_id(id);
+        self.place(hash, keystring::encode_id(id), bytes)
+    }
+
+    /// Stores a document under `hash`: its record, its `_id` entry and
+    /// the usage it adds.
+    fn place(&mut self, hash: i64, id_key: Vec<u8>, bytes: Vec<u8>) -> Result<()> {
         self.usage(hash)?.add(bytes.len());
         self.partition_delta(hash, 1, bytes.len() as i64);
         self.batch.push(WriteOp::PutIdEntry {
@@ -348,10 +358,7 @@ impl<'a> PartitionedBatch<'a> {
     pub fn replace(&mut self, old: &Record, doc: &Document, bytes: Vec<u8>) -> Result<()> {
         let old_hash = old.key.hash;
         let value = self.sharding.key.value(doc)?;
-        let hash = match value {
-            Some(v) => crate::partition::hash::hash_value(v),
-            None => crate::partition::hash::hash_missing(),
-        };
+        let hash = key_hash(value);
         let new_len = bytes.len() as i64;
         if hash == old_hash {
             self.check_cap(hash, value, new_len - old.len as i64)?;
@@ -362,22 +369,10 @@ impl<'a> PartitionedBatch<'a> {
             return Ok(());
         }
         self.check_cap(hash, value, new_len)?;
-        let id_key = old.key.id.clone();
         self.usage(old_hash)?.remove(old.len);
         self.partition_delta(old_hash, -1, -(old.len as i64));
-        self.usage(hash)?.add(bytes.len());
-        self.partition_delta(hash, 1, new_len);
         self.batch.push(WriteOp::DeleteRecord(old.key.clone()));
-        self.batch.push(WriteOp::PutIdEntry {
-            collection: self.coll.id,
-            id: id_key.clone(),
-            hash,
-        });
-        self.batch.push(WriteOp::PutRecord(
-            RecordKey::new(self.coll.id, hash, id_key),
-            bytes,
-        ));
-        Ok(())
+        self.place(hash, old.key.id.clone(), bytes)
     }
 
     /// Removes a stored document.
@@ -496,10 +491,7 @@ impl<'a> CollectionBatch<'a> {
     fn hash_of(&self, doc: &Document) -> Result<i64> {
         match &self.layout {
             Layout::Unsharded(_) => Ok(super::UNSHARDED_HASH),
-            Layout::Partitioned(pb) => Ok(match pb.sharding.key.value(doc)? {
-                Some(v) => crate::partition::hash::hash_value(v),
-                None => crate::partition::hash::hash_missing(),
-            }),
+            Layout::Partitioned(pb) => Ok(key_hash(pb.sharding.key.value(doc)?)),
         }
     }
 
