@@ -369,16 +369,18 @@ impl View for KvView {
             _ => layout::record_range(scan.collection, scan.min, scan.max),
         };
         let filter = scan.filter;
+        // The pre-check comes before the key is decoded: most records a
+        // selective scan reads are dropped, and their keys need no work.
         let records = self
             .read
             .scan(Space::Records, range, scan.reverse)
-            .map(|item| {
-                let (k, v) = item?;
-                Ok((RecordKey::decode_owned(k)?, v))
-            })
             .filter(move |item| match (item, &filter) {
                 (Ok((_, v)), Some(f)) => bson::RawDocument::from_bytes(v).map_or(true, |d| f(d)),
                 _ => true,
+            })
+            .map(|item| {
+                let (k, v) = item?;
+                Ok((RecordKey::decode_owned(k)?, v))
             });
         match scan.limit {
             Some(n) => from_iter(records.take(n)),
