@@ -14,8 +14,8 @@ use std::collections::BTreeSet;
 use bson::{Bson, Document};
 
 use super::{
-    compare_values, eval, expression_error, is_nullish, location, op, owned, truthy, type_of,
-    Arity, Evaluation, Node, Operator, Scope, Value,
+    compare_values, eval, expression_error, is_nullish, op, owned, truthy, type_of, Arity,
+    Evaluation, Node, Operator, Scope, Value,
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, type_name, Canonical, DecimalValue};
@@ -177,8 +177,8 @@ pub(super) static OPERATORS: &[Operator] = &[
 // ---------------------------------------------------------------------------
 // Helpers shared with the string operators.
 
-fn err(code: i32, message: String) -> Error {
-    expression_error(location(code), message)
+fn err(code: ErrorCode, message: String) -> Error {
+    expression_error(code, message)
 }
 
 /// Stands for an optional named argument that was not given.
@@ -284,7 +284,7 @@ fn elem_at<'a>(array: &Value<'a>, index: &Value<'a>, op: &str) -> Result<Value<'
     }
     let Some(items) = array_of(array) else {
         return Err(err(
-            28689,
+            ErrorCode::ArrayElemAtNotArray,
             format!(
                 "{op}'s first argument must be an array, but is {}",
                 type_of(array)
@@ -297,7 +297,7 @@ fn elem_at<'a>(array: &Value<'a>, index: &Value<'a>, op: &str) -> Result<Value<'
         .is_none()
     {
         return Err(err(
-            28690,
+            ErrorCode::ArrayElemAtIndexNotNumeric,
             format!(
                 "{op}'s second argument must be a numeric value, but is {}",
                 type_of(index)
@@ -306,7 +306,7 @@ fn elem_at<'a>(array: &Value<'a>, index: &Value<'a>, op: &str) -> Result<Value<'
     }
     let Some(i) = index.as_deref().and_then(int32_of) else {
         return Err(err(
-            28691,
+            ErrorCode::ArrayElemAtIndexNotInt32,
             format!(
                 "{op}'s second argument must be representable as a 32-bit integer: {}",
                 value_text(index)
@@ -335,7 +335,7 @@ fn first_or_last<'a>(args: &[Value<'a>], op: &str, last: bool) -> Result<Value<'
     }
     let Some(items) = array_of(&args[0]) else {
         return Err(err(
-            28689,
+            ErrorCode::ArrayElemAtNotArray,
             format!(
                 "{op}'s argument must be an array, but is {}",
                 type_of(&args[0])
@@ -365,38 +365,44 @@ fn op_slice<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(items) = array_of(&args[0]) else {
         return Err(err(
-            28724,
+            ErrorCode::ArraySliceNotArray,
             format!(
                 "First argument to $slice must be an array, but is of type: {}",
                 type_of(&args[0])
             ),
         ));
     };
-    let number = |v: &Value<'_>, code_type: i32, code_int: i32, which: &str| -> Result<i32> {
-        if v.as_deref()
-            .and_then(crate::query::compare::Number::of)
-            .is_none()
-        {
-            return Err(err(
-                code_type,
-                format!(
-                    "{which} argument to $slice must be numeric, but is of type: {}",
-                    type_of(v)
-                ),
-            ));
-        }
-        v.as_deref().and_then(int32_of).ok_or_else(|| {
-            err(
-                code_int,
-                format!(
-                    "{which} argument to $slice can't be represented as a 32-bit integer: {}",
-                    value_text(v)
-                ),
-            )
-        })
-    };
+    let number =
+        |v: &Value<'_>, code_type: ErrorCode, code_int: ErrorCode, which: &str| -> Result<i32> {
+            if v.as_deref()
+                .and_then(crate::query::compare::Number::of)
+                .is_none()
+            {
+                return Err(err(
+                    code_type,
+                    format!(
+                        "{which} argument to $slice must be numeric, but is of type: {}",
+                        type_of(v)
+                    ),
+                ));
+            }
+            v.as_deref().and_then(int32_of).ok_or_else(|| {
+                err(
+                    code_int,
+                    format!(
+                        "{which} argument to $slice can't be represented as a 32-bit integer: {}",
+                        value_text(v)
+                    ),
+                )
+            })
+        };
     let len = items.len();
-    let second = number(&args[1], 28725, 28726, "Second")?;
+    let second = number(
+        &args[1],
+        ErrorCode::ArraySliceSecondNotNumeric,
+        ErrorCode::ArraySliceSecondNotInt32,
+        "Second",
+    )?;
     let (start, count) = match args.get(2) {
         None => {
             if second >= 0 {
@@ -407,10 +413,15 @@ fn op_slice<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             }
         }
         Some(third) => {
-            let n = number(third, 28727, 28728, "Third")?;
+            let n = number(
+                third,
+                ErrorCode::ArraySliceThirdNotNumeric,
+                ErrorCode::ArraySliceThirdNotInt32,
+                "Third",
+            )?;
             if n <= 0 {
                 return Err(err(
-                    28729,
+                    ErrorCode::ArraySliceThirdNotPositive,
                     format!("Third argument to $slice must be positive: {n}"),
                 ));
             }
@@ -435,7 +446,7 @@ fn op_concat_arrays<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
         let Some(items) = array_of(arg) else {
             return Err(err(
-                28664,
+                ErrorCode::ConcatArraysNotArray,
                 format!("$concatArrays only supports arrays, not {}", type_of(arg)),
             ));
         };
@@ -462,7 +473,7 @@ fn op_reverse_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(items) = array_of(&args[0]) else {
         return Err(err(
-            34435,
+            ErrorCode::ReverseArrayNotArray,
             format!(
                 "The argument to $reverseArray must be an array, but was of type: {}",
                 type_of(&args[0])
@@ -495,42 +506,58 @@ fn int_array_size(count: usize) -> usize {
 
 fn op_range<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     super::string::check_at_most(args, "$range", 2, 3)?;
-    let read = |v: &Value<'_>, numeric_code: i32, int_code: i32, what: &str| -> Result<i64> {
-        if v.as_deref()
-            .and_then(crate::query::compare::Number::of)
-            .is_none()
-        {
-            return Err(err(
-                numeric_code,
-                format!(
-                    "$range requires a numeric {what}, found value of type: {}",
-                    type_of(v)
-                ),
-            ));
-        }
-        v.as_deref()
-            .and_then(int32_of)
-            .map(i64::from)
-            .ok_or_else(|| {
-                err(
-                    int_code,
+    let read =
+        |v: &Value<'_>, numeric_code: ErrorCode, int_code: ErrorCode, what: &str| -> Result<i64> {
+            if v.as_deref()
+                .and_then(crate::query::compare::Number::of)
+                .is_none()
+            {
+                return Err(err(
+                    numeric_code,
                     format!(
+                        "$range requires a numeric {what}, found value of type: {}",
+                        type_of(v)
+                    ),
+                ));
+            }
+            v.as_deref()
+                .and_then(int32_of)
+                .map(i64::from)
+                .ok_or_else(|| {
+                    err(
+                        int_code,
+                        format!(
                         "$range requires a {what} that can be represented as a 32-bit integer, \
                          found value: {}",
                         value_text(v)
                     ),
-                )
-            })
-    };
-    let start = read(&args[0], 34443, 34444, "starting value")?;
-    let end = read(&args[1], 34445, 34446, "ending value")?;
+                    )
+                })
+        };
+    let start = read(
+        &args[0],
+        ErrorCode::RangeStartNotNumeric,
+        ErrorCode::RangeStartNotInt32,
+        "starting value",
+    )?;
+    let end = read(
+        &args[1],
+        ErrorCode::RangeEndNotNumeric,
+        ErrorCode::RangeEndNotInt32,
+        "ending value",
+    )?;
     let step = match args.get(2) {
-        Some(v) => read(v, 34447, 34448, "step value")?,
+        Some(v) => read(
+            v,
+            ErrorCode::RangeStepNotNumeric,
+            ErrorCode::RangeStepNotInt32,
+            "step value",
+        )?,
         None => 1,
     };
     if step == 0 {
         return Err(err(
-            34449,
+            ErrorCode::RangeStepZero,
             "$range requires a non-zero step value".to_string(),
         ));
     }
@@ -571,7 +598,7 @@ fn op_index_of_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(items) = array_of(&args[0]) else {
         return Err(err(
-            40090,
+            ErrorCode::IndexOfArrayNotArray,
             format!(
                 "$indexOfArray requires an array as a first argument, found: {}",
                 type_of(&args[0])
@@ -591,15 +618,28 @@ fn op_index_of_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 fn filter_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(err(
-            28646,
+            ErrorCode::FilterNotObject,
             "$filter only supports an object as its argument".to_string(),
         ));
     };
     let [input, as_, cond, limit] = named_args(doc, ["input", "as", "cond", "limit"], |k| {
-        err(28647, format!("Unrecognized parameter to $filter: {k}"))
+        err(
+            ErrorCode::FilterUnknownParameter,
+            format!("Unrecognized parameter to $filter: {k}"),
+        )
     })?;
-    let input = input.ok_or_else(|| err(28648, "Missing 'input' parameter to $filter".into()))?;
-    let cond = cond.ok_or_else(|| err(28650, "Missing 'cond' parameter to $filter".into()))?;
+    let input = input.ok_or_else(|| {
+        err(
+            ErrorCode::FilterMissingInput,
+            "Missing 'input' parameter to $filter".into(),
+        )
+    })?;
+    let cond = cond.ok_or_else(|| {
+        err(
+            ErrorCode::FilterMissingCond,
+            "Missing 'cond' parameter to $filter".into(),
+        )
+    })?;
     let name = variable_name(as_, "$filter", "this")?;
     Ok(Some(vec![input, name, cond, limit.unwrap_or_else(absent)]))
 }
@@ -611,7 +651,7 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     }
     let Some(items) = array_of(&input) else {
         return Err(err(
-            28651,
+            ErrorCode::FilterInputNotArray,
             format!("input to $filter must be an array not {}", type_of(&input)),
         ));
     };
@@ -624,7 +664,7 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         } else {
             let Some(n) = v.as_deref().and_then(int32_of) else {
                 return Err(err(
-                    327391,
+                    ErrorCode::FilterLimitNotInt32,
                     format!(
                         "$filter: limit must be represented as a 32-bit integral value: {}",
                         value_text(&v)
@@ -633,7 +673,7 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
             };
             if n < 1 {
                 return Err(err(
-                    327392,
+                    ErrorCode::FilterLimitNotPositive,
                     format!("$filter: limit must be greater than 0: {n}"),
                 ));
             }
@@ -663,15 +703,28 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 fn map_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(err(
-            16878,
+            ErrorCode::MapNotObject,
             "$map only supports an object as its argument".to_string(),
         ));
     };
     let [input, as_, body] = named_args(doc, ["input", "as", "in"], |k| {
-        err(16879, format!("Unrecognized parameter to $map: {k}"))
+        err(
+            ErrorCode::MapUnknownParameter,
+            format!("Unrecognized parameter to $map: {k}"),
+        )
     })?;
-    let input = input.ok_or_else(|| err(16880, "Missing 'input' parameter to $map".into()))?;
-    let body = body.ok_or_else(|| err(16882, "Missing 'in' parameter to $map".into()))?;
+    let input = input.ok_or_else(|| {
+        err(
+            ErrorCode::MapMissingInput,
+            "Missing 'input' parameter to $map".into(),
+        )
+    })?;
+    let body = body.ok_or_else(|| {
+        err(
+            ErrorCode::MapMissingIn,
+            "Missing 'in' parameter to $map".into(),
+        )
+    })?;
     let name = variable_name(as_, "$map", "this")?;
     Ok(Some(vec![input, name, body]))
 }
@@ -683,7 +736,7 @@ fn op_map<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     }
     let Some(items) = array_of(&input) else {
         return Err(err(
-            16883,
+            ErrorCode::MapInputNotArray,
             format!("input to $map must be an array not {}", type_of(&input)),
         ));
     };
@@ -708,7 +761,7 @@ fn op_map<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 fn reduce_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(err(
-            40075,
+            ErrorCode::ReduceNotObject,
             format!(
                 "$reduce requires an object as an argument, found: {}",
                 type_name(arg)
@@ -716,15 +769,22 @@ fn reduce_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         ));
     };
     let [input, initial, body] = named_args(doc, ["input", "initialValue", "in"], |k| {
-        err(40076, format!("$reduce found an unknown argument: {k}"))
+        err(
+            ErrorCode::ReduceUnknownArgument,
+            format!("$reduce found an unknown argument: {k}"),
+        )
     })?;
-    let required = |v: Option<Bson>, code: i32, name: &str| {
+    let required = |v: Option<Bson>, code: ErrorCode, name: &str| {
         v.ok_or_else(|| err(code, format!("$reduce requires '{name}' to be specified")))
     };
     Ok(Some(vec![
-        required(input, 40077, "input")?,
-        required(initial, 40078, "initialValue")?,
-        required(body, 40079, "in")?,
+        required(input, ErrorCode::ReduceMissingInput, "input")?,
+        required(
+            initial,
+            ErrorCode::ReduceMissingInitialValue,
+            "initialValue",
+        )?,
+        required(body, ErrorCode::ReduceMissingIn, "in")?,
     ]))
 }
 
@@ -735,7 +795,7 @@ fn op_reduce<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     }
     let Some(items) = array_of(&input) else {
         return Err(err(
-            40080,
+            ErrorCode::ReduceInputNotArray,
             format!(
                 "$reduce requires that 'input' be an array, found: {}",
                 value_text(&input)
@@ -766,7 +826,7 @@ fn op_reduce<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(err(
-            34460,
+            ErrorCode::ZipNotObject,
             format!(
                 "$zip only supports an object as an argument, found {}",
                 type_name(arg)
@@ -775,16 +835,22 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     };
     let [inputs, longest, defaults] =
         named_args(doc, ["inputs", "useLongestLength", "defaults"], |k| {
-            err(34464, format!("$zip found an unknown argument: {k}"))
+            err(
+                ErrorCode::ZipUnknownArgument,
+                format!("$zip found an unknown argument: {k}"),
+            )
         })?;
     let inputs = match inputs {
         Some(Bson::Array(items)) if !items.is_empty() => items,
         Some(Bson::Array(_)) | None => {
-            return Err(err(34465, "$zip requires at least one input array".into()))
+            return Err(err(
+                ErrorCode::ZipMissingInputs,
+                "$zip requires at least one input array".into(),
+            ))
         }
         Some(other) => {
             return Err(err(
-                34461,
+                ErrorCode::ZipInputsNotArray,
                 format!(
                     "inputs must be an array of expressions, found {}",
                     type_name(&other)
@@ -797,7 +863,7 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         Some(Bson::Boolean(b)) => b,
         Some(other) => {
             return Err(err(
-                34463,
+                ErrorCode::ZipUseLongestLengthNotBool,
                 format!(
                     "useLongestLength must be a bool, found {}",
                     type_name(&other)
@@ -810,7 +876,7 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         Some(Bson::Array(items)) => items,
         Some(other) => {
             return Err(err(
-                34462,
+                ErrorCode::ZipDefaultsNotArray,
                 format!(
                     "defaults must be an array of expressions, found {}",
                     type_name(&other)
@@ -820,13 +886,13 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     };
     if !defaults.is_empty() && !longest {
         return Err(err(
-            34466,
+            ErrorCode::ZipDefaultsWithoutUseLongestLength,
             "cannot specify defaults unless useLongestLength is true".into(),
         ));
     }
     if !defaults.is_empty() && defaults.len() != inputs.len() {
         return Err(err(
-            34467,
+            ErrorCode::ZipDefaultsLengthMismatch,
             "defaults and inputs must have the same length".into(),
         ));
     }
@@ -848,7 +914,7 @@ fn op_zip<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             Bson::Array(items) => arrays.push(items),
             other => {
                 return Err(err(
-                    34468,
+                    ErrorCode::ZipInputNotArray,
                     format!("$zip found a non-array expression in input: {other}"),
                 ))
             }
@@ -901,7 +967,7 @@ fn direction(v: &Bson) -> Option<Ordering> {
 fn sort_array_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(err(
-            2942500,
+            ErrorCode::SortArrayNotObject,
             format!(
                 "$sortArray requires an object as an argument, found: {}",
                 type_name(arg)
@@ -910,19 +976,19 @@ fn sort_array_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     };
     let [input, sort_by] = named_args(doc, ["input", "sortBy"], |k| {
         err(
-            2942501,
+            ErrorCode::SortArrayUnknownArgument,
             format!("$sortArray found an unknown argument: {k}"),
         )
     })?;
     let input = input.ok_or_else(|| {
         err(
-            2942502,
+            ErrorCode::SortArrayMissingInput,
             "$sortArray requires 'input' to be specified".into(),
         )
     })?;
     let sort_by = sort_by.ok_or_else(|| {
         err(
-            2942503,
+            ErrorCode::SortArrayMissingSortBy,
             "$sortArray requires 'sortBy' to be specified".into(),
         )
     })?;
@@ -934,7 +1000,7 @@ fn sort_array_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     };
     if !valid {
         return Err(err(
-            2942505,
+            ErrorCode::SortArrayBadSortBy,
             format!(
                 "$sortArray requires sortBy to be either 1, -1 or a sort pattern of 1s and -1s, \
                  found: {sort_by}"
@@ -950,7 +1016,7 @@ fn op_sort_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(items) = array_of(&args[0]) else {
         return Err(err(
-            2942504,
+            ErrorCode::SortArrayInputNotArray,
             format!(
                 "The input argument to $sortArray must be an array, but was of type: {}",
                 type_of(&args[0])
@@ -1016,7 +1082,7 @@ fn sort_key<'v>(item: &'v Bson, path: &[&str], descending: bool) -> Value<'v> {
 fn op_all_elements_true<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(items) = array_of(&args[0]) else {
         return Err(err(
-            17040,
+            ErrorCode::AllElementsTrueNotArray,
             format!(
                 "$allElementsTrue's argument must be an array, but is {}",
                 type_of(&args[0])
@@ -1029,7 +1095,7 @@ fn op_all_elements_true<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 fn op_any_element_true<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(items) = array_of(&args[0]) else {
         return Err(err(
-            17041,
+            ErrorCode::AnyElementTrueNotArray,
             format!(
                 "$anyElementTrue's argument must be an array, but is {}",
                 type_of(&args[0])
@@ -1094,7 +1160,7 @@ fn op_set_union<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
         let Some(items) = array_of(arg) else {
             return Err(err(
-                17043,
+                ErrorCode::SetUnionNotArray,
                 format!(
                     "All operands of $setUnion must be arrays. One argument is of type: {}",
                     type_of(arg)
@@ -1116,7 +1182,7 @@ fn op_set_intersection<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
         let Some(items) = array_of(arg) else {
             return Err(err(
-                17047,
+                ErrorCode::SetIntersectionNotArray,
                 format!(
                     "All operands of $setIntersection must be arrays. One argument is of type: {}",
                     type_of(arg)
@@ -1144,7 +1210,7 @@ fn op_set_difference<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(first) = array_of(&args[0]) else {
         return Err(err(
-            17048,
+            ErrorCode::SetDifferenceFirstNotArray,
             format!(
                 "both operands of $setDifference must be arrays. First argument is of type: {}",
                 type_of(&args[0])
@@ -1153,7 +1219,7 @@ fn op_set_difference<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     };
     let Some(second) = array_of(&args[1]) else {
         return Err(err(
-            17049,
+            ErrorCode::SetDifferenceSecondNotArray,
             format!(
                 "both operands of $setDifference must be arrays. Second argument is of type: {}",
                 type_of(&args[1])
@@ -1173,7 +1239,7 @@ fn op_set_equals<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     for arg in args {
         let Some(items) = array_of(arg) else {
             return Err(err(
-                17044,
+                ErrorCode::SetEqualsNotArray,
                 format!(
                     "All operands of $setEquals must be arrays. One argument is of type: {}",
                     type_of(arg)
@@ -1191,7 +1257,7 @@ fn op_set_equals<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 fn op_set_is_subset<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(first) = array_of(&args[0]) else {
         return Err(err(
-            17046,
+            ErrorCode::SetIsSubsetFirstNotArray,
             format!(
                 "both operands of $setIsSubset must be arrays. First argument is of type: {}",
                 type_of(&args[0])
@@ -1200,7 +1266,7 @@ fn op_set_is_subset<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     };
     let Some(second) = array_of(&args[1]) else {
         return Err(err(
-            17042,
+            ErrorCode::SetIsSubsetSecondNotArray,
             format!(
                 "both operands of $setIsSubset must be arrays. Second argument is of type: {}",
                 type_of(&args[1])
@@ -1228,7 +1294,7 @@ fn op_merge_objects<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             }
             Some(other) => {
                 return Err(err(
-                    40400,
+                    ErrorCode::MergeObjectsNotObject,
                     format!(
                         "$mergeObjects requires object inputs, but input {other} is of type {}",
                         type_name(other)
@@ -1262,7 +1328,7 @@ fn op_object_to_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(Bson::Document(doc)) = args[0].as_deref() else {
         return Err(err(
-            40390,
+            ErrorCode::ObjectToArrayNotObject,
             format!(
                 "$objectToArray requires a document input, found: {}",
                 type_of(&args[0])
@@ -1294,7 +1360,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(items) = array_of(&args[0]) else {
         return Err(err(
-            40386,
+            ErrorCode::ArrayToObjectNotArray,
             format!(
                 "$arrayToObject requires an array input, found: {}",
                 type_of(&args[0])
@@ -1307,7 +1373,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         Some(Bson::Document(_)) => false,
         Some(other) => {
             return Err(err(
-                40398,
+                ErrorCode::ArrayToObjectElementWrongType,
                 format!(
                     "Unrecognised input type format for $arrayToObject: {}",
                     type_name(other)
@@ -1322,7 +1388,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             Bson::Array(pair) if pairs_are_arrays => {
                 if pair.len() != 2 {
                     return Err(err(
-                        40397,
+                        ErrorCode::ArrayToObjectArrayNotPair,
                         format!(
                             "$arrayToObject requires an array of size 2 arrays,found array of \
                              size: {}",
@@ -1332,7 +1398,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 }
                 let Bson::String(k) = &pair[0] else {
                     return Err(err(
-                        40395,
+                        ErrorCode::ArrayToObjectArrayKeyNotString,
                         format!(
                             "$arrayToObject requires an array of key-value pairs, where the key \
                              must be of type string. Found key type: {}",
@@ -1345,7 +1411,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             Bson::Document(pair) if !pairs_are_arrays => {
                 if pair.len() != 2 {
                     return Err(err(
-                        40392,
+                        ErrorCode::ArrayToObjectPairWrongKeyCount,
                         format!(
                             "$arrayToObject requires an object keys of 'k' and 'v'. Found \
                              incorrect number of keys:{}",
@@ -1355,7 +1421,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 }
                 let (Some(k), Some(v)) = (pair.get("k"), pair.get("v")) else {
                     return Err(err(
-                        40393,
+                        ErrorCode::ArrayToObjectPairMissingKOrV,
                         format!(
                             "$arrayToObject requires an object with keys 'k' and 'v'. Missing \
                              either or both keys from: {pair}"
@@ -1364,7 +1430,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 };
                 let Bson::String(k) = k else {
                     return Err(err(
-                        40394,
+                        ErrorCode::ArrayToObjectPairKeyNotString,
                         format!(
                             "$arrayToObject requires an object with keys 'k' and 'v', where the \
                              value of 'k' must be of type string. Found type: {}",
@@ -1376,7 +1442,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             }
             other => {
                 return Err(err(
-                    40391,
+                    ErrorCode::ArrayToObjectMixedForms,
                     format!(
                         "$arrayToObject requires a consistent input format. Elements must all \
                          be arrays or all be objects. Found: {}",
@@ -1387,7 +1453,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         };
         if key.contains('\0') {
             return Err(err(
-                4940400,
+                ErrorCode::ArrayToObjectKeyNullByte,
                 "Key field cannot contain an embedded null byte".to_string(),
             ));
         }
@@ -1402,10 +1468,17 @@ fn get_field_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         return Ok(None);
     };
     let [field, input] = named_args(doc, ["field", "input"], |k| {
-        err(3041701, format!("$getField found an unknown argument: {k}"))
+        err(
+            ErrorCode::GetFieldUnknownArgument,
+            format!("$getField found an unknown argument: {k}"),
+        )
     })?;
-    let field =
-        field.ok_or_else(|| err(3041702, "$getField requires 'field' to be specified".into()))?;
+    let field = field.ok_or_else(|| {
+        err(
+            ErrorCode::GetFieldMissingField,
+            "$getField requires 'field' to be specified".into(),
+        )
+    })?;
     let input = input.unwrap_or_else(|| Bson::String("$$CURRENT".to_string()));
     Ok(Some(vec![field, input]))
 }
@@ -1413,14 +1486,14 @@ fn get_field_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 fn op_get_field<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     if args.len() > 2 {
         return Err(err(
-            3041704,
+            ErrorCode::GetFieldTooManyArguments,
             "$getField only supports an object or a string as its argument".to_string(),
         ));
     }
     let field = eval(&args[0], scope)?;
     let Some(Bson::String(field)) = field.as_deref() else {
         return Err(err(
-            5654602,
+            ErrorCode::GetFieldFieldNotString,
             format!(
                 "$getField requires 'field' to evaluate to type String, but got {}",
                 type_of(&field)
@@ -1439,7 +1512,7 @@ fn op_get_field<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         (Some(_), Some(Bson::Document(doc))) => doc,
         (Some(_), Some(other)) => {
             return Err(err(
-                3041705,
+                ErrorCode::GetFieldInputNotObject,
                 format!(
                     "$getField requires 'input' to evaluate to type Object, but got {}",
                     type_name(other)
@@ -1453,23 +1526,41 @@ fn op_get_field<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 fn set_field_object_args(arg: &Bson, op: &str, with_value: bool) -> Result<Vec<Bson>> {
     let Bson::Document(doc) = arg else {
         return Err(err(
-            4161100,
+            ErrorCode::SetFieldNotObject,
             format!("{op} only supports an object as its argument"),
         ));
     };
-    let unknown = |k: &str| err(4161101, format!("{op} found an unknown argument: {k}"));
+    let unknown = |k: &str| {
+        err(
+            ErrorCode::SetFieldUnknownArgument,
+            format!("{op} found an unknown argument: {k}"),
+        )
+    };
     let [field, input, value] = if with_value {
         named_args(doc, ["field", "input", "value"], unknown)?
     } else {
         let [field, input] = named_args(doc, ["field", "input"], unknown)?;
         [field, input, None]
     };
-    let field =
-        field.ok_or_else(|| err(4161102, format!("{op} requires 'field' to be specified")))?;
-    let input =
-        input.ok_or_else(|| err(4161103, format!("{op} requires 'input' to be specified")))?;
+    let field = field.ok_or_else(|| {
+        err(
+            ErrorCode::SetFieldMissingField,
+            format!("{op} requires 'field' to be specified"),
+        )
+    })?;
+    let input = input.ok_or_else(|| {
+        err(
+            ErrorCode::SetFieldMissingInput,
+            format!("{op} requires 'input' to be specified"),
+        )
+    })?;
     let value = if with_value {
-        value.ok_or_else(|| err(4161104, format!("{op} requires 'value' to be specified")))?
+        value.ok_or_else(|| {
+            err(
+                ErrorCode::SetFieldMissingValue,
+                format!("{op} requires 'value' to be specified"),
+            )
+        })?
     } else {
         absent()
     };
@@ -1480,20 +1571,20 @@ fn set_field_object_args(arg: &Bson, op: &str, with_value: bool) -> Result<Vec<B
             Some(Bson::String(s)) if d.len() == 1 => Bson::String(s.clone()),
             _ => {
                 return Err(err(
-                    4161106,
+                    ErrorCode::SetFieldFieldNotConstant,
                     format!("{op} requires 'field' to evaluate to a constant, but got a non-constant argument"),
                 ))
             }
         },
         Bson::String(_) => {
             return Err(err(
-                4161108,
+                ErrorCode::SetFieldFieldIsPath,
                 format!("A field path reference which is not allowed in this context. Did you mean {{$literal: '{field}'}}?"),
             ))
         }
         other => {
             return Err(err(
-                4161107,
+                ErrorCode::SetFieldFieldNotString,
                 format!("{op} requires 'field' to evaluate to type String, but got {}", type_name(other)),
             ))
         }
@@ -1530,7 +1621,7 @@ fn op_set_field<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
         Some(other) => {
             return Err(err(
-                4161105,
+                ErrorCode::SetFieldInputNotObject,
                 format!(
                     "$setField requires 'input' to evaluate to type Object, but got {}",
                     type_name(other)
@@ -1555,15 +1646,28 @@ fn op_set_field<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 fn n_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(err(
-            5787801,
+            ErrorCode::NAccumulatorNotObject,
             "Expected an object with 'n' and 'input'".to_string(),
         ));
     };
     let [n, input] = named_args(doc, ["n", "input"], |k| {
-        err(5787901, format!("Unknown argument for 'n' operator: {k}"))
+        err(
+            ErrorCode::NAccumulatorUnknownArgument,
+            format!("Unknown argument for 'n' operator: {k}"),
+        )
     })?;
-    let n = n.ok_or_else(|| err(5787906, "Missing value for 'n'".into()))?;
-    let input = input.ok_or_else(|| err(5787907, "Missing value for 'input'".into()))?;
+    let n = n.ok_or_else(|| {
+        err(
+            ErrorCode::NAccumulatorMissingN,
+            "Missing value for 'n'".into(),
+        )
+    })?;
+    let input = input.ok_or_else(|| {
+        err(
+            ErrorCode::NAccumulatorMissingInput,
+            "Missing value for 'input'".into(),
+        )
+    })?;
     Ok(Some(vec![n, input]))
 }
 
@@ -1581,14 +1685,14 @@ fn n_and_input<'v>(args: &'v [Value<'_>], op: &str) -> Result<(usize, &'v [Bson]
             };
             exact.ok_or_else(|| {
                 err(
-                    5787902,
+                    ErrorCode::NAccumulatorNNotIntegral,
                     format!("Value for 'n' must be of integral type, but found {v}"),
                 )
             })?
         }
         _ => {
             return Err(err(
-                5787902,
+                ErrorCode::NAccumulatorNNotIntegral,
                 format!(
                     "Value for 'n' must be of integral type, but found {}",
                     value_text(n)
@@ -1598,13 +1702,13 @@ fn n_and_input<'v>(args: &'v [Value<'_>], op: &str) -> Result<(usize, &'v [Bson]
     };
     if count < 1 {
         return Err(err(
-            5787908,
+            ErrorCode::NAccumulatorNNotPositive,
             format!("'n' must be greater than 0, found {count}"),
         ));
     }
     let Some(items) = array_of(&args[1]) else {
         return Err(err(
-            5788200,
+            ErrorCode::NOperatorInputNotArray,
             format!(
                 "Input to {op} must be an array, but found: {}",
                 type_of(&args[1])

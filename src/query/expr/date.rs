@@ -13,8 +13,8 @@ use bson::{Bson, DateTime, Document};
 
 use super::types::{eval_field, named_args, object_fields};
 use super::{
-    eval, expression_error, is_nullish, location, owned, type_of, Arity, Evaluation, Node,
-    Operator, Scope, Value,
+    eval, expression_error, is_nullish, owned, type_of, Arity, Evaluation, Node, Operator, Scope,
+    Value,
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{type_name, Number};
@@ -977,10 +977,13 @@ fn date_trunc_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             )
         },
     )?;
-    for (i, name, code) in [(0, "date", 5439009), (1, "unit", 5439010)] {
+    for (i, name, code) in [
+        (0, "date", ErrorCode::DateTruncMissingDate),
+        (1, "unit", ErrorCode::DateTruncMissingUnit),
+    ] {
         if !object_fields_present(&args, i) {
             return Err(expression_error(
-                location(code),
+                code,
                 format!("Missing '{name}' parameter to $dateTrunc"),
             ));
         }
@@ -1229,13 +1232,13 @@ fn date_diff_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         },
     )?;
     for (i, name, code) in [
-        (0, "startDate", 5166303),
-        (1, "endDate", 5166304),
-        (2, "unit", 5166305),
+        (0, "startDate", ErrorCode::DateDiffMissingStartDate),
+        (1, "endDate", ErrorCode::DateDiffMissingEndDate),
+        (2, "unit", ErrorCode::DateDiffMissingUnit),
     ] {
         if !object_fields_present(&args, i) {
             return Err(expression_error(
-                location(code),
+                code,
                 format!("Missing '{name}' parameter to $dateDiff"),
             ));
         }
@@ -1457,9 +1460,13 @@ fn op_date_from_parts<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'
             -32768..=32767
         };
         if !range.contains(&n) {
-            let code = if i == 0 || i == 3 { 40523 } else { 31034 };
+            let code = if i == 0 || i == 3 {
+                ErrorCode::DateFromPartsYearOutOfRange
+            } else {
+                ErrorCode::DateFromPartsPartOutOfRange
+            };
             return Err(expression_error(
-                location(code),
+                code,
                 format!(
                     "'{name}' must evaluate to a value in the range [{}, {}]; value {n} is not \
                      in range",

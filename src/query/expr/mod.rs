@@ -263,11 +263,6 @@ fn expression_error(code: ErrorCode, message: String) -> Error {
     Error::new(code, message)
 }
 
-/// The code of an operator's error from the number its table carries.
-fn location(code: i32) -> ErrorCode {
-    ErrorCode::from_number(code)
-}
-
 // ---------------------------------------------------------------------------
 // Parsing.
 
@@ -444,15 +439,12 @@ fn cond_object_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             }
         }
     }
-    let missing = |code: i32, name: &str| {
-        expression_error(
-            location(code),
-            format!("Missing '{name}' parameter to $cond"),
-        )
+    let missing = |code: ErrorCode, name: &str| {
+        expression_error(code, format!("Missing '{name}' parameter to $cond"))
     };
-    let cond = cond.ok_or_else(|| missing(17080, "if"))?;
-    let then = then.ok_or_else(|| missing(17081, "then"))?;
-    let otherwise = otherwise.ok_or_else(|| missing(17082, "else"))?;
+    let cond = cond.ok_or_else(|| missing(ErrorCode::CondMissingIf, "if"))?;
+    let then = then.ok_or_else(|| missing(ErrorCode::CondMissingThen, "then"))?;
+    let otherwise = otherwise.ok_or_else(|| missing(ErrorCode::CondMissingElse, "else"))?;
     Ok(Some(vec![cond, then, otherwise]))
 }
 
@@ -889,7 +881,7 @@ fn op_abs<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(n) = number_of(&args[0]) else {
         return Err(expression_error(
-            ErrorCode::AbsNotNumeric,
+            ErrorCode::SingleNumericArgNotNumeric,
             format!(
                 "$abs only supports numeric types, not {}",
                 type_of(&args[0])

@@ -10,10 +10,10 @@ use bson::{Bson, Document};
 
 use super::array::{int32_of, named_args};
 use super::{
-    expression_error, is_nullish, location, op, owned, type_of, Arity, Evaluation, Node, Operator,
-    Scope, Value,
+    expression_error, is_nullish, op, owned, type_of, Arity, Evaluation, Node, Operator, Scope,
+    Value,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 use crate::query::size::{check_string_len, SizeBudget};
 
 /// This family's operators, sorted by name.
@@ -120,8 +120,8 @@ pub(super) static OPERATORS: &[Operator] = &[
     },
 ];
 
-fn err(code: i32, message: String) -> Error {
-    expression_error(location(code), message)
+fn err(code: ErrorCode, message: String) -> Error {
+    expression_error(code, message)
 }
 
 fn value_text(v: &Value<'_>) -> String {
@@ -145,7 +145,7 @@ fn coerce_to_string<'v>(v: &'v Value<'_>, op: &str) -> Result<Cow<'v, str>> {
             t.time, t.increment
         ))),
         Some(other) => Err(err(
-            16007,
+            ErrorCode::CoerceToStringUnsupported,
             format!(
                 "{op}: can't convert from BSON type {} to String",
                 super::type_name(other)
@@ -230,7 +230,7 @@ fn op_concat<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
         let Some(s) = string_of(arg) else {
             return Err(err(
-                16702,
+                ErrorCode::ConcatNotString,
                 format!("$concat only supports strings, not {}", type_of(arg)),
             ));
         };
@@ -295,7 +295,7 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let bytes = text.as_bytes();
     let lower = long_of(&args[1]).ok_or_else(|| {
         err(
-            16034,
+            ErrorCode::SubstrBytesStartNotNumeric,
             format!(
                 "$substrBytes: starting index must be a numeric type (is BSON type {})",
                 type_of(&args[1])
@@ -304,7 +304,7 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     })?;
     let length = long_of(&args[2]).ok_or_else(|| {
         err(
-            16035,
+            ErrorCode::SubstrBytesLengthNotNumeric,
             format!(
                 "$substrBytes: length must be a numeric type (is BSON type {})",
                 type_of(&args[2])
@@ -313,7 +313,7 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     })?;
     if lower < 0 {
         return Err(err(
-            50752,
+            ErrorCode::SubstrBytesStartNegative,
             format!("$substrBytes: starting index must be non-negative (got: {lower})"),
         ));
     }
@@ -326,7 +326,7 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let continuation = |i: usize| bytes.get(i).is_some_and(|b| b & 0xC0 == 0x80);
     if lower < bytes.len() && continuation(lower) {
         return Err(err(
-            28656,
+            ErrorCode::SubstrBytesStartInsideCharacter,
             "$substrBytes:  Invalid range, starting index is a UTF-8 continuation byte."
                 .to_string(),
         ));
@@ -334,7 +334,7 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let end = lower.saturating_add(length);
     if end < bytes.len() && continuation(end) {
         return Err(err(
-            28657,
+            ErrorCode::SubstrBytesEndInsideCharacter,
             "$substrBytes:  Invalid range, ending index is in the middle of a UTF-8 character."
                 .to_string(),
         ));
@@ -351,7 +351,7 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let numeric = |v: &Value<'_>| v.as_deref().and_then(crate::query::compare::Number::of);
     if numeric(&args[1]).is_none() {
         return Err(err(
-            34450,
+            ErrorCode::SubstrCpStartNotNumeric,
             format!(
                 "$substrCP: starting index must be a numeric type (is BSON type {})",
                 type_of(&args[1])
@@ -360,7 +360,7 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(start) = args[1].as_deref().and_then(int32_of) else {
         return Err(err(
-            34451,
+            ErrorCode::SubstrCpStartNotInt32,
             format!(
                 "$substrCP: starting index cannot be represented as a 32-bit integral value: {}",
                 value_text(&args[1])
@@ -369,7 +369,7 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     };
     if numeric(&args[2]).is_none() {
         return Err(err(
-            34452,
+            ErrorCode::SubstrCpLengthNotNumeric,
             format!(
                 "$substrCP: length must be a numeric type (is BSON type {})",
                 type_of(&args[2])
@@ -378,7 +378,7 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(length) = args[2].as_deref().and_then(int32_of) else {
         return Err(err(
-            34453,
+            ErrorCode::SubstrCpLengthNotInt32,
             format!(
                 "$substrCP: length cannot be represented as a 32-bit integral value: {}",
                 value_text(&args[2])
@@ -387,13 +387,13 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     };
     if length < 0 {
         return Err(err(
-            34454,
+            ErrorCode::SubstrCpLengthNegative,
             "$substrCP: length must be a nonnegative integer.".to_string(),
         ));
     }
     if start < 0 {
         return Err(err(
-            34455,
+            ErrorCode::SubstrCpStartNegative,
             "$substrCP: the starting index must be nonnegative integer.".to_string(),
         ));
     }
@@ -408,7 +408,7 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 fn op_str_len_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(s) = string_of(&args[0]) else {
         return Err(err(
-            34473,
+            ErrorCode::StrLenBytesNotString,
             format!(
                 "$strLenBytes requires a string argument, found: {}",
                 type_of(&args[0])
@@ -421,7 +421,7 @@ fn op_str_len_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 fn op_str_len_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(s) = string_of(&args[0]) else {
         return Err(err(
-            34471,
+            ErrorCode::StrLenCpNotString,
             format!(
                 "$strLenCP requires a string argument, found: {}",
                 type_of(&args[0])
@@ -437,7 +437,7 @@ fn op_split<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let Some(input) = string_of(&args[0]) else {
         return Err(err(
-            40085,
+            ErrorCode::SplitInputNotString,
             format!(
                 "$split requires an expression that evaluates to a string as a first argument, \
                  found: {}",
@@ -447,7 +447,7 @@ fn op_split<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     };
     let Some(separator) = string_of(&args[1]) else {
         return Err(err(
-            40086,
+            ErrorCode::SplitSeparatorNotString,
             format!(
                 "$split requires an expression that evaluates to a string as a second argument, \
                  found: {}",
@@ -457,7 +457,7 @@ fn op_split<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     };
     if separator.is_empty() {
         return Err(err(
-            40087,
+            ErrorCode::SplitSeparatorEmpty,
             "$split requires a non-empty separator".to_string(),
         ));
     }
@@ -483,9 +483,15 @@ fn split_piece_size(index: usize, len: usize) -> usize {
 fn index_of<'a>(args: &[Value<'a>], op: &str, code_points: bool) -> Result<Value<'a>> {
     check_at_most(args, op, 2, 4)?;
     let (first_code, second_code) = if code_points {
-        (40093, 40094)
+        (
+            ErrorCode::IndexOfCpInputNotString,
+            ErrorCode::IndexOfCpTokenNotString,
+        )
     } else {
-        (40091, 40092)
+        (
+            ErrorCode::IndexOfBytesInputNotString,
+            ErrorCode::IndexOfBytesTokenNotString,
+        )
     };
     if is_nullish(&args[0]) {
         return owned(Bson::Null);
@@ -554,7 +560,7 @@ fn find_within(input: &str, token: &str, from: usize, to: usize) -> Option<usize
 pub(super) fn check_at_most(args: &[Value<'_>], op: &str, min: usize, max: usize) -> Result<()> {
     if args.len() > max {
         return Err(err(
-            28667,
+            ErrorCode::ExpressionWrongNumberOfArgs,
             format!(
                 "Expression {op} takes at least {min} arguments, and at most {max}, but {} were \
                  passed in.",
@@ -574,7 +580,7 @@ pub(super) fn index_bounds(args: &[Value<'_>], op: &str) -> Result<(usize, Optio
         };
         let Some(n) = v.as_deref().and_then(int32_of) else {
             return Err(err(
-                40096,
+                ErrorCode::IndexOfBoundNotInt32,
                 format!(
                     "{op} requires an integral {name}, found a value of type: {}, with value: {}",
                     type_of(v),
@@ -584,7 +590,7 @@ pub(super) fn index_bounds(args: &[Value<'_>], op: &str) -> Result<(usize, Optio
         };
         if n < 0 {
             return Err(err(
-                40097,
+                ErrorCode::IndexOfBoundNegative,
                 format!("{op} requires a nonnegative {name}, found: {n}"),
             ));
         }
@@ -623,14 +629,22 @@ fn is_absent(node: &Node) -> bool {
 fn trim_object_args(arg: &Bson, op: &str) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(err(
-            50696,
+            ErrorCode::TrimNotObject,
             format!("{op} only supports an object as its argument"),
         ));
     };
     let [input, chars] = named_args(doc, ["input", "chars"], |k| {
-        err(50694, format!("Unrecognized argument to {op}: {k}"))
+        err(
+            ErrorCode::TrimUnknownArgument,
+            format!("Unrecognized argument to {op}: {k}"),
+        )
     })?;
-    let input = input.ok_or_else(|| err(50695, format!("{op} requires an 'input' parameter")))?;
+    let input = input.ok_or_else(|| {
+        err(
+            ErrorCode::TrimMissingInput,
+            format!("{op} requires an 'input' parameter"),
+        )
+    })?;
     let chars = chars.unwrap_or_else(|| Bson::String(ABSENT.to_string()));
     Ok(Some(vec![input, chars]))
 }
@@ -660,7 +674,7 @@ fn trim<'a>(
     }
     let Some(text) = string_of(&input) else {
         return Err(err(
-            50699,
+            ErrorCode::TrimInputNotString,
             format!(
                 "{op} requires its input to be a string, got {} (of type {}) instead.",
                 value_text(&input),
@@ -678,7 +692,7 @@ fn trim<'a>(
         }
         let Some(c) = string_of(&chars) else {
             return Err(err(
-                50700,
+                ErrorCode::TrimCharsNotString,
                 format!(
                     "{op} requires 'chars' to be a string, got {} (of type {}) instead.",
                     value_text(&chars),
@@ -717,15 +731,28 @@ fn op_rtrim<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 fn regex_object_args(arg: &Bson, op: &str) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(err(
-            51103,
+            ErrorCode::RegexOperatorNotObject,
             format!("{op} expects an object of named arguments but found: {arg}"),
         ));
     };
     let [input, regex, options] = named_args(doc, ["input", "regex", "options"], |k| {
-        err(31024, format!("{op} found an unknown argument: {k}"))
+        err(
+            ErrorCode::RegexOperatorUnknownArgument,
+            format!("{op} found an unknown argument: {k}"),
+        )
     })?;
-    let input = input.ok_or_else(|| err(31022, format!("{op} requires 'input' parameter")))?;
-    let regex = regex.ok_or_else(|| err(31023, format!("{op} requires 'regex' parameter")))?;
+    let input = input.ok_or_else(|| {
+        err(
+            ErrorCode::RegexOperatorMissingInput,
+            format!("{op} requires 'input' parameter"),
+        )
+    })?;
+    let regex = regex.ok_or_else(|| {
+        err(
+            ErrorCode::RegexOperatorMissingRegex,
+            format!("{op} requires 'regex' parameter"),
+        )
+    })?;
     let options = options.unwrap_or_else(|| Bson::String(ABSENT.to_string()));
     Ok(Some(vec![input, regex, options]))
 }
@@ -748,7 +775,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
     let (input, pattern_arg, options_arg) = (&args[0], &args[1], &args[2]);
     if !is_nullish(input) && string_of(input).is_none() {
         return Err(err(
-            51104,
+            ErrorCode::RegexOperatorInputNotString,
             format!("{op} needs 'input' to be of type string"),
         ));
     }
@@ -758,7 +785,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         Some(Bson::RegularExpression(r)) => (Some(r.pattern.to_string()), r.options.to_string()),
         Some(_) => {
             return Err(err(
-                51105,
+                ErrorCode::RegexOperatorRegexWrongType,
                 format!("{op} needs 'regex' to be of type string or regex"),
             ))
         }
@@ -768,7 +795,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         Some(Bson::String(s)) => {
             if !options.is_empty() && !s.is_empty() {
                 return Err(err(
-                    51107,
+                    ErrorCode::RegexOperatorOptionsTwice,
                     format!(
                         "{op} found regex option(s) specified in both 'regex' and 'option' fields"
                     ),
@@ -780,7 +807,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         }
         Some(_) => {
             return Err(err(
-                51106,
+                ErrorCode::RegexOperatorOptionsNotString,
                 format!("{op} needs 'options' to be of type string"),
             ))
         }
@@ -792,7 +819,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
             'u' => {}
             other => {
                 return Err(err(
-                    51108,
+                    ErrorCode::RegexBadOption,
                     format!("{op} invalid flag in regex options: {other}"),
                 ))
             }
@@ -803,7 +830,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
     };
     if pattern.contains('\0') {
         return Err(err(
-            51109,
+            ErrorCode::RegexOperatorNullByte,
             format!("{op}: regular expression cannot contain an embedded null byte"),
         ));
     }
@@ -811,8 +838,12 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         return Ok(None);
     };
     // PCRE syntax, translated as `$regex` in a filter does.
-    let compiled = crate::query::regex::compile_regex(&pattern, &flags)
-        .map_err(|e| err(51111, format!("Invalid Regex in {op}: {}", e.message)))?;
+    let compiled = crate::query::regex::compile_regex(&pattern, &flags).map_err(|e| {
+        err(
+            ErrorCode::RegexOperatorInvalid,
+            format!("Invalid Regex in {op}: {}", e.message),
+        )
+    })?;
     Ok(Some((compiled, input)))
 }
 
@@ -901,20 +932,27 @@ fn op_regex_find_all<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 fn replace_object_args(arg: &Bson, op: &str) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Err(err(
-            51751,
+            ErrorCode::ReplaceNotObject,
             format!("{op} requires an object as an argument, found: {arg}"),
         ));
     };
     let [input, find, replacement] = named_args(doc, ["input", "find", "replacement"], |k| {
-        err(51750, format!("{op} found an unknown argument: {k}"))
+        err(
+            ErrorCode::ReplaceUnknownArgument,
+            format!("{op} found an unknown argument: {k}"),
+        )
     })?;
-    let required = |v: Option<Bson>, code: i32, name: &str| {
+    let required = |v: Option<Bson>, code: ErrorCode, name: &str| {
         v.ok_or_else(|| err(code, format!("{op} requires '{name}' to be specified")))
     };
     Ok(Some(vec![
-        required(input, 51749, "input")?,
-        required(find, 51748, "find")?,
-        required(replacement, 51747, "replacement")?,
+        required(input, ErrorCode::ReplaceMissingInput, "input")?,
+        required(find, ErrorCode::ReplaceMissingFind, "find")?,
+        required(
+            replacement,
+            ErrorCode::ReplaceMissingReplacement,
+            "replacement",
+        )?,
     ]))
 }
 
@@ -928,9 +966,13 @@ fn replace_all_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 
 fn replace<'a>(args: &[Value<'a>], op: &str, all: bool) -> Result<Value<'a>> {
     for (v, name, code) in [
-        (&args[0], "input", 51746),
-        (&args[1], "find", 51745),
-        (&args[2], "replacement", 51744),
+        (&args[0], "input", ErrorCode::ReplaceInputNotString),
+        (&args[1], "find", ErrorCode::ReplaceFindNotString),
+        (
+            &args[2],
+            "replacement",
+            ErrorCode::ReplaceReplacementNotString,
+        ),
     ] {
         if !is_nullish(v) && string_of(v).is_none() {
             return Err(err(

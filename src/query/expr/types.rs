@@ -15,8 +15,8 @@ use bson::{Bson, DateTime, Document};
 
 use super::date::{format_date, parse_date_string, TimeZone, DEFAULT_FORMAT};
 use super::{
-    eval, expression_error, is_nullish, location, number_of, owned, type_of, Arity, Evaluation,
-    Node, Operator, Scope, Value,
+    eval, expression_error, is_nullish, number_of, owned, type_of, Arity, Evaluation, Node,
+    Operator, Scope, Value,
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{f64_fits_i64, type_name, DecimalValue, Number};
@@ -131,13 +131,13 @@ fn field_given(args: &[Bson], i: usize) -> bool {
 // Arithmetic.
 
 /// The numeric argument of a one-argument math operator, `None` for null.
-fn numeric_arg(name: &str, v: &Value<'_>, code: i32) -> Result<Option<Number>> {
+fn numeric_arg(name: &str, v: &Value<'_>, code: ErrorCode) -> Result<Option<Number>> {
     if is_nullish(v) {
         return Ok(None);
     }
     number_of(v).map(Some).ok_or_else(|| {
         expression_error(
-            location(code),
+            code,
             format!("{name} only supports numeric types, not {}", type_of(v)),
         )
     })
@@ -257,14 +257,14 @@ fn widen(v: i128, from_int: bool) -> Bson {
 }
 
 fn op_ceil<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    match numeric_arg("$ceil", &args[0], 28765)? {
+    match numeric_arg("$ceil", &args[0], ErrorCode::SingleNumericArgNotNumeric)? {
         Some(n) => owned(round_number(n, 0, Rounding::Ceil)),
         None => owned(Bson::Null),
     }
 }
 
 fn op_floor<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    match numeric_arg("$floor", &args[0], 28765)? {
+    match numeric_arg("$floor", &args[0], ErrorCode::SingleNumericArgNotNumeric)? {
         Some(n) => owned(round_number(n, 0, Rounding::Floor)),
         None => owned(Bson::Null),
     }
@@ -289,7 +289,7 @@ fn round_or_trunc<'a>(name: &str, args: &[Value<'a>], mode: Rounding) -> Result<
             ),
         ));
     }
-    let Some(n) = numeric_arg(name, &args[0], 51081)? else {
+    let Some(n) = numeric_arg(name, &args[0], ErrorCode::RoundTruncNotNumeric)? else {
         return owned(Bson::Null);
     };
     let place = match args.get(1) {
@@ -348,11 +348,11 @@ fn decimal_result(f: f64) -> DecimalValue {
 fn positive_only<'a>(
     name: &str,
     args: &[Value<'a>],
-    code: i32,
+    code: ErrorCode,
     allow_zero: bool,
     f: fn(f64) -> f64,
 ) -> Result<Value<'a>> {
-    let Some(n) = numeric_arg(name, &args[0], 28765)? else {
+    let Some(n) = numeric_arg(name, &args[0], ErrorCode::SingleNumericArgNotNumeric)? else {
         return owned(Bson::Null);
     };
     let x = n.to_f64();
@@ -366,7 +366,7 @@ fn positive_only<'a>(
                 display_number(n)
             )
         };
-        return Err(expression_error(location(code), message));
+        return Err(expression_error(code, message));
     }
     owned(float_result(n, f))
 }
@@ -379,19 +379,25 @@ fn display_number(n: Number) -> String {
 }
 
 fn op_sqrt<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    positive_only("$sqrt", args, 28714, true, f64::sqrt)
+    positive_only("$sqrt", args, ErrorCode::SqrtNegative, true, f64::sqrt)
 }
 
 fn op_ln<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    positive_only("$ln", args, 28766, false, f64::ln)
+    positive_only("$ln", args, ErrorCode::LnNotPositive, false, f64::ln)
 }
 
 fn op_log10<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    positive_only("$log10", args, 28761, false, f64::log10)
+    positive_only(
+        "$log10",
+        args,
+        ErrorCode::Log10NotPositive,
+        false,
+        f64::log10,
+    )
 }
 
 fn op_exp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    match numeric_arg("$exp", &args[0], 28765)? {
+    match numeric_arg("$exp", &args[0], ErrorCode::SingleNumericArgNotNumeric)? {
         Some(n) => owned(float_result(n, f64::exp)),
         None => owned(Bson::Null),
     }
