@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 
 use bson::{Bson, Document};
 
+use super::args::{check_at_most, index_bounds, int32_of, named_args, value_text};
 use super::{
     compare_values, eval, expression_error, is_nullish, op, owned, truthy, type_of, Arity,
     Evaluation, Node, Operator, Scope, Value,
@@ -175,7 +176,7 @@ pub(super) static OPERATORS: &[Operator] = &[
 ];
 
 // ---------------------------------------------------------------------------
-// Helpers shared with the string operators.
+// Helpers.
 
 fn err(code: ErrorCode, message: String) -> Error {
     expression_error(code, message)
@@ -193,45 +194,6 @@ fn literal(v: Bson) -> Bson {
     let mut doc = Document::new();
     doc.insert("$literal", v);
     Bson::Document(doc)
-}
-
-/// Reads an operator's named arguments in the order of `names`; a field
-/// not among them is an error built by `unknown`.
-pub(super) fn named_args<const N: usize>(
-    doc: &Document,
-    names: [&str; N],
-    unknown: impl Fn(&str) -> Error,
-) -> Result<[Option<Bson>; N]> {
-    let mut out: [Option<Bson>; N] = std::array::from_fn(|_| None);
-    for (key, value) in doc {
-        match names.iter().position(|n| n == key) {
-            Some(i) => out[i] = Some(value.clone()),
-            None => return Err(unknown(key)),
-        }
-    }
-    Ok(out)
-}
-
-/// A number that is exactly a 32-bit integer (`2.0` is, `2.5` is not).
-pub(super) fn int32_of(v: &Bson) -> Option<i32> {
-    match v {
-        Bson::Int32(i) => Some(*i),
-        Bson::Int64(i) => i32::try_from(*i).ok(),
-        Bson::Double(d)
-            if d.fract() == 0.0 && *d >= f64::from(i32::MIN) && *d <= f64::from(i32::MAX) =>
-        {
-            Some(*d as i32)
-        }
-        Bson::Decimal128(d) => DecimalValue::from_decimal128(d)
-            .to_i64_exact()
-            .and_then(|i| i32::try_from(i).ok()),
-        _ => None,
-    }
-}
-
-fn value_text(v: &Value<'_>) -> String {
-    v.as_deref()
-        .map_or_else(|| "missing".to_string(), |b| b.to_string())
 }
 
 fn array_of<'v>(v: &'v Value<'_>) -> Option<&'v [Bson]> {
@@ -359,7 +321,7 @@ fn op_is_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 }
 
 fn op_slice<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    super::string::check_at_most(args, "$slice", 2, 3)?;
+    check_at_most(args, "$slice", 2, 3)?;
     if args.iter().any(is_nullish) {
         return owned(Bson::Null);
     }
@@ -505,7 +467,7 @@ fn int_array_size(count: usize) -> usize {
 }
 
 fn op_range<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    super::string::check_at_most(args, "$range", 2, 3)?;
+    check_at_most(args, "$range", 2, 3)?;
     let read =
         |v: &Value<'_>, numeric_code: ErrorCode, int_code: ErrorCode, what: &str| -> Result<i64> {
             if v.as_deref()
@@ -592,7 +554,7 @@ fn op_range<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 }
 
 fn op_index_of_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    super::string::check_at_most(args, "$indexOfArray", 2, 4)?;
+    check_at_most(args, "$indexOfArray", 2, 4)?;
     if is_nullish(&args[0]) {
         return owned(Bson::Null);
     }
@@ -605,7 +567,7 @@ fn op_index_of_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             ),
         ));
     };
-    let (start, end) = super::string::index_bounds(args, "$indexOfArray")?;
+    let (start, end) = index_bounds(args, "$indexOfArray")?;
     let end = end.unwrap_or(items.len()).min(items.len());
     let found = (start..end)
         .find(|&i| compare_values(&Some(Cow::Borrowed(&items[i])), &args[1]) == Ordering::Equal);

@@ -11,7 +11,7 @@
 
 use bson::{Bson, DateTime, Document};
 
-use super::types::{eval_field, named_args, object_fields};
+use super::args::{eval_field, field_absent, field_given, object_fields, object_form};
 use super::{
     eval, expression_error, is_nullish, owned, type_of, Arity, Evaluation, Node, Operator, Scope,
     Value,
@@ -286,13 +286,13 @@ fn extractor_args(name: &str, arg: &Bson) -> Result<Option<Vec<Bson>>> {
     if doc.keys().next().is_some_and(|k| k.starts_with('$')) {
         return Ok(None);
     }
-    let args = named_args(doc, &["date", "timezone"], |field| {
+    let args = object_form(doc, &["date", "timezone"], |field| {
         expression_error(
             ErrorCode::DateConversionUnknownOption,
             format!("unrecognized option to {name}: \"{field}\""),
         )
     })?;
-    if !object_fields_present(&args, 0) {
+    if !field_given(&args, 0) {
         return Err(expression_error(
             ErrorCode::DateConversionMissingDate,
             format!("missing 'date' argument to {name}, provided: {doc}"),
@@ -301,15 +301,10 @@ fn extractor_args(name: &str, arg: &Bson) -> Result<Option<Vec<Bson>>> {
     Ok(Some(args))
 }
 
-/// True when field `i` of an argument list built by `named_args` is given.
-fn object_fields_present(args: &[Bson], i: usize) -> bool {
-    !matches!(args.get(i + 1), Some(Bson::Symbol(s)) if s == super::types::ABSENT)
-}
-
 /// The local calendar fields of an extractor's argument, or `None` for null.
 fn extract<'a>(name: &str, args: &'a [Node], scope: &Scope<'a>) -> Result<Option<Parts>> {
     let (date_node, tz_node) = match object_fields(args) {
-        Some(fields) => (fields.first(), fields.get(1).filter(|n| !is_absent(n))),
+        Some(fields) => (fields.first(), fields.get(1).filter(|n| !field_absent(n))),
         None => {
             if args.len() != 1 {
                 return Err(expression_error(
@@ -335,10 +330,6 @@ fn extract<'a>(name: &str, args: &'a [Node], scope: &Scope<'a>) -> Result<Option
     }
     let millis = require_date(&date)?;
     Ok(Some(Parts::of(tz.to_local(millis))))
-}
-
-fn is_absent(node: &Node) -> bool {
-    matches!(node, Node::Literal(Bson::Symbol(s)) if s == super::types::ABSENT)
 }
 
 macro_rules! extractors {
@@ -454,13 +445,13 @@ fn date_to_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "$dateToString only supports an object as its argument".to_string(),
         ));
     };
-    let args = named_args(doc, &["date", "format", "timezone", "onNull"], |f| {
+    let args = object_form(doc, &["date", "format", "timezone", "onNull"], |f| {
         expression_error(
             ErrorCode::DateToStringUnknownArgument,
             format!("Unrecognized argument to $dateToString: {f}"),
         )
     })?;
-    if !object_fields_present(&args, 0) {
+    if !field_given(&args, 0) {
         return Err(expression_error(
             ErrorCode::DateToStringMissingDate,
             "Missing 'date' parameter to $dateToString".to_string(),
@@ -510,7 +501,7 @@ fn op_date_to_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a
 
 /// Field `i` of an object-form argument list when it was given.
 fn present(fields: &[Node], i: usize) -> Option<&Node> {
-    fields.get(i).filter(|n| !is_absent(n))
+    fields.get(i).filter(|n| !field_absent(n))
 }
 
 // ---------------------------------------------------------------------------
@@ -753,7 +744,7 @@ fn date_from_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             ),
         ));
     };
-    let args = named_args(
+    let args = object_form(
         doc,
         &["dateString", "format", "timezone", "onError", "onNull"],
         |f| {
@@ -763,7 +754,7 @@ fn date_from_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             )
         },
     )?;
-    if !object_fields_present(&args, 0) {
+    if !field_given(&args, 0) {
         return Err(expression_error(
             ErrorCode::DateFromStringMissingDateString,
             "Missing 'dateString' parameter to $dateFromString".to_string(),
@@ -967,7 +958,7 @@ fn date_trunc_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "$dateTrunc only supports an object as its argument".to_string(),
         ));
     };
-    let args = named_args(
+    let args = object_form(
         doc,
         &["date", "unit", "binSize", "timezone", "startOfWeek"],
         |f| {
@@ -981,7 +972,7 @@ fn date_trunc_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         (0, "date", ErrorCode::DateTruncMissingDate),
         (1, "unit", ErrorCode::DateTruncMissingUnit),
     ] {
-        if !object_fields_present(&args, i) {
+        if !field_given(&args, i) {
             return Err(expression_error(
                 code,
                 format!("Missing '{name}' parameter to $dateTrunc"),
@@ -1105,14 +1096,14 @@ fn date_add_parser(op: &str, arg: &Bson) -> Result<Option<Vec<Bson>>> {
             format!("{op} expects an object as its argument"),
         ));
     };
-    let args = named_args(doc, &["startDate", "unit", "amount", "timezone"], |f| {
+    let args = object_form(doc, &["startDate", "unit", "amount", "timezone"], |f| {
         expression_error(
             ErrorCode::DateAddUnknownArgument,
             format!("Unrecognized argument to {op}: {f}"),
         )
     })?;
     for (i, name) in [(0, "startDate"), (1, "unit"), (2, "amount")] {
-        if !object_fields_present(&args, i) {
+        if !field_given(&args, i) {
             return Err(expression_error(
                 ErrorCode::DateAddMissingArgument,
                 format!("{op} requires startDate, unit, and amount to be present; missing {name}"),
@@ -1221,7 +1212,7 @@ fn date_diff_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "$dateDiff only supports an object as its argument".to_string(),
         ));
     };
-    let args = named_args(
+    let args = object_form(
         doc,
         &["startDate", "endDate", "unit", "timezone", "startOfWeek"],
         |f| {
@@ -1236,7 +1227,7 @@ fn date_diff_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         (1, "endDate", ErrorCode::DateDiffMissingEndDate),
         (2, "unit", ErrorCode::DateDiffMissingUnit),
     ] {
-        if !object_fields_present(&args, i) {
+        if !field_given(&args, i) {
             return Err(expression_error(
                 code,
                 format!("Missing '{name}' parameter to $dateDiff"),
@@ -1314,13 +1305,13 @@ fn date_to_parts_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "$dateToParts only supports an object as its argument".to_string(),
         ));
     };
-    let args = named_args(doc, &["date", "timezone", "iso8601"], |f| {
+    let args = object_form(doc, &["date", "timezone", "iso8601"], |f| {
         expression_error(
             ErrorCode::DateToPartsUnknownArgument,
             format!("Unrecognized argument to $dateToParts: {f}"),
         )
     })?;
-    if !object_fields_present(&args, 0) {
+    if !field_given(&args, 0) {
         return Err(expression_error(
             ErrorCode::DateToPartsMissingDate,
             "Missing 'date' parameter to $dateToParts".to_string(),
@@ -1396,13 +1387,13 @@ fn date_from_parts_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "$dateFromParts only supports an object as its argument".to_string(),
         ));
     };
-    let args = named_args(doc, &FROM_PARTS_FIELDS, |f| {
+    let args = object_form(doc, &FROM_PARTS_FIELDS, |f| {
         expression_error(
             ErrorCode::DateFromPartsUnknownArgument,
             format!("Unrecognized argument to $dateFromParts: {f}"),
         )
     })?;
-    let has = |i| object_fields_present(&args, i);
+    let has = |i| field_given(&args, i);
     let calendar = has(0) || has(1) || has(2);
     let iso = has(3) || has(4) || has(5);
     if calendar && iso {

@@ -20,10 +20,10 @@ use bson::{Bson, DateTime, Document};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, f64_fits_i64, type_name, DecimalValue, Number};
-use crate::query::filter::{nesting_exceeds, MAX_NESTING};
 use crate::query::path::{expression_value, expression_value_in};
-use crate::query::size::SizeBudget;
+use crate::query::size::{nesting_exceeds, SizeBudget, MAX_NESTING};
 
+mod args;
 mod array;
 mod date;
 mod string;

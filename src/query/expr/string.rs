@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use bson::{Bson, Document};
 
-use super::array::{int32_of, named_args};
+use super::args::{check_at_most, index_bounds, int32_of, named_args, value_text};
 use super::{
     expression_error, is_nullish, op, owned, type_of, Arity, Evaluation, Node, Operator, Scope,
     Value,
@@ -122,11 +122,6 @@ pub(super) static OPERATORS: &[Operator] = &[
 
 fn err(code: ErrorCode, message: String) -> Error {
     expression_error(code, message)
-}
-
-fn value_text(v: &Value<'_>) -> String {
-    v.as_deref()
-        .map_or_else(|| "missing".to_string(), |b| b.to_string())
 }
 
 /// MongoDB's `coerceToString`: null and missing become `""`, numbers,
@@ -553,52 +548,6 @@ fn find_within(input: &str, token: &str, from: usize, to: usize) -> Option<usize
         return None;
     }
     input[from..to].find(token).map(|i| from + i)
-}
-
-/// MongoDB's arity error for operators taking a range of argument counts
-/// (the table checks only the minimum).
-pub(super) fn check_at_most(args: &[Value<'_>], op: &str, min: usize, max: usize) -> Result<()> {
-    if args.len() > max {
-        return Err(err(
-            ErrorCode::ExpressionWrongNumberOfArgs,
-            format!(
-                "Expression {op} takes at least {min} arguments, and at most {max}, but {} were \
-                 passed in.",
-                args.len()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The optional start and end index arguments of the `$indexOf*`
-/// operators.
-pub(super) fn index_bounds(args: &[Value<'_>], op: &str) -> Result<(usize, Option<usize>)> {
-    let read = |i: usize, name: &str| -> Result<Option<usize>> {
-        let Some(v) = args.get(i) else {
-            return Ok(None);
-        };
-        let Some(n) = v.as_deref().and_then(int32_of) else {
-            return Err(err(
-                ErrorCode::IndexOfBoundNotInt32,
-                format!(
-                    "{op} requires an integral {name}, found a value of type: {}, with value: {}",
-                    type_of(v),
-                    value_text(v)
-                ),
-            ));
-        };
-        if n < 0 {
-            return Err(err(
-                ErrorCode::IndexOfBoundNegative,
-                format!("{op} requires a nonnegative {name}, found: {n}"),
-            ));
-        }
-        Ok(Some(n as usize))
-    };
-    let start = read(2, "starting index")?.unwrap_or(0);
-    let end = read(3, "ending index")?;
-    Ok((start, end))
 }
 
 fn op_index_of_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {

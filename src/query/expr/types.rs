@@ -3,16 +3,18 @@
 //! `$sqrt`, `$exp`, `$ln`, `$log`, `$log10`) and the conditionals that bind
 //! or branch (`$switch`, `$let`).
 //!
-//! Operators with an object form (`$convert: {input, to, ...}`) turn it into
-//! an argument list with [`named_args`] when the expression is parsed: a
-//! marker, then one expression per known field, with [`ABSENT`] for fields
-//! not given. [`object_fields`] reads it back at evaluation.
+//! Operators with an object form (`$convert: {input, to, ...}`) read it
+//! through [`super::args::object_form`].
 
 use std::borrow::Cow;
 
 use bson::oid::ObjectId;
-use bson::{Bson, DateTime, Document};
+use bson::{Bson, DateTime};
 
+use super::args::{
+    absent_field, eval_field, field_absent, field_given, object_fields, object_form,
+    object_form_marker,
+};
 use super::date::{format_date, parse_date_string, TimeZone, DEFAULT_FORMAT};
 use super::{
     eval, expression_error, is_nullish, number_of, owned, type_of, Arity, Evaluation, Node,
@@ -66,65 +68,6 @@ type ValuesFn = for<'a> fn(&[Value<'a>]) -> Result<Value<'a>>;
 
 const fn unary(name: &'static str, f: ValuesFn) -> Operator {
     super::op(name, Arity::Exactly(1), Evaluation::Values(f))
-}
-
-// ---------------------------------------------------------------------------
-// Object-form arguments.
-
-/// First element of an argument list built from an object form. A symbol
-/// cannot come from a parsed expression in practice (the type is
-/// deprecated and no driver sends it), so it cannot be confused with a
-/// user's array argument.
-const OBJECT_FORM: &str = "\u{0}object-form";
-/// A field of the object form that was not given.
-pub(super) const ABSENT: &str = "\u{0}absent";
-
-/// The argument list for an object form with these `fields` (in this
-/// order); any other key is an error made by `unknown`.
-pub(super) fn named_args(
-    doc: &Document,
-    fields: &[&str],
-    unknown: impl Fn(&str) -> Error,
-) -> Result<Vec<Bson>> {
-    let mut out = Vec::with_capacity(fields.len() + 1);
-    out.push(Bson::Symbol(OBJECT_FORM.to_string()));
-    out.extend(fields.iter().map(|_| Bson::Symbol(ABSENT.to_string())));
-    for (key, value) in doc {
-        match fields.iter().position(|f| f == key) {
-            Some(i) => out[i + 1] = value.clone(),
-            None => return Err(unknown(key)),
-        }
-    }
-    Ok(out)
-}
-
-/// The field expressions of an object-form argument list, or `None` when
-/// the operator was given something other than an object.
-pub(super) fn object_fields(args: &[Node]) -> Option<&[Node]> {
-    match args.first() {
-        Some(Node::Literal(Bson::Symbol(s))) if s == OBJECT_FORM => Some(&args[1..]),
-        _ => None,
-    }
-}
-
-fn is_absent(node: &Node) -> bool {
-    matches!(node, Node::Literal(Bson::Symbol(s)) if s == ABSENT)
-}
-
-/// Evaluates field `i`: `None` when it was not given.
-pub(super) fn eval_field<'a>(
-    fields: &'a [Node],
-    i: usize,
-    scope: &Scope<'a>,
-) -> Result<Option<Value<'a>>> {
-    match fields.get(i) {
-        Some(node) if !is_absent(node) => Ok(Some(eval(node, scope)?)),
-        _ => Ok(None),
-    }
-}
-
-fn field_given(args: &[Bson], i: usize) -> bool {
-    !matches!(args.get(i + 1), Some(Bson::Symbol(s)) if s == ABSENT)
 }
 
 // ---------------------------------------------------------------------------
@@ -509,7 +452,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Ok(None);
     };
-    let mut default = Bson::Symbol(ABSENT.to_string());
+    let mut default = absent_field();
     let mut branches = Vec::new();
     for (key, value) in doc {
         match key.as_str() {
@@ -579,7 +522,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "$switch requires at least one branch.".to_string(),
         ));
     }
-    let mut out = vec![Bson::Symbol(OBJECT_FORM.to_string()), default];
+    let mut out = vec![object_form_marker(), default];
     out.extend(branches);
     Ok(Some(out))
 }
@@ -601,7 +544,7 @@ fn op_switch<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
             }
         }
     }
-    if is_absent(default) {
+    if field_absent(default) {
         return Err(expression_error(
             ErrorCode::SwitchNoMatchingBranch,
             "$switch could not find a matching branch for an input, and no default was \
@@ -652,7 +595,7 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             ),
         ));
     };
-    let mut out = vec![Bson::Symbol(OBJECT_FORM.to_string()), body];
+    let mut out = vec![object_form_marker(), body];
     for (name, value) in vars {
         validate_variable_name(name)?;
         out.push(Bson::Symbol(name.clone()));
@@ -1064,7 +1007,7 @@ fn convert_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Ok(None);
     };
-    let args = named_args(doc, &["input", "to", "onError", "onNull"], |f| {
+    let args = object_form(doc, &["input", "to", "onError", "onNull"], |f| {
         Error::new(
             ErrorCode::FailedToParse,
             format!("$convert found an unknown argument: {f}"),
