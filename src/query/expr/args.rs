@@ -10,7 +10,7 @@
 
 use bson::{Bson, Document};
 
-use super::{eval, expression_error, type_of, Node, Scope, Value};
+use super::{eval, type_of, Node, Scope, Value};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::DecimalValue;
 
@@ -128,7 +128,7 @@ pub(super) fn value_text(v: &Value<'_>) -> String {
 /// (the table checks only the minimum).
 pub(super) fn check_at_most(args: &[Value<'_>], op: &str, min: usize, max: usize) -> Result<()> {
     if args.len() > max {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::ExpressionWrongNumberOfArgs,
             format!(
                 "Expression {op} takes at least {min} arguments, and at most {max}, but {} were \
@@ -148,7 +148,7 @@ pub(super) fn index_bounds(args: &[Value<'_>], op: &str) -> Result<(usize, Optio
             return Ok(None);
         };
         let Some(n) = v.as_deref().and_then(int32_of) else {
-            return Err(expression_error(
+            return Err(Error::new(
                 ErrorCode::IndexOfBoundNotInt32,
                 format!(
                     "{op} requires an integral {name}, found a value of type: {}, with value: {}",
@@ -158,7 +158,7 @@ pub(super) fn index_bounds(args: &[Value<'_>], op: &str) -> Result<(usize, Optio
             ));
         };
         if n < 0 {
-            return Err(expression_error(
+            return Err(Error::new(
                 ErrorCode::IndexOfBoundNegative,
                 format!("{op} requires a nonnegative {name}, found: {n}"),
             ));

@@ -15,8 +15,8 @@ use bson::{Bson, Document};
 
 use super::args::{check_at_most, index_bounds, int32_of, named_args, value_text};
 use super::{
-    compare_values, eval, expression_error, is_nullish, op, owned, truthy, type_of, Arity,
-    Evaluation, Node, Operator, Scope, Value,
+    compare_values, eval, is_nullish, op, owned, truthy, type_of, Arity, Evaluation, Node,
+    Operator, Scope, Value,
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, type_name, Canonical, DecimalValue};
@@ -178,10 +178,6 @@ pub(super) static OPERATORS: &[Operator] = &[
 // ---------------------------------------------------------------------------
 // Helpers.
 
-fn err(code: ErrorCode, message: String) -> Error {
-    expression_error(code, message)
-}
-
 /// Stands for an optional named argument that was not given.
 const ABSENT: &str = "$$REMOVE";
 
@@ -245,7 +241,7 @@ fn elem_at<'a>(array: &Value<'a>, index: &Value<'a>, op: &str) -> Result<Value<'
         return owned(Bson::Null);
     }
     let Some(items) = array_of(array) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ArrayElemAtNotArray,
             format!(
                 "{op}'s first argument must be an array, but is {}",
@@ -258,7 +254,7 @@ fn elem_at<'a>(array: &Value<'a>, index: &Value<'a>, op: &str) -> Result<Value<'
         .and_then(crate::query::compare::Number::of)
         .is_none()
     {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ArrayElemAtIndexNotNumeric,
             format!(
                 "{op}'s second argument must be a numeric value, but is {}",
@@ -267,7 +263,7 @@ fn elem_at<'a>(array: &Value<'a>, index: &Value<'a>, op: &str) -> Result<Value<'
         ));
     }
     let Some(i) = index.as_deref().and_then(int32_of) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ArrayElemAtIndexNotInt32,
             format!(
                 "{op}'s second argument must be representable as a 32-bit integer: {}",
@@ -296,7 +292,7 @@ fn first_or_last<'a>(args: &[Value<'a>], op: &str, last: bool) -> Result<Value<'
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ArrayElemAtNotArray,
             format!(
                 "{op}'s argument must be an array, but is {}",
@@ -326,7 +322,7 @@ fn op_slice<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ArraySliceNotArray,
             format!(
                 "First argument to $slice must be an array, but is of type: {}",
@@ -340,7 +336,7 @@ fn op_slice<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 .and_then(crate::query::compare::Number::of)
                 .is_none()
             {
-                return Err(err(
+                return Err(Error::new(
                     code_type,
                     format!(
                         "{which} argument to $slice must be numeric, but is of type: {}",
@@ -349,7 +345,7 @@ fn op_slice<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 ));
             }
             v.as_deref().and_then(int32_of).ok_or_else(|| {
-                err(
+                Error::new(
                     code_int,
                     format!(
                         "{which} argument to $slice can't be represented as a 32-bit integer: {}",
@@ -382,7 +378,7 @@ fn op_slice<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 "Third",
             )?;
             if n <= 0 {
-                return Err(err(
+                return Err(Error::new(
                     ErrorCode::ArraySliceThirdNotPositive,
                     format!("Third argument to $slice must be positive: {n}"),
                 ));
@@ -407,7 +403,7 @@ fn op_concat_arrays<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             return owned(Bson::Null);
         }
         let Some(items) = array_of(arg) else {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::ConcatArraysNotArray,
                 format!("$concatArrays only supports arrays, not {}", type_of(arg)),
             ));
@@ -434,7 +430,7 @@ fn op_reverse_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ReverseArrayNotArray,
             format!(
                 "The argument to $reverseArray must be an array, but was of type: {}",
@@ -474,7 +470,7 @@ fn op_range<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 .and_then(crate::query::compare::Number::of)
                 .is_none()
             {
-                return Err(err(
+                return Err(Error::new(
                     numeric_code,
                     format!(
                         "$range requires a numeric {what}, found value of type: {}",
@@ -486,7 +482,7 @@ fn op_range<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 .and_then(int32_of)
                 .map(i64::from)
                 .ok_or_else(|| {
-                    err(
+                    Error::new(
                         int_code,
                         format!(
                         "$range requires a {what} that can be represented as a 32-bit integer, \
@@ -518,7 +514,7 @@ fn op_range<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         None => 1,
     };
     if step == 0 {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::RangeStepZero,
             "$range requires a non-zero step value".to_string(),
         ));
@@ -559,7 +555,7 @@ fn op_index_of_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::IndexOfArrayNotArray,
             format!(
                 "$indexOfArray requires an array as a first argument, found: {}",
@@ -579,27 +575,27 @@ fn op_index_of_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn filter_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::FilterNotObject,
             "$filter only supports an object as its argument".to_string(),
         ));
     };
     let [input, as_, cond, limit] = named_args(doc, ["input", "as", "cond", "limit"], |k| {
-        err(
+        Error::new(
             ErrorCode::FilterUnknownParameter,
             format!("Unrecognized parameter to $filter: {k}"),
         )
     })?;
     let input = input.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::FilterMissingInput,
-            "Missing 'input' parameter to $filter".into(),
+            "Missing 'input' parameter to $filter",
         )
     })?;
     let cond = cond.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::FilterMissingCond,
-            "Missing 'cond' parameter to $filter".into(),
+            "Missing 'cond' parameter to $filter",
         )
     })?;
     let name = variable_name(as_, "$filter", "this")?;
@@ -612,7 +608,7 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&input) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::FilterInputNotArray,
             format!("input to $filter must be an array not {}", type_of(&input)),
         ));
@@ -625,7 +621,7 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
             None
         } else {
             let Some(n) = v.as_deref().and_then(int32_of) else {
-                return Err(err(
+                return Err(Error::new(
                     ErrorCode::FilterLimitNotInt32,
                     format!(
                         "$filter: limit must be represented as a 32-bit integral value: {}",
@@ -634,7 +630,7 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
                 ));
             };
             if n < 1 {
-                return Err(err(
+                return Err(Error::new(
                     ErrorCode::FilterLimitNotPositive,
                     format!("$filter: limit must be greater than 0: {n}"),
                 ));
@@ -664,29 +660,25 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn map_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::MapNotObject,
             "$map only supports an object as its argument".to_string(),
         ));
     };
     let [input, as_, body] = named_args(doc, ["input", "as", "in"], |k| {
-        err(
+        Error::new(
             ErrorCode::MapUnknownParameter,
             format!("Unrecognized parameter to $map: {k}"),
         )
     })?;
     let input = input.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::MapMissingInput,
-            "Missing 'input' parameter to $map".into(),
+            "Missing 'input' parameter to $map",
         )
     })?;
-    let body = body.ok_or_else(|| {
-        err(
-            ErrorCode::MapMissingIn,
-            "Missing 'in' parameter to $map".into(),
-        )
-    })?;
+    let body =
+        body.ok_or_else(|| Error::new(ErrorCode::MapMissingIn, "Missing 'in' parameter to $map"))?;
     let name = variable_name(as_, "$map", "this")?;
     Ok(Some(vec![input, name, body]))
 }
@@ -697,7 +689,7 @@ fn op_map<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&input) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::MapInputNotArray,
             format!("input to $map must be an array not {}", type_of(&input)),
         ));
@@ -722,7 +714,7 @@ fn op_map<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn reduce_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ReduceNotObject,
             format!(
                 "$reduce requires an object as an argument, found: {}",
@@ -731,13 +723,13 @@ fn reduce_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         ));
     };
     let [input, initial, body] = named_args(doc, ["input", "initialValue", "in"], |k| {
-        err(
+        Error::new(
             ErrorCode::ReduceUnknownArgument,
             format!("$reduce found an unknown argument: {k}"),
         )
     })?;
     let required = |v: Option<Bson>, code: ErrorCode, name: &str| {
-        v.ok_or_else(|| err(code, format!("$reduce requires '{name}' to be specified")))
+        v.ok_or_else(|| Error::new(code, format!("$reduce requires '{name}' to be specified")))
     };
     Ok(Some(vec![
         required(input, ErrorCode::ReduceMissingInput, "input")?,
@@ -756,7 +748,7 @@ fn op_reduce<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&input) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ReduceInputNotArray,
             format!(
                 "$reduce requires that 'input' be an array, found: {}",
@@ -787,7 +779,7 @@ fn op_reduce<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ZipNotObject,
             format!(
                 "$zip only supports an object as an argument, found {}",
@@ -797,7 +789,7 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     };
     let [inputs, longest, defaults] =
         named_args(doc, ["inputs", "useLongestLength", "defaults"], |k| {
-            err(
+            Error::new(
                 ErrorCode::ZipUnknownArgument,
                 format!("$zip found an unknown argument: {k}"),
             )
@@ -805,13 +797,13 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let inputs = match inputs {
         Some(Bson::Array(items)) if !items.is_empty() => items,
         Some(Bson::Array(_)) | None => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::ZipMissingInputs,
-                "$zip requires at least one input array".into(),
+                "$zip requires at least one input array",
             ))
         }
         Some(other) => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::ZipInputsNotArray,
                 format!(
                     "inputs must be an array of expressions, found {}",
@@ -824,7 +816,7 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         None => false,
         Some(Bson::Boolean(b)) => b,
         Some(other) => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::ZipUseLongestLengthNotBool,
                 format!(
                     "useLongestLength must be a bool, found {}",
@@ -837,7 +829,7 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         None => Vec::new(),
         Some(Bson::Array(items)) => items,
         Some(other) => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::ZipDefaultsNotArray,
                 format!(
                     "defaults must be an array of expressions, found {}",
@@ -847,15 +839,15 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         }
     };
     if !defaults.is_empty() && !longest {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ZipDefaultsWithoutUseLongestLength,
-            "cannot specify defaults unless useLongestLength is true".into(),
+            "cannot specify defaults unless useLongestLength is true",
         ));
     }
     if !defaults.is_empty() && defaults.len() != inputs.len() {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ZipDefaultsLengthMismatch,
-            "defaults and inputs must have the same length".into(),
+            "defaults and inputs must have the same length",
         ));
     }
     Ok(Some(vec![
@@ -875,7 +867,7 @@ fn op_zip<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             Bson::Null | Bson::Undefined => return owned(Bson::Null),
             Bson::Array(items) => arrays.push(items),
             other => {
-                return Err(err(
+                return Err(Error::new(
                     ErrorCode::ZipInputNotArray,
                     format!("$zip found a non-array expression in input: {other}"),
                 ))
@@ -928,7 +920,7 @@ fn direction(v: &Bson) -> Option<Ordering> {
 
 fn sort_array_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SortArrayNotObject,
             format!(
                 "$sortArray requires an object as an argument, found: {}",
@@ -937,21 +929,21 @@ fn sort_array_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         ));
     };
     let [input, sort_by] = named_args(doc, ["input", "sortBy"], |k| {
-        err(
+        Error::new(
             ErrorCode::SortArrayUnknownArgument,
             format!("$sortArray found an unknown argument: {k}"),
         )
     })?;
     let input = input.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::SortArrayMissingInput,
-            "$sortArray requires 'input' to be specified".into(),
+            "$sortArray requires 'input' to be specified",
         )
     })?;
     let sort_by = sort_by.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::SortArrayMissingSortBy,
-            "$sortArray requires 'sortBy' to be specified".into(),
+            "$sortArray requires 'sortBy' to be specified",
         )
     })?;
     let valid = match &sort_by {
@@ -961,7 +953,7 @@ fn sort_array_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         other => direction(other).is_some(),
     };
     if !valid {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SortArrayBadSortBy,
             format!(
                 "$sortArray requires sortBy to be either 1, -1 or a sort pattern of 1s and -1s, \
@@ -977,7 +969,7 @@ fn op_sort_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SortArrayInputNotArray,
             format!(
                 "The input argument to $sortArray must be an array, but was of type: {}",
@@ -1043,7 +1035,7 @@ fn sort_key<'v>(item: &'v Bson, path: &[&str], descending: bool) -> Value<'v> {
 
 fn op_all_elements_true<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::AllElementsTrueNotArray,
             format!(
                 "$allElementsTrue's argument must be an array, but is {}",
@@ -1056,7 +1048,7 @@ fn op_all_elements_true<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn op_any_element_true<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::AnyElementTrueNotArray,
             format!(
                 "$anyElementTrue's argument must be an array, but is {}",
@@ -1121,7 +1113,7 @@ fn op_set_union<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             return owned(Bson::Null);
         }
         let Some(items) = array_of(arg) else {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::SetUnionNotArray,
                 format!(
                     "All operands of $setUnion must be arrays. One argument is of type: {}",
@@ -1143,7 +1135,7 @@ fn op_set_intersection<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             return owned(Bson::Null);
         }
         let Some(items) = array_of(arg) else {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::SetIntersectionNotArray,
                 format!(
                     "All operands of $setIntersection must be arrays. One argument is of type: {}",
@@ -1171,7 +1163,7 @@ fn op_set_difference<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(first) = array_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SetDifferenceFirstNotArray,
             format!(
                 "both operands of $setDifference must be arrays. First argument is of type: {}",
@@ -1180,7 +1172,7 @@ fn op_set_difference<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     let Some(second) = array_of(&args[1]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SetDifferenceSecondNotArray,
             format!(
                 "both operands of $setDifference must be arrays. Second argument is of type: {}",
@@ -1200,7 +1192,7 @@ fn op_set_equals<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let mut sets = Vec::with_capacity(args.len());
     for arg in args {
         let Some(items) = array_of(arg) else {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::SetEqualsNotArray,
                 format!(
                     "All operands of $setEquals must be arrays. One argument is of type: {}",
@@ -1218,7 +1210,7 @@ fn op_set_equals<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn op_set_is_subset<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(first) = array_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SetIsSubsetFirstNotArray,
             format!(
                 "both operands of $setIsSubset must be arrays. First argument is of type: {}",
@@ -1227,7 +1219,7 @@ fn op_set_is_subset<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     let Some(second) = array_of(&args[1]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SetIsSubsetSecondNotArray,
             format!(
                 "both operands of $setIsSubset must be arrays. Second argument is of type: {}",
@@ -1255,7 +1247,7 @@ fn op_merge_objects<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 }
             }
             Some(other) => {
-                return Err(err(
+                return Err(Error::new(
                     ErrorCode::MergeObjectsNotObject,
                     format!(
                         "$mergeObjects requires object inputs, but input {other} is of type {}",
@@ -1289,7 +1281,7 @@ fn op_object_to_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(Bson::Document(doc)) = args[0].as_deref() else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ObjectToArrayNotObject,
             format!(
                 "$objectToArray requires a document input, found: {}",
@@ -1321,7 +1313,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ArrayToObjectNotArray,
             format!(
                 "$arrayToObject requires an array input, found: {}",
@@ -1334,7 +1326,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         Some(Bson::Array(_)) => true,
         Some(Bson::Document(_)) => false,
         Some(other) => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::ArrayToObjectElementWrongType,
                 format!(
                     "Unrecognised input type format for $arrayToObject: {}",
@@ -1349,7 +1341,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         let (key, value) = match item {
             Bson::Array(pair) if pairs_are_arrays => {
                 if pair.len() != 2 {
-                    return Err(err(
+                    return Err(Error::new(
                         ErrorCode::ArrayToObjectArrayNotPair,
                         format!(
                             "$arrayToObject requires an array of size 2 arrays,found array of \
@@ -1359,7 +1351,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                     ));
                 }
                 let Bson::String(k) = &pair[0] else {
-                    return Err(err(
+                    return Err(Error::new(
                         ErrorCode::ArrayToObjectArrayKeyNotString,
                         format!(
                             "$arrayToObject requires an array of key-value pairs, where the key \
@@ -1372,7 +1364,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             }
             Bson::Document(pair) if !pairs_are_arrays => {
                 if pair.len() != 2 {
-                    return Err(err(
+                    return Err(Error::new(
                         ErrorCode::ArrayToObjectPairWrongKeyCount,
                         format!(
                             "$arrayToObject requires an object keys of 'k' and 'v'. Found \
@@ -1382,7 +1374,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                     ));
                 }
                 let (Some(k), Some(v)) = (pair.get("k"), pair.get("v")) else {
-                    return Err(err(
+                    return Err(Error::new(
                         ErrorCode::ArrayToObjectPairMissingKOrV,
                         format!(
                             "$arrayToObject requires an object with keys 'k' and 'v'. Missing \
@@ -1391,7 +1383,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                     ));
                 };
                 let Bson::String(k) = k else {
-                    return Err(err(
+                    return Err(Error::new(
                         ErrorCode::ArrayToObjectPairKeyNotString,
                         format!(
                             "$arrayToObject requires an object with keys 'k' and 'v', where the \
@@ -1403,7 +1395,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 (k, v)
             }
             other => {
-                return Err(err(
+                return Err(Error::new(
                     ErrorCode::ArrayToObjectMixedForms,
                     format!(
                         "$arrayToObject requires a consistent input format. Elements must all \
@@ -1414,7 +1406,7 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             }
         };
         if key.contains('\0') {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::ArrayToObjectKeyNullByte,
                 "Key field cannot contain an embedded null byte".to_string(),
             ));
@@ -1430,15 +1422,15 @@ fn get_field_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         return Ok(None);
     };
     let [field, input] = named_args(doc, ["field", "input"], |k| {
-        err(
+        Error::new(
             ErrorCode::GetFieldUnknownArgument,
             format!("$getField found an unknown argument: {k}"),
         )
     })?;
     let field = field.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::GetFieldMissingField,
-            "$getField requires 'field' to be specified".into(),
+            "$getField requires 'field' to be specified",
         )
     })?;
     let input = input.unwrap_or_else(|| Bson::String("$$CURRENT".to_string()));
@@ -1447,14 +1439,14 @@ fn get_field_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 
 fn op_get_field<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     if args.len() > 2 {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::GetFieldTooManyArguments,
             "$getField only supports an object or a string as its argument".to_string(),
         ));
     }
     let field = eval(&args[0], scope)?;
     let Some(Bson::String(field)) = field.as_deref() else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::GetFieldFieldNotString,
             format!(
                 "$getField requires 'field' to evaluate to type String, but got {}",
@@ -1473,7 +1465,7 @@ fn op_get_field<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         (Some(_), Some(Bson::Null | Bson::Undefined)) => return owned(Bson::Null),
         (Some(_), Some(Bson::Document(doc))) => doc,
         (Some(_), Some(other)) => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::GetFieldInputNotObject,
                 format!(
                     "$getField requires 'input' to evaluate to type Object, but got {}",
@@ -1487,13 +1479,13 @@ fn op_get_field<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn set_field_object_args(arg: &Bson, op: &str, with_value: bool) -> Result<Vec<Bson>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SetFieldNotObject,
             format!("{op} only supports an object as its argument"),
         ));
     };
     let unknown = |k: &str| {
-        err(
+        Error::new(
             ErrorCode::SetFieldUnknownArgument,
             format!("{op} found an unknown argument: {k}"),
         )
@@ -1505,20 +1497,20 @@ fn set_field_object_args(arg: &Bson, op: &str, with_value: bool) -> Result<Vec<B
         [field, input, None]
     };
     let field = field.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::SetFieldMissingField,
             format!("{op} requires 'field' to be specified"),
         )
     })?;
     let input = input.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::SetFieldMissingInput,
             format!("{op} requires 'input' to be specified"),
         )
     })?;
     let value = if with_value {
         value.ok_or_else(|| {
-            err(
+            Error::new(
                 ErrorCode::SetFieldMissingValue,
                 format!("{op} requires 'value' to be specified"),
             )
@@ -1532,20 +1524,20 @@ fn set_field_object_args(arg: &Bson, op: &str, with_value: bool) -> Result<Vec<B
         Bson::Document(d) => match d.get("$literal") {
             Some(Bson::String(s)) if d.len() == 1 => Bson::String(s.clone()),
             _ => {
-                return Err(err(
+                return Err(Error::new(
                     ErrorCode::SetFieldFieldNotConstant,
                     format!("{op} requires 'field' to evaluate to a constant, but got a non-constant argument"),
                 ))
             }
         },
         Bson::String(_) => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::SetFieldFieldIsPath,
                 format!("A field path reference which is not allowed in this context. Did you mean {{$literal: '{field}'}}?"),
             ))
         }
         other => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::SetFieldFieldNotString,
                 format!("{op} requires 'field' to evaluate to type String, but got {}", type_name(other)),
             ))
@@ -1582,7 +1574,7 @@ fn op_set_field<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             doc.clone()
         }
         Some(other) => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::SetFieldInputNotObject,
                 format!(
                     "$setField requires 'input' to evaluate to type Object, but got {}",
@@ -1607,27 +1599,23 @@ fn op_set_field<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn n_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::NAccumulatorNotObject,
             "Expected an object with 'n' and 'input'".to_string(),
         ));
     };
     let [n, input] = named_args(doc, ["n", "input"], |k| {
-        err(
+        Error::new(
             ErrorCode::NAccumulatorUnknownArgument,
             format!("Unknown argument for 'n' operator: {k}"),
         )
     })?;
-    let n = n.ok_or_else(|| {
-        err(
-            ErrorCode::NAccumulatorMissingN,
-            "Missing value for 'n'".into(),
-        )
-    })?;
+    let n =
+        n.ok_or_else(|| Error::new(ErrorCode::NAccumulatorMissingN, "Missing value for 'n'"))?;
     let input = input.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::NAccumulatorMissingInput,
-            "Missing value for 'input'".into(),
+            "Missing value for 'input'",
         )
     })?;
     Ok(Some(vec![n, input]))
@@ -1646,14 +1634,14 @@ fn n_and_input<'v>(args: &'v [Value<'_>], op: &str) -> Result<(usize, &'v [Bson]
                 _ => None,
             };
             exact.ok_or_else(|| {
-                err(
+                Error::new(
                     ErrorCode::NAccumulatorNNotIntegral,
                     format!("Value for 'n' must be of integral type, but found {v}"),
                 )
             })?
         }
         _ => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::NAccumulatorNNotIntegral,
                 format!(
                     "Value for 'n' must be of integral type, but found {}",
@@ -1663,13 +1651,13 @@ fn n_and_input<'v>(args: &'v [Value<'_>], op: &str) -> Result<(usize, &'v [Bson]
         }
     };
     if count < 1 {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::NAccumulatorNNotPositive,
             format!("'n' must be greater than 0, found {count}"),
         ));
     }
     let Some(items) = array_of(&args[1]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::NOperatorInputNotArray,
             format!(
                 "Input to {op} must be an array, but found: {}",

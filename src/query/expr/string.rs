@@ -9,10 +9,7 @@ use std::borrow::Cow;
 use bson::{Bson, Document};
 
 use super::args::{check_at_most, index_bounds, int32_of, named_args, value_text};
-use super::{
-    expression_error, is_nullish, op, owned, type_of, Arity, Evaluation, Node, Operator, Scope,
-    Value,
-};
+use super::{is_nullish, op, owned, type_of, Arity, Evaluation, Node, Operator, Scope, Value};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::size::{check_string_len, SizeBudget};
 
@@ -120,10 +117,6 @@ pub(super) static OPERATORS: &[Operator] = &[
     },
 ];
 
-fn err(code: ErrorCode, message: String) -> Error {
-    expression_error(code, message)
-}
-
 /// MongoDB's `coerceToString`: null and missing become `""`, numbers,
 /// dates and timestamps their text.
 fn coerce_to_string<'v>(v: &'v Value<'_>, op: &str) -> Result<Cow<'v, str>> {
@@ -139,7 +132,7 @@ fn coerce_to_string<'v>(v: &'v Value<'_>, op: &str) -> Result<Cow<'v, str>> {
             "Timestamp({}, {})",
             t.time, t.increment
         ))),
-        Some(other) => Err(err(
+        Some(other) => Err(Error::new(
             ErrorCode::CoerceToStringUnsupported,
             format!(
                 "{op}: can't convert from BSON type {} to String",
@@ -224,7 +217,7 @@ fn op_concat<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             return owned(Bson::Null);
         }
         let Some(s) = string_of(arg) else {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::ConcatNotString,
                 format!("$concat only supports strings, not {}", type_of(arg)),
             ));
@@ -289,7 +282,7 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let text = coerce_to_string(&args[0], "$substrBytes")?;
     let bytes = text.as_bytes();
     let lower = long_of(&args[1]).ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::SubstrBytesStartNotNumeric,
             format!(
                 "$substrBytes: starting index must be a numeric type (is BSON type {})",
@@ -298,7 +291,7 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         )
     })?;
     let length = long_of(&args[2]).ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::SubstrBytesLengthNotNumeric,
             format!(
                 "$substrBytes: length must be a numeric type (is BSON type {})",
@@ -307,7 +300,7 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         )
     })?;
     if lower < 0 {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SubstrBytesStartNegative,
             format!("$substrBytes: starting index must be non-negative (got: {lower})"),
         ));
@@ -320,7 +313,7 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     };
     let continuation = |i: usize| bytes.get(i).is_some_and(|b| b & 0xC0 == 0x80);
     if lower < bytes.len() && continuation(lower) {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SubstrBytesStartInsideCharacter,
             "$substrBytes:  Invalid range, starting index is a UTF-8 continuation byte."
                 .to_string(),
@@ -328,7 +321,7 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     }
     let end = lower.saturating_add(length);
     if end < bytes.len() && continuation(end) {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SubstrBytesEndInsideCharacter,
             "$substrBytes:  Invalid range, ending index is in the middle of a UTF-8 character."
                 .to_string(),
@@ -345,7 +338,7 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let text = coerce_to_string(&args[0], "$substrCP")?;
     let numeric = |v: &Value<'_>| v.as_deref().and_then(crate::query::compare::Number::of);
     if numeric(&args[1]).is_none() {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SubstrCpStartNotNumeric,
             format!(
                 "$substrCP: starting index must be a numeric type (is BSON type {})",
@@ -354,7 +347,7 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     }
     let Some(start) = args[1].as_deref().and_then(int32_of) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SubstrCpStartNotInt32,
             format!(
                 "$substrCP: starting index cannot be represented as a 32-bit integral value: {}",
@@ -363,7 +356,7 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     if numeric(&args[2]).is_none() {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SubstrCpLengthNotNumeric,
             format!(
                 "$substrCP: length must be a numeric type (is BSON type {})",
@@ -372,7 +365,7 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     }
     let Some(length) = args[2].as_deref().and_then(int32_of) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SubstrCpLengthNotInt32,
             format!(
                 "$substrCP: length cannot be represented as a 32-bit integral value: {}",
@@ -381,13 +374,13 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     if length < 0 {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SubstrCpLengthNegative,
             "$substrCP: length must be a nonnegative integer.".to_string(),
         ));
     }
     if start < 0 {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SubstrCpStartNegative,
             "$substrCP: the starting index must be nonnegative integer.".to_string(),
         ));
@@ -402,7 +395,7 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn op_str_len_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(s) = string_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::StrLenBytesNotString,
             format!(
                 "$strLenBytes requires a string argument, found: {}",
@@ -415,7 +408,7 @@ fn op_str_len_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn op_str_len_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(s) = string_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::StrLenCpNotString,
             format!(
                 "$strLenCP requires a string argument, found: {}",
@@ -431,7 +424,7 @@ fn op_split<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(input) = string_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SplitInputNotString,
             format!(
                 "$split requires an expression that evaluates to a string as a first argument, \
@@ -441,7 +434,7 @@ fn op_split<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     let Some(separator) = string_of(&args[1]) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SplitSeparatorNotString,
             format!(
                 "$split requires an expression that evaluates to a string as a second argument, \
@@ -451,7 +444,7 @@ fn op_split<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     if separator.is_empty() {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::SplitSeparatorEmpty,
             "$split requires a non-empty separator".to_string(),
         ));
@@ -492,7 +485,7 @@ fn index_of<'a>(args: &[Value<'a>], op: &str, code_points: bool) -> Result<Value
         return owned(Bson::Null);
     }
     let Some(input) = string_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             first_code,
             format!(
                 "{op} requires a string as the first argument, found: {}",
@@ -501,7 +494,7 @@ fn index_of<'a>(args: &[Value<'a>], op: &str, code_points: bool) -> Result<Value
         ));
     };
     let Some(token) = string_of(&args[1]) else {
-        return Err(err(
+        return Err(Error::new(
             second_code,
             format!(
                 "{op} requires a string as the second argument, found: {}",
@@ -577,19 +570,19 @@ fn is_absent(node: &Node) -> bool {
 
 fn trim_object_args(arg: &Bson, op: &str) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::TrimNotObject,
             format!("{op} only supports an object as its argument"),
         ));
     };
     let [input, chars] = named_args(doc, ["input", "chars"], |k| {
-        err(
+        Error::new(
             ErrorCode::TrimUnknownArgument,
             format!("Unrecognized argument to {op}: {k}"),
         )
     })?;
     let input = input.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::TrimMissingInput,
             format!("{op} requires an 'input' parameter"),
         )
@@ -622,7 +615,7 @@ fn trim<'a>(
         return owned(Bson::Null);
     }
     let Some(text) = string_of(&input) else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::TrimInputNotString,
             format!(
                 "{op} requires its input to be a string, got {} (of type {}) instead.",
@@ -640,7 +633,7 @@ fn trim<'a>(
             return owned(Bson::Null);
         }
         let Some(c) = string_of(&chars) else {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::TrimCharsNotString,
                 format!(
                     "{op} requires 'chars' to be a string, got {} (of type {}) instead.",
@@ -679,25 +672,25 @@ fn op_rtrim<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn regex_object_args(arg: &Bson, op: &str) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::RegexOperatorNotObject,
             format!("{op} expects an object of named arguments but found: {arg}"),
         ));
     };
     let [input, regex, options] = named_args(doc, ["input", "regex", "options"], |k| {
-        err(
+        Error::new(
             ErrorCode::RegexOperatorUnknownArgument,
             format!("{op} found an unknown argument: {k}"),
         )
     })?;
     let input = input.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::RegexOperatorMissingInput,
             format!("{op} requires 'input' parameter"),
         )
     })?;
     let regex = regex.ok_or_else(|| {
-        err(
+        Error::new(
             ErrorCode::RegexOperatorMissingRegex,
             format!("{op} requires 'regex' parameter"),
         )
@@ -723,7 +716,7 @@ fn regex_find_all_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Regex, &'v str)>> {
     let (input, pattern_arg, options_arg) = (&args[0], &args[1], &args[2]);
     if !is_nullish(input) && string_of(input).is_none() {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::RegexOperatorInputNotString,
             format!("{op} needs 'input' to be of type string"),
         ));
@@ -733,7 +726,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         Some(Bson::String(s)) => (Some(s.clone()), String::new()),
         Some(Bson::RegularExpression(r)) => (Some(r.pattern.to_string()), r.options.to_string()),
         Some(_) => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::RegexOperatorRegexWrongType,
                 format!("{op} needs 'regex' to be of type string or regex"),
             ))
@@ -743,7 +736,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         None | Some(Bson::Null | Bson::Undefined) => {}
         Some(Bson::String(s)) => {
             if !options.is_empty() && !s.is_empty() {
-                return Err(err(
+                return Err(Error::new(
                     ErrorCode::RegexOperatorOptionsTwice,
                     format!(
                         "{op} found regex option(s) specified in both 'regex' and 'option' fields"
@@ -755,7 +748,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
             }
         }
         Some(_) => {
-            return Err(err(
+            return Err(Error::new(
                 ErrorCode::RegexOperatorOptionsNotString,
                 format!("{op} needs 'options' to be of type string"),
             ))
@@ -767,7 +760,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
             'i' | 'm' | 's' | 'x' => flags.push(flag),
             'u' => {}
             other => {
-                return Err(err(
+                return Err(Error::new(
                     ErrorCode::RegexBadOption,
                     format!("{op} invalid flag in regex options: {other}"),
                 ))
@@ -778,7 +771,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         return Ok(None);
     };
     if pattern.contains('\0') {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::RegexOperatorNullByte,
             format!("{op}: regular expression cannot contain an embedded null byte"),
         ));
@@ -788,7 +781,7 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
     };
     // PCRE syntax, translated as `$regex` in a filter does.
     let compiled = crate::query::regex::compile_regex(&pattern, &flags).map_err(|e| {
-        err(
+        Error::new(
             ErrorCode::RegexOperatorInvalid,
             format!("Invalid Regex in {op}: {}", e.message),
         )
@@ -880,19 +873,19 @@ fn op_regex_find_all<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn replace_object_args(arg: &Bson, op: &str) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
+        return Err(Error::new(
             ErrorCode::ReplaceNotObject,
             format!("{op} requires an object as an argument, found: {arg}"),
         ));
     };
     let [input, find, replacement] = named_args(doc, ["input", "find", "replacement"], |k| {
-        err(
+        Error::new(
             ErrorCode::ReplaceUnknownArgument,
             format!("{op} found an unknown argument: {k}"),
         )
     })?;
     let required = |v: Option<Bson>, code: ErrorCode, name: &str| {
-        v.ok_or_else(|| err(code, format!("{op} requires '{name}' to be specified")))
+        v.ok_or_else(|| Error::new(code, format!("{op} requires '{name}' to be specified")))
     };
     Ok(Some(vec![
         required(input, ErrorCode::ReplaceMissingInput, "input")?,
@@ -924,7 +917,7 @@ fn replace<'a>(args: &[Value<'a>], op: &str, all: bool) -> Result<Value<'a>> {
         ),
     ] {
         if !is_nullish(v) && string_of(v).is_none() {
-            return Err(err(
+            return Err(Error::new(
                 code,
                 format!(
                     "{op} requires that '{name}' be a string, found: {}",

@@ -17,8 +17,7 @@ use super::args::{
 };
 use super::date::{format_date, parse_date_string, TimeZone, DEFAULT_FORMAT};
 use super::{
-    eval, expression_error, is_nullish, number_of, owned, type_of, Arity, Evaluation, Node,
-    Operator, Scope, Value,
+    eval, is_nullish, number_of, owned, type_of, Arity, Evaluation, Node, Operator, Scope, Value,
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{f64_fits_i64, type_name, DecimalValue, Number};
@@ -79,7 +78,7 @@ fn numeric_arg(name: &str, v: &Value<'_>, code: ErrorCode) -> Result<Option<Numb
         return Ok(None);
     }
     number_of(v).map(Some).ok_or_else(|| {
-        expression_error(
+        Error::new(
             code,
             format!("{name} only supports numeric types, not {}", type_of(v)),
         )
@@ -223,7 +222,7 @@ fn op_trunc<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn round_or_trunc<'a>(name: &str, args: &[Value<'a>], mode: Rounding) -> Result<Value<'a>> {
     if args.len() > 2 {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::ExpressionWrongNumberOfArgs,
             format!(
                 "Expression {name} takes at least 1 arguments, and at most 2, but {} were passed \
@@ -240,13 +239,13 @@ fn round_or_trunc<'a>(name: &str, args: &[Value<'a>], mode: Rounding) -> Result<
         Some(p) if is_nullish(p) => return owned(Bson::Null),
         Some(p) => {
             let place = number_of(p).and_then(integral).ok_or_else(|| {
-                expression_error(
+                Error::new(
                     ErrorCode::RoundPrecisionNotIntegral,
                     format!("precision argument to  {name} must be a integral value"),
                 )
             })?;
             if !(-20..=100).contains(&place) {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::RoundPrecisionOutOfRange,
                     format!(
                         "cannot apply {name} with precision value {place} value must be in \
@@ -309,7 +308,7 @@ fn positive_only<'a>(
                 display_number(n)
             )
         };
-        return Err(expression_error(code, message));
+        return Err(Error::new(code, message));
     }
     owned(float_result(n, f))
 }
@@ -352,19 +351,19 @@ fn op_log<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(x) = number_of(value) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LogArgumentNotNumeric,
             format!("$log's argument must be numeric, not {}", type_of(value)),
         ));
     };
     let Some(b) = number_of(base) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LogBaseNotNumeric,
             format!("$log's base must be numeric, not {}", type_of(base)),
         ));
     };
     if x.to_f64() <= 0.0 {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LogArgumentNotPositive,
             format!(
                 "$log's argument must be a positive number, but is {}",
@@ -373,7 +372,7 @@ fn op_log<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     }
     if b.to_f64() <= 0.0 || b.to_f64() == 1.0 {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LogBaseInvalid,
             format!(
                 "$log's base must be a positive number not equal to 1, but is {}",
@@ -394,20 +393,20 @@ fn op_pow<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(b) = number_of(base) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::PowBaseNotNumeric,
             format!("$pow's base must be numeric, not {}", type_of(base)),
         ));
     };
     let Some(e) = number_of(exponent) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::PowExponentNotNumeric,
             format!("$pow's exponent must be numeric, not {}", type_of(exponent)),
         ));
     };
     let (bf, ef) = (b.to_f64(), e.to_f64());
     if bf == 0.0 && ef < 0.0 {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::PowZeroToNegative,
             "$pow cannot take a base of 0 and a negative exponent".to_string(),
         ));
@@ -458,7 +457,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         match key.as_str() {
             "branches" => {
                 let Bson::Array(items) = value else {
-                    return Err(expression_error(
+                    return Err(Error::new(
                         ErrorCode::SwitchBranchesNotArray,
                         format!(
                             "$switch expected an array for 'branches', found: {}",
@@ -468,7 +467,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
                 };
                 for item in items {
                     let Bson::Document(branch) = item else {
-                        return Err(expression_error(
+                        return Err(Error::new(
                             ErrorCode::SwitchBranchNotObject,
                             format!(
                                 "$switch expected each branch to be an object, found: {}",
@@ -482,7 +481,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
                             "case" => case = Some(v.clone()),
                             "then" => then = Some(v.clone()),
                             other => {
-                                return Err(expression_error(
+                                return Err(Error::new(
                                     ErrorCode::SwitchBranchUnknownArgument,
                                     format!(
                                         "$switch found an unknown argument to a branch: {other}"
@@ -492,13 +491,13 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
                         }
                     }
                     let case = case.ok_or_else(|| {
-                        expression_error(
+                        Error::new(
                             ErrorCode::SwitchBranchMissingCase,
                             "$switch requires each branch have a 'case' expression".to_string(),
                         )
                     })?;
                     let then = then.ok_or_else(|| {
-                        expression_error(
+                        Error::new(
                             ErrorCode::SwitchBranchMissingThen,
                             "$switch requires each branch have a 'then' expression.".to_string(),
                         )
@@ -509,7 +508,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             }
             "default" => default = value.clone(),
             other => {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::SwitchUnknownArgument,
                     format!("$switch found an unknown argument: {other}"),
                 ))
@@ -517,7 +516,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         }
     }
     if branches.is_empty() {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::SwitchNoBranches,
             "$switch requires at least one branch.".to_string(),
         ));
@@ -529,7 +528,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 
 fn op_switch<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::SwitchNotObject,
             "$switch requires an object as an argument".to_string(),
         ));
@@ -545,7 +544,7 @@ fn op_switch<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         }
     }
     if field_absent(default) {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::SwitchNoMatchingBranch,
             "$switch could not find a matching branch for an input, and no default was \
              specified."
@@ -567,7 +566,7 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "vars" => vars = Some(value),
             "in" => body = Some(value.clone()),
             other => {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::LetUnknownParameter,
                     format!("Unrecognized parameter to $let: {other}"),
                 ))
@@ -575,19 +574,19 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         }
     }
     let vars = vars.ok_or_else(|| {
-        expression_error(
+        Error::new(
             ErrorCode::LetMissingVars,
             "Missing 'vars' parameter to $let".to_string(),
         )
     })?;
     let body = body.ok_or_else(|| {
-        expression_error(
+        Error::new(
             ErrorCode::LetMissingIn,
             "Missing 'in' parameter to $let".to_string(),
         )
     })?;
     let Bson::Document(vars) = vars else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LetVarsNotObject,
             format!(
                 "invalid parameter: expected an object (vars), found {}",
@@ -608,19 +607,19 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 /// or non-ASCII first character, then letters, digits and `_`.
 pub(super) fn validate_variable_name(name: &str) -> Result<()> {
     let Some(first) = name.chars().next() else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::VariableNameEmpty,
             "empty variable names are not allowed".to_string(),
         ));
     };
     if first.is_ascii() && !first.is_ascii_lowercase() {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::VariableNameBadStart,
             format!("'{name}' starts with an invalid character for a user variable name"),
         ));
     }
     if let Some(bad) = name.chars().find(|c| !(c.is_alphanumeric() || *c == '_')) {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::VariableNameBadCharacter,
             format!("'{name}' contains an invalid character for a variable name: '{bad}'"),
         ));
@@ -630,7 +629,7 @@ pub(super) fn validate_variable_name(name: &str) -> Result<()> {
 
 fn op_let<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LetNotObject,
             "$let only supports an object as its argument".to_string(),
         ));
@@ -785,7 +784,7 @@ fn target_of(to: &Value<'_>) -> Result<Option<Target>> {
 
 /// MongoDB's ConversionFailure (241), which has no name in our table.
 fn conversion_failure(message: String) -> Error {
-    expression_error(
+    Error::new(
         ErrorCode::ConversionFailure,
         format!("{message} in $convert with no onError value"),
     )
@@ -812,7 +811,7 @@ fn convert(value: &Bson, to: Target) -> Result<Bson> {
             Bson::ObjectId(_) => Ok(value.clone()),
             Bson::String(s) => {
                 if s.len() != 24 {
-                    return Err(expression_error(
+                    return Err(Error::new(
                         ErrorCode::ConversionFailure,
                         format!(
                             "Failed to parse objectId '{s}' in $convert with no onError value: \
@@ -822,7 +821,7 @@ fn convert(value: &Bson, to: Target) -> Result<Bson> {
                     ));
                 }
                 ObjectId::parse_str(s).map(Bson::ObjectId).map_err(|_| {
-                    expression_error(
+                    Error::new(
                         ErrorCode::ConversionFailure,
                         format!(
                             "Failed to parse objectId '{s}' in $convert with no onError value: \
@@ -853,7 +852,7 @@ fn convert(value: &Bson, to: Target) -> Result<Bson> {
 }
 
 fn parse_failure(s: &str, why: &str) -> Error {
-    expression_error(
+    Error::new(
         ErrorCode::ConversionFailure,
         format!("Failed to parse number '{s}' in $convert with no onError value: {why}"),
     )
