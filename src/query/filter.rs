@@ -36,6 +36,7 @@ use crate::query::compare::{
 use crate::query::expr::Expr;
 use crate::query::path::{parts, walk, Container, Part};
 use crate::query::regex::compile_regex;
+use crate::query::size::{nesting_exceeds, MAX_NESTING};
 
 /// A parsed query filter.
 #[derive(Debug, Clone)]
@@ -415,27 +416,6 @@ fn flatten_conjuncts(node: &Node, out: &mut Vec<Conjunct>) {
             node: other.clone(),
         }),
     }
-}
-
-/// Parsing recurses once per nesting level; deeper filters are rejected
-/// rather than risking the stack (MongoDB documents nest at most 100 deep).
-pub(crate) const MAX_NESTING: usize = 200;
-
-/// True when documents and arrays in `values` nest deeper than `limit`,
-/// checked without recursion.
-pub(crate) fn nesting_exceeds<'a>(values: impl Iterator<Item = &'a Bson>, limit: usize) -> bool {
-    let mut stack: Vec<(&Bson, usize)> = values.map(|v| (v, 1)).collect();
-    while let Some((value, depth)) = stack.pop() {
-        if depth > limit {
-            return true;
-        }
-        match value {
-            Bson::Document(d) => stack.extend(d.values().map(|v| (v, depth + 1))),
-            Bson::Array(items) => stack.extend(items.iter().map(|v| (v, depth + 1))),
-            _ => {}
-        }
-    }
-    false
 }
 
 /// A condition on single values, as `$elemMatch` applies it to each array

@@ -11,7 +11,8 @@
 //! document or array of at most 16 MiB + 16 KiB encoded (`BSONObjectTooLarge`,
 //! the internal size MongoDB lets intermediate documents reach), nesting of at
 //! most 200 levels (`Overflow`), and 100 MB for the memory an accumulator such
-//! as `$push` may hold (`ExceededMemoryLimit`).
+//! as `$push` may hold (`ExceededMemoryLimit`). Filters and expressions are
+//! refused before parsing when they nest deeper than 200 levels.
 
 use bson::{Bson, Document};
 
@@ -26,6 +27,28 @@ pub const MAX_STRING_BYTES: usize = MAX_BSON_OBJECT_SIZE - 18;
 /// The deepest nesting of a value a query may build (MongoDB's
 /// `BSONDepth::getMaxAllowableDepth()`).
 pub const MAX_VALUE_DEPTH: usize = 200;
+
+/// The deepest nesting a filter or an expression may have when parsed:
+/// parsing recurses once per level, so deeper ones are rejected rather
+/// than risking the stack (MongoDB documents nest at most 100 deep).
+pub const MAX_NESTING: usize = 200;
+
+/// True when documents and arrays in `values` nest deeper than `limit`,
+/// checked without recursion.
+pub fn nesting_exceeds<'a>(values: impl Iterator<Item = &'a Bson>, limit: usize) -> bool {
+    let mut stack: Vec<(&Bson, usize)> = values.map(|v| (v, 1)).collect();
+    while let Some((value, depth)) = stack.pop() {
+        if depth > limit {
+            return true;
+        }
+        match value {
+            Bson::Document(d) => stack.extend(d.values().map(|v| (v, depth + 1))),
+            Bson::Array(items) => stack.extend(items.iter().map(|v| (v, depth + 1))),
+            _ => {}
+        }
+    }
+    false
+}
 
 /// Memory one `$push`, `$addToSet`, `$firstN`, `$topN`, ... accumulator
 /// may hold for one group (MongoDB's `internalQueryMaxPushBytes`,

@@ -13,9 +13,10 @@ use std::collections::BTreeSet;
 
 use bson::{Bson, Document};
 
+use super::args::{check_at_most, index_bounds, int32_of, named_args, value_text};
 use super::{
-    compare_values, eval, expression_error, is_nullish, location, op, owned, truthy, type_of,
-    Arity, Evaluation, Node, Operator, Scope, Value,
+    compare_values, eval, is_nullish, op, owned, truthy, type_of, Arity, Evaluation, Node,
+    Operator, Scope, Value,
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, type_name, Canonical, DecimalValue};
@@ -175,11 +176,7 @@ pub(super) static OPERATORS: &[Operator] = &[
 ];
 
 // ---------------------------------------------------------------------------
-// Helpers shared with the string operators.
-
-fn err(code: i32, message: String) -> Error {
-    expression_error(location(code), message)
-}
+// Helpers.
 
 /// Stands for an optional named argument that was not given.
 const ABSENT: &str = "$$REMOVE";
@@ -193,45 +190,6 @@ fn literal(v: Bson) -> Bson {
     let mut doc = Document::new();
     doc.insert("$literal", v);
     Bson::Document(doc)
-}
-
-/// Reads an operator's named arguments in the order of `names`; a field
-/// not among them is an error built by `unknown`.
-pub(super) fn named_args<const N: usize>(
-    doc: &Document,
-    names: [&str; N],
-    unknown: impl Fn(&str) -> Error,
-) -> Result<[Option<Bson>; N]> {
-    let mut out: [Option<Bson>; N] = std::array::from_fn(|_| None);
-    for (key, value) in doc {
-        match names.iter().position(|n| n == key) {
-            Some(i) => out[i] = Some(value.clone()),
-            None => return Err(unknown(key)),
-        }
-    }
-    Ok(out)
-}
-
-/// A number that is exactly a 32-bit integer (`2.0` is, `2.5` is not).
-pub(super) fn int32_of(v: &Bson) -> Option<i32> {
-    match v {
-        Bson::Int32(i) => Some(*i),
-        Bson::Int64(i) => i32::try_from(*i).ok(),
-        Bson::Double(d)
-            if d.fract() == 0.0 && *d >= f64::from(i32::MIN) && *d <= f64::from(i32::MAX) =>
-        {
-            Some(*d as i32)
-        }
-        Bson::Decimal128(d) => DecimalValue::from_decimal128(d)
-            .to_i64_exact()
-            .and_then(|i| i32::try_from(i).ok()),
-        _ => None,
-    }
-}
-
-fn value_text(v: &Value<'_>) -> String {
-    v.as_deref()
-        .map_or_else(|| "missing".to_string(), |b| b.to_string())
 }
 
 fn array_of<'v>(v: &'v Value<'_>) -> Option<&'v [Bson]> {
@@ -283,8 +241,8 @@ fn elem_at<'a>(array: &Value<'a>, index: &Value<'a>, op: &str) -> Result<Value<'
         return owned(Bson::Null);
     }
     let Some(items) = array_of(array) else {
-        return Err(err(
-            28689,
+        return Err(Error::new(
+            ErrorCode::ArrayElemAtNotArray,
             format!(
                 "{op}'s first argument must be an array, but is {}",
                 type_of(array)
@@ -296,8 +254,8 @@ fn elem_at<'a>(array: &Value<'a>, index: &Value<'a>, op: &str) -> Result<Value<'
         .and_then(crate::query::compare::Number::of)
         .is_none()
     {
-        return Err(err(
-            28690,
+        return Err(Error::new(
+            ErrorCode::ArrayElemAtIndexNotNumeric,
             format!(
                 "{op}'s second argument must be a numeric value, but is {}",
                 type_of(index)
@@ -305,8 +263,8 @@ fn elem_at<'a>(array: &Value<'a>, index: &Value<'a>, op: &str) -> Result<Value<'
         ));
     }
     let Some(i) = index.as_deref().and_then(int32_of) else {
-        return Err(err(
-            28691,
+        return Err(Error::new(
+            ErrorCode::ArrayElemAtIndexNotInt32,
             format!(
                 "{op}'s second argument must be representable as a 32-bit integer: {}",
                 value_text(index)
@@ -334,8 +292,8 @@ fn first_or_last<'a>(args: &[Value<'a>], op: &str, last: bool) -> Result<Value<'
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
-            28689,
+        return Err(Error::new(
+            ErrorCode::ArrayElemAtNotArray,
             format!(
                 "{op}'s argument must be an array, but is {}",
                 type_of(&args[0])
@@ -359,44 +317,50 @@ fn op_is_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 }
 
 fn op_slice<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    super::string::check_at_most(args, "$slice", 2, 3)?;
+    check_at_most(args, "$slice", 2, 3)?;
     if args.iter().any(is_nullish) {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
-            28724,
+        return Err(Error::new(
+            ErrorCode::ArraySliceNotArray,
             format!(
                 "First argument to $slice must be an array, but is of type: {}",
                 type_of(&args[0])
             ),
         ));
     };
-    let number = |v: &Value<'_>, code_type: i32, code_int: i32, which: &str| -> Result<i32> {
-        if v.as_deref()
-            .and_then(crate::query::compare::Number::of)
-            .is_none()
-        {
-            return Err(err(
-                code_type,
-                format!(
-                    "{which} argument to $slice must be numeric, but is of type: {}",
-                    type_of(v)
-                ),
-            ));
-        }
-        v.as_deref().and_then(int32_of).ok_or_else(|| {
-            err(
-                code_int,
-                format!(
-                    "{which} argument to $slice can't be represented as a 32-bit integer: {}",
-                    value_text(v)
-                ),
-            )
-        })
-    };
+    let number =
+        |v: &Value<'_>, code_type: ErrorCode, code_int: ErrorCode, which: &str| -> Result<i32> {
+            if v.as_deref()
+                .and_then(crate::query::compare::Number::of)
+                .is_none()
+            {
+                return Err(Error::new(
+                    code_type,
+                    format!(
+                        "{which} argument to $slice must be numeric, but is of type: {}",
+                        type_of(v)
+                    ),
+                ));
+            }
+            v.as_deref().and_then(int32_of).ok_or_else(|| {
+                Error::new(
+                    code_int,
+                    format!(
+                        "{which} argument to $slice can't be represented as a 32-bit integer: {}",
+                        value_text(v)
+                    ),
+                )
+            })
+        };
     let len = items.len();
-    let second = number(&args[1], 28725, 28726, "Second")?;
+    let second = number(
+        &args[1],
+        ErrorCode::ArraySliceSecondNotNumeric,
+        ErrorCode::ArraySliceSecondNotInt32,
+        "Second",
+    )?;
     let (start, count) = match args.get(2) {
         None => {
             if second >= 0 {
@@ -407,10 +371,15 @@ fn op_slice<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             }
         }
         Some(third) => {
-            let n = number(third, 28727, 28728, "Third")?;
+            let n = number(
+                third,
+                ErrorCode::ArraySliceThirdNotNumeric,
+                ErrorCode::ArraySliceThirdNotInt32,
+                "Third",
+            )?;
             if n <= 0 {
-                return Err(err(
-                    28729,
+                return Err(Error::new(
+                    ErrorCode::ArraySliceThirdNotPositive,
                     format!("Third argument to $slice must be positive: {n}"),
                 ));
             }
@@ -434,8 +403,8 @@ fn op_concat_arrays<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             return owned(Bson::Null);
         }
         let Some(items) = array_of(arg) else {
-            return Err(err(
-                28664,
+            return Err(Error::new(
+                ErrorCode::ConcatArraysNotArray,
                 format!("$concatArrays only supports arrays, not {}", type_of(arg)),
             ));
         };
@@ -461,8 +430,8 @@ fn op_reverse_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
-            34435,
+        return Err(Error::new(
+            ErrorCode::ReverseArrayNotArray,
             format!(
                 "The argument to $reverseArray must be an array, but was of type: {}",
                 type_of(&args[0])
@@ -494,43 +463,59 @@ fn int_array_size(count: usize) -> usize {
 }
 
 fn op_range<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    super::string::check_at_most(args, "$range", 2, 3)?;
-    let read = |v: &Value<'_>, numeric_code: i32, int_code: i32, what: &str| -> Result<i64> {
-        if v.as_deref()
-            .and_then(crate::query::compare::Number::of)
-            .is_none()
-        {
-            return Err(err(
-                numeric_code,
-                format!(
-                    "$range requires a numeric {what}, found value of type: {}",
-                    type_of(v)
-                ),
-            ));
-        }
-        v.as_deref()
-            .and_then(int32_of)
-            .map(i64::from)
-            .ok_or_else(|| {
-                err(
-                    int_code,
+    check_at_most(args, "$range", 2, 3)?;
+    let read =
+        |v: &Value<'_>, numeric_code: ErrorCode, int_code: ErrorCode, what: &str| -> Result<i64> {
+            if v.as_deref()
+                .and_then(crate::query::compare::Number::of)
+                .is_none()
+            {
+                return Err(Error::new(
+                    numeric_code,
                     format!(
+                        "$range requires a numeric {what}, found value of type: {}",
+                        type_of(v)
+                    ),
+                ));
+            }
+            v.as_deref()
+                .and_then(int32_of)
+                .map(i64::from)
+                .ok_or_else(|| {
+                    Error::new(
+                        int_code,
+                        format!(
                         "$range requires a {what} that can be represented as a 32-bit integer, \
                          found value: {}",
                         value_text(v)
                     ),
-                )
-            })
-    };
-    let start = read(&args[0], 34443, 34444, "starting value")?;
-    let end = read(&args[1], 34445, 34446, "ending value")?;
+                    )
+                })
+        };
+    let start = read(
+        &args[0],
+        ErrorCode::RangeStartNotNumeric,
+        ErrorCode::RangeStartNotInt32,
+        "starting value",
+    )?;
+    let end = read(
+        &args[1],
+        ErrorCode::RangeEndNotNumeric,
+        ErrorCode::RangeEndNotInt32,
+        "ending value",
+    )?;
     let step = match args.get(2) {
-        Some(v) => read(v, 34447, 34448, "step value")?,
+        Some(v) => read(
+            v,
+            ErrorCode::RangeStepNotNumeric,
+            ErrorCode::RangeStepNotInt32,
+            "step value",
+        )?,
         None => 1,
     };
     if step == 0 {
-        return Err(err(
-            34449,
+        return Err(Error::new(
+            ErrorCode::RangeStepZero,
             "$range requires a non-zero step value".to_string(),
         ));
     }
@@ -565,20 +550,20 @@ fn op_range<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 }
 
 fn op_index_of_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    super::string::check_at_most(args, "$indexOfArray", 2, 4)?;
+    check_at_most(args, "$indexOfArray", 2, 4)?;
     if is_nullish(&args[0]) {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
-            40090,
+        return Err(Error::new(
+            ErrorCode::IndexOfArrayNotArray,
             format!(
                 "$indexOfArray requires an array as a first argument, found: {}",
                 type_of(&args[0])
             ),
         ));
     };
-    let (start, end) = super::string::index_bounds(args, "$indexOfArray")?;
+    let (start, end) = index_bounds(args, "$indexOfArray")?;
     let end = end.unwrap_or(items.len()).min(items.len());
     let found = (start..end)
         .find(|&i| compare_values(&Some(Cow::Borrowed(&items[i])), &args[1]) == Ordering::Equal);
@@ -590,16 +575,29 @@ fn op_index_of_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn filter_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
-            28646,
+        return Err(Error::new(
+            ErrorCode::FilterNotObject,
             "$filter only supports an object as its argument".to_string(),
         ));
     };
     let [input, as_, cond, limit] = named_args(doc, ["input", "as", "cond", "limit"], |k| {
-        err(28647, format!("Unrecognized parameter to $filter: {k}"))
+        Error::new(
+            ErrorCode::FilterUnknownParameter,
+            format!("Unrecognized parameter to $filter: {k}"),
+        )
     })?;
-    let input = input.ok_or_else(|| err(28648, "Missing 'input' parameter to $filter".into()))?;
-    let cond = cond.ok_or_else(|| err(28650, "Missing 'cond' parameter to $filter".into()))?;
+    let input = input.ok_or_else(|| {
+        Error::new(
+            ErrorCode::FilterMissingInput,
+            "Missing 'input' parameter to $filter",
+        )
+    })?;
+    let cond = cond.ok_or_else(|| {
+        Error::new(
+            ErrorCode::FilterMissingCond,
+            "Missing 'cond' parameter to $filter",
+        )
+    })?;
     let name = variable_name(as_, "$filter", "this")?;
     Ok(Some(vec![input, name, cond, limit.unwrap_or_else(absent)]))
 }
@@ -610,8 +608,8 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&input) else {
-        return Err(err(
-            28651,
+        return Err(Error::new(
+            ErrorCode::FilterInputNotArray,
             format!("input to $filter must be an array not {}", type_of(&input)),
         ));
     };
@@ -623,8 +621,8 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
             None
         } else {
             let Some(n) = v.as_deref().and_then(int32_of) else {
-                return Err(err(
-                    327391,
+                return Err(Error::new(
+                    ErrorCode::FilterLimitNotInt32,
                     format!(
                         "$filter: limit must be represented as a 32-bit integral value: {}",
                         value_text(&v)
@@ -632,8 +630,8 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
                 ));
             };
             if n < 1 {
-                return Err(err(
-                    327392,
+                return Err(Error::new(
+                    ErrorCode::FilterLimitNotPositive,
                     format!("$filter: limit must be greater than 0: {n}"),
                 ));
             }
@@ -662,16 +660,25 @@ fn op_filter<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn map_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
-            16878,
+        return Err(Error::new(
+            ErrorCode::MapNotObject,
             "$map only supports an object as its argument".to_string(),
         ));
     };
     let [input, as_, body] = named_args(doc, ["input", "as", "in"], |k| {
-        err(16879, format!("Unrecognized parameter to $map: {k}"))
+        Error::new(
+            ErrorCode::MapUnknownParameter,
+            format!("Unrecognized parameter to $map: {k}"),
+        )
     })?;
-    let input = input.ok_or_else(|| err(16880, "Missing 'input' parameter to $map".into()))?;
-    let body = body.ok_or_else(|| err(16882, "Missing 'in' parameter to $map".into()))?;
+    let input = input.ok_or_else(|| {
+        Error::new(
+            ErrorCode::MapMissingInput,
+            "Missing 'input' parameter to $map",
+        )
+    })?;
+    let body =
+        body.ok_or_else(|| Error::new(ErrorCode::MapMissingIn, "Missing 'in' parameter to $map"))?;
     let name = variable_name(as_, "$map", "this")?;
     Ok(Some(vec![input, name, body]))
 }
@@ -682,8 +689,8 @@ fn op_map<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&input) else {
-        return Err(err(
-            16883,
+        return Err(Error::new(
+            ErrorCode::MapInputNotArray,
             format!("input to $map must be an array not {}", type_of(&input)),
         ));
     };
@@ -707,8 +714,8 @@ fn op_map<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn reduce_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
-            40075,
+        return Err(Error::new(
+            ErrorCode::ReduceNotObject,
             format!(
                 "$reduce requires an object as an argument, found: {}",
                 type_name(arg)
@@ -716,15 +723,22 @@ fn reduce_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         ));
     };
     let [input, initial, body] = named_args(doc, ["input", "initialValue", "in"], |k| {
-        err(40076, format!("$reduce found an unknown argument: {k}"))
+        Error::new(
+            ErrorCode::ReduceUnknownArgument,
+            format!("$reduce found an unknown argument: {k}"),
+        )
     })?;
-    let required = |v: Option<Bson>, code: i32, name: &str| {
-        v.ok_or_else(|| err(code, format!("$reduce requires '{name}' to be specified")))
+    let required = |v: Option<Bson>, code: ErrorCode, name: &str| {
+        v.ok_or_else(|| Error::new(code, format!("$reduce requires '{name}' to be specified")))
     };
     Ok(Some(vec![
-        required(input, 40077, "input")?,
-        required(initial, 40078, "initialValue")?,
-        required(body, 40079, "in")?,
+        required(input, ErrorCode::ReduceMissingInput, "input")?,
+        required(
+            initial,
+            ErrorCode::ReduceMissingInitialValue,
+            "initialValue",
+        )?,
+        required(body, ErrorCode::ReduceMissingIn, "in")?,
     ]))
 }
 
@@ -734,8 +748,8 @@ fn op_reduce<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&input) else {
-        return Err(err(
-            40080,
+        return Err(Error::new(
+            ErrorCode::ReduceInputNotArray,
             format!(
                 "$reduce requires that 'input' be an array, found: {}",
                 value_text(&input)
@@ -765,8 +779,8 @@ fn op_reduce<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
-            34460,
+        return Err(Error::new(
+            ErrorCode::ZipNotObject,
             format!(
                 "$zip only supports an object as an argument, found {}",
                 type_name(arg)
@@ -775,16 +789,22 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     };
     let [inputs, longest, defaults] =
         named_args(doc, ["inputs", "useLongestLength", "defaults"], |k| {
-            err(34464, format!("$zip found an unknown argument: {k}"))
+            Error::new(
+                ErrorCode::ZipUnknownArgument,
+                format!("$zip found an unknown argument: {k}"),
+            )
         })?;
     let inputs = match inputs {
         Some(Bson::Array(items)) if !items.is_empty() => items,
         Some(Bson::Array(_)) | None => {
-            return Err(err(34465, "$zip requires at least one input array".into()))
+            return Err(Error::new(
+                ErrorCode::ZipMissingInputs,
+                "$zip requires at least one input array",
+            ))
         }
         Some(other) => {
-            return Err(err(
-                34461,
+            return Err(Error::new(
+                ErrorCode::ZipInputsNotArray,
                 format!(
                     "inputs must be an array of expressions, found {}",
                     type_name(&other)
@@ -796,8 +816,8 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         None => false,
         Some(Bson::Boolean(b)) => b,
         Some(other) => {
-            return Err(err(
-                34463,
+            return Err(Error::new(
+                ErrorCode::ZipUseLongestLengthNotBool,
                 format!(
                     "useLongestLength must be a bool, found {}",
                     type_name(&other)
@@ -809,8 +829,8 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         None => Vec::new(),
         Some(Bson::Array(items)) => items,
         Some(other) => {
-            return Err(err(
-                34462,
+            return Err(Error::new(
+                ErrorCode::ZipDefaultsNotArray,
                 format!(
                     "defaults must be an array of expressions, found {}",
                     type_name(&other)
@@ -819,15 +839,15 @@ fn zip_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         }
     };
     if !defaults.is_empty() && !longest {
-        return Err(err(
-            34466,
-            "cannot specify defaults unless useLongestLength is true".into(),
+        return Err(Error::new(
+            ErrorCode::ZipDefaultsWithoutUseLongestLength,
+            "cannot specify defaults unless useLongestLength is true",
         ));
     }
     if !defaults.is_empty() && defaults.len() != inputs.len() {
-        return Err(err(
-            34467,
-            "defaults and inputs must have the same length".into(),
+        return Err(Error::new(
+            ErrorCode::ZipDefaultsLengthMismatch,
+            "defaults and inputs must have the same length",
         ));
     }
     Ok(Some(vec![
@@ -847,8 +867,8 @@ fn op_zip<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             Bson::Null | Bson::Undefined => return owned(Bson::Null),
             Bson::Array(items) => arrays.push(items),
             other => {
-                return Err(err(
-                    34468,
+                return Err(Error::new(
+                    ErrorCode::ZipInputNotArray,
                     format!("$zip found a non-array expression in input: {other}"),
                 ))
             }
@@ -900,8 +920,8 @@ fn direction(v: &Bson) -> Option<Ordering> {
 
 fn sort_array_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
-            2942500,
+        return Err(Error::new(
+            ErrorCode::SortArrayNotObject,
             format!(
                 "$sortArray requires an object as an argument, found: {}",
                 type_name(arg)
@@ -909,21 +929,21 @@ fn sort_array_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         ));
     };
     let [input, sort_by] = named_args(doc, ["input", "sortBy"], |k| {
-        err(
-            2942501,
+        Error::new(
+            ErrorCode::SortArrayUnknownArgument,
             format!("$sortArray found an unknown argument: {k}"),
         )
     })?;
     let input = input.ok_or_else(|| {
-        err(
-            2942502,
-            "$sortArray requires 'input' to be specified".into(),
+        Error::new(
+            ErrorCode::SortArrayMissingInput,
+            "$sortArray requires 'input' to be specified",
         )
     })?;
     let sort_by = sort_by.ok_or_else(|| {
-        err(
-            2942503,
-            "$sortArray requires 'sortBy' to be specified".into(),
+        Error::new(
+            ErrorCode::SortArrayMissingSortBy,
+            "$sortArray requires 'sortBy' to be specified",
         )
     })?;
     let valid = match &sort_by {
@@ -933,8 +953,8 @@ fn sort_array_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         other => direction(other).is_some(),
     };
     if !valid {
-        return Err(err(
-            2942505,
+        return Err(Error::new(
+            ErrorCode::SortArrayBadSortBy,
             format!(
                 "$sortArray requires sortBy to be either 1, -1 or a sort pattern of 1s and -1s, \
                  found: {sort_by}"
@@ -949,8 +969,8 @@ fn op_sort_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
-            2942504,
+        return Err(Error::new(
+            ErrorCode::SortArrayInputNotArray,
             format!(
                 "The input argument to $sortArray must be an array, but was of type: {}",
                 type_of(&args[0])
@@ -1015,8 +1035,8 @@ fn sort_key<'v>(item: &'v Bson, path: &[&str], descending: bool) -> Value<'v> {
 
 fn op_all_elements_true<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
-            17040,
+        return Err(Error::new(
+            ErrorCode::AllElementsTrueNotArray,
             format!(
                 "$allElementsTrue's argument must be an array, but is {}",
                 type_of(&args[0])
@@ -1028,8 +1048,8 @@ fn op_all_elements_true<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn op_any_element_true<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
-            17041,
+        return Err(Error::new(
+            ErrorCode::AnyElementTrueNotArray,
             format!(
                 "$anyElementTrue's argument must be an array, but is {}",
                 type_of(&args[0])
@@ -1093,8 +1113,8 @@ fn op_set_union<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             return owned(Bson::Null);
         }
         let Some(items) = array_of(arg) else {
-            return Err(err(
-                17043,
+            return Err(Error::new(
+                ErrorCode::SetUnionNotArray,
                 format!(
                     "All operands of $setUnion must be arrays. One argument is of type: {}",
                     type_of(arg)
@@ -1115,8 +1135,8 @@ fn op_set_intersection<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             return owned(Bson::Null);
         }
         let Some(items) = array_of(arg) else {
-            return Err(err(
-                17047,
+            return Err(Error::new(
+                ErrorCode::SetIntersectionNotArray,
                 format!(
                     "All operands of $setIntersection must be arrays. One argument is of type: {}",
                     type_of(arg)
@@ -1143,8 +1163,8 @@ fn op_set_difference<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(first) = array_of(&args[0]) else {
-        return Err(err(
-            17048,
+        return Err(Error::new(
+            ErrorCode::SetDifferenceFirstNotArray,
             format!(
                 "both operands of $setDifference must be arrays. First argument is of type: {}",
                 type_of(&args[0])
@@ -1152,8 +1172,8 @@ fn op_set_difference<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     let Some(second) = array_of(&args[1]) else {
-        return Err(err(
-            17049,
+        return Err(Error::new(
+            ErrorCode::SetDifferenceSecondNotArray,
             format!(
                 "both operands of $setDifference must be arrays. Second argument is of type: {}",
                 type_of(&args[1])
@@ -1172,8 +1192,8 @@ fn op_set_equals<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let mut sets = Vec::with_capacity(args.len());
     for arg in args {
         let Some(items) = array_of(arg) else {
-            return Err(err(
-                17044,
+            return Err(Error::new(
+                ErrorCode::SetEqualsNotArray,
                 format!(
                     "All operands of $setEquals must be arrays. One argument is of type: {}",
                     type_of(arg)
@@ -1190,8 +1210,8 @@ fn op_set_equals<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn op_set_is_subset<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(first) = array_of(&args[0]) else {
-        return Err(err(
-            17046,
+        return Err(Error::new(
+            ErrorCode::SetIsSubsetFirstNotArray,
             format!(
                 "both operands of $setIsSubset must be arrays. First argument is of type: {}",
                 type_of(&args[0])
@@ -1199,8 +1219,8 @@ fn op_set_is_subset<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     let Some(second) = array_of(&args[1]) else {
-        return Err(err(
-            17042,
+        return Err(Error::new(
+            ErrorCode::SetIsSubsetSecondNotArray,
             format!(
                 "both operands of $setIsSubset must be arrays. Second argument is of type: {}",
                 type_of(&args[1])
@@ -1227,8 +1247,8 @@ fn op_merge_objects<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 }
             }
             Some(other) => {
-                return Err(err(
-                    40400,
+                return Err(Error::new(
+                    ErrorCode::MergeObjectsNotObject,
                     format!(
                         "$mergeObjects requires object inputs, but input {other} is of type {}",
                         type_name(other)
@@ -1261,8 +1281,8 @@ fn op_object_to_array<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(Bson::Document(doc)) = args[0].as_deref() else {
-        return Err(err(
-            40390,
+        return Err(Error::new(
+            ErrorCode::ObjectToArrayNotObject,
             format!(
                 "$objectToArray requires a document input, found: {}",
                 type_of(&args[0])
@@ -1293,8 +1313,8 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(items) = array_of(&args[0]) else {
-        return Err(err(
-            40386,
+        return Err(Error::new(
+            ErrorCode::ArrayToObjectNotArray,
             format!(
                 "$arrayToObject requires an array input, found: {}",
                 type_of(&args[0])
@@ -1306,8 +1326,8 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         Some(Bson::Array(_)) => true,
         Some(Bson::Document(_)) => false,
         Some(other) => {
-            return Err(err(
-                40398,
+            return Err(Error::new(
+                ErrorCode::ArrayToObjectElementWrongType,
                 format!(
                     "Unrecognised input type format for $arrayToObject: {}",
                     type_name(other)
@@ -1321,8 +1341,8 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         let (key, value) = match item {
             Bson::Array(pair) if pairs_are_arrays => {
                 if pair.len() != 2 {
-                    return Err(err(
-                        40397,
+                    return Err(Error::new(
+                        ErrorCode::ArrayToObjectArrayNotPair,
                         format!(
                             "$arrayToObject requires an array of size 2 arrays,found array of \
                              size: {}",
@@ -1331,8 +1351,8 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                     ));
                 }
                 let Bson::String(k) = &pair[0] else {
-                    return Err(err(
-                        40395,
+                    return Err(Error::new(
+                        ErrorCode::ArrayToObjectArrayKeyNotString,
                         format!(
                             "$arrayToObject requires an array of key-value pairs, where the key \
                              must be of type string. Found key type: {}",
@@ -1344,8 +1364,8 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             }
             Bson::Document(pair) if !pairs_are_arrays => {
                 if pair.len() != 2 {
-                    return Err(err(
-                        40392,
+                    return Err(Error::new(
+                        ErrorCode::ArrayToObjectPairWrongKeyCount,
                         format!(
                             "$arrayToObject requires an object keys of 'k' and 'v'. Found \
                              incorrect number of keys:{}",
@@ -1354,8 +1374,8 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                     ));
                 }
                 let (Some(k), Some(v)) = (pair.get("k"), pair.get("v")) else {
-                    return Err(err(
-                        40393,
+                    return Err(Error::new(
+                        ErrorCode::ArrayToObjectPairMissingKOrV,
                         format!(
                             "$arrayToObject requires an object with keys 'k' and 'v'. Missing \
                              either or both keys from: {pair}"
@@ -1363,8 +1383,8 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                     ));
                 };
                 let Bson::String(k) = k else {
-                    return Err(err(
-                        40394,
+                    return Err(Error::new(
+                        ErrorCode::ArrayToObjectPairKeyNotString,
                         format!(
                             "$arrayToObject requires an object with keys 'k' and 'v', where the \
                              value of 'k' must be of type string. Found type: {}",
@@ -1375,8 +1395,8 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 (k, v)
             }
             other => {
-                return Err(err(
-                    40391,
+                return Err(Error::new(
+                    ErrorCode::ArrayToObjectMixedForms,
                     format!(
                         "$arrayToObject requires a consistent input format. Elements must all \
                          be arrays or all be objects. Found: {}",
@@ -1386,8 +1406,8 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             }
         };
         if key.contains('\0') {
-            return Err(err(
-                4940400,
+            return Err(Error::new(
+                ErrorCode::ArrayToObjectKeyNullByte,
                 "Key field cannot contain an embedded null byte".to_string(),
             ));
         }
@@ -1402,25 +1422,32 @@ fn get_field_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         return Ok(None);
     };
     let [field, input] = named_args(doc, ["field", "input"], |k| {
-        err(3041701, format!("$getField found an unknown argument: {k}"))
+        Error::new(
+            ErrorCode::GetFieldUnknownArgument,
+            format!("$getField found an unknown argument: {k}"),
+        )
     })?;
-    let field =
-        field.ok_or_else(|| err(3041702, "$getField requires 'field' to be specified".into()))?;
+    let field = field.ok_or_else(|| {
+        Error::new(
+            ErrorCode::GetFieldMissingField,
+            "$getField requires 'field' to be specified",
+        )
+    })?;
     let input = input.unwrap_or_else(|| Bson::String("$$CURRENT".to_string()));
     Ok(Some(vec![field, input]))
 }
 
 fn op_get_field<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     if args.len() > 2 {
-        return Err(err(
-            3041704,
+        return Err(Error::new(
+            ErrorCode::GetFieldTooManyArguments,
             "$getField only supports an object or a string as its argument".to_string(),
         ));
     }
     let field = eval(&args[0], scope)?;
     let Some(Bson::String(field)) = field.as_deref() else {
-        return Err(err(
-            5654602,
+        return Err(Error::new(
+            ErrorCode::GetFieldFieldNotString,
             format!(
                 "$getField requires 'field' to evaluate to type String, but got {}",
                 type_of(&field)
@@ -1438,8 +1465,8 @@ fn op_get_field<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         (Some(_), Some(Bson::Null | Bson::Undefined)) => return owned(Bson::Null),
         (Some(_), Some(Bson::Document(doc))) => doc,
         (Some(_), Some(other)) => {
-            return Err(err(
-                3041705,
+            return Err(Error::new(
+                ErrorCode::GetFieldInputNotObject,
                 format!(
                     "$getField requires 'input' to evaluate to type Object, but got {}",
                     type_name(other)
@@ -1452,24 +1479,42 @@ fn op_get_field<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn set_field_object_args(arg: &Bson, op: &str, with_value: bool) -> Result<Vec<Bson>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
-            4161100,
+        return Err(Error::new(
+            ErrorCode::SetFieldNotObject,
             format!("{op} only supports an object as its argument"),
         ));
     };
-    let unknown = |k: &str| err(4161101, format!("{op} found an unknown argument: {k}"));
+    let unknown = |k: &str| {
+        Error::new(
+            ErrorCode::SetFieldUnknownArgument,
+            format!("{op} found an unknown argument: {k}"),
+        )
+    };
     let [field, input, value] = if with_value {
         named_args(doc, ["field", "input", "value"], unknown)?
     } else {
         let [field, input] = named_args(doc, ["field", "input"], unknown)?;
         [field, input, None]
     };
-    let field =
-        field.ok_or_else(|| err(4161102, format!("{op} requires 'field' to be specified")))?;
-    let input =
-        input.ok_or_else(|| err(4161103, format!("{op} requires 'input' to be specified")))?;
+    let field = field.ok_or_else(|| {
+        Error::new(
+            ErrorCode::SetFieldMissingField,
+            format!("{op} requires 'field' to be specified"),
+        )
+    })?;
+    let input = input.ok_or_else(|| {
+        Error::new(
+            ErrorCode::SetFieldMissingInput,
+            format!("{op} requires 'input' to be specified"),
+        )
+    })?;
     let value = if with_value {
-        value.ok_or_else(|| err(4161104, format!("{op} requires 'value' to be specified")))?
+        value.ok_or_else(|| {
+            Error::new(
+                ErrorCode::SetFieldMissingValue,
+                format!("{op} requires 'value' to be specified"),
+            )
+        })?
     } else {
         absent()
     };
@@ -1479,21 +1524,21 @@ fn set_field_object_args(arg: &Bson, op: &str, with_value: bool) -> Result<Vec<B
         Bson::Document(d) => match d.get("$literal") {
             Some(Bson::String(s)) if d.len() == 1 => Bson::String(s.clone()),
             _ => {
-                return Err(err(
-                    4161106,
+                return Err(Error::new(
+                    ErrorCode::SetFieldFieldNotConstant,
                     format!("{op} requires 'field' to evaluate to a constant, but got a non-constant argument"),
                 ))
             }
         },
         Bson::String(_) => {
-            return Err(err(
-                4161108,
+            return Err(Error::new(
+                ErrorCode::SetFieldFieldIsPath,
                 format!("A field path reference which is not allowed in this context. Did you mean {{$literal: '{field}'}}?"),
             ))
         }
         other => {
-            return Err(err(
-                4161107,
+            return Err(Error::new(
+                ErrorCode::SetFieldFieldNotString,
                 format!("{op} requires 'field' to evaluate to type String, but got {}", type_name(other)),
             ))
         }
@@ -1529,8 +1574,8 @@ fn op_set_field<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             doc.clone()
         }
         Some(other) => {
-            return Err(err(
-                4161105,
+            return Err(Error::new(
+                ErrorCode::SetFieldInputNotObject,
                 format!(
                     "$setField requires 'input' to evaluate to type Object, but got {}",
                     type_name(other)
@@ -1554,16 +1599,25 @@ fn op_set_field<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn n_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
-            5787801,
+        return Err(Error::new(
+            ErrorCode::NAccumulatorNotObject,
             "Expected an object with 'n' and 'input'".to_string(),
         ));
     };
     let [n, input] = named_args(doc, ["n", "input"], |k| {
-        err(5787901, format!("Unknown argument for 'n' operator: {k}"))
+        Error::new(
+            ErrorCode::NAccumulatorUnknownArgument,
+            format!("Unknown argument for 'n' operator: {k}"),
+        )
     })?;
-    let n = n.ok_or_else(|| err(5787906, "Missing value for 'n'".into()))?;
-    let input = input.ok_or_else(|| err(5787907, "Missing value for 'input'".into()))?;
+    let n =
+        n.ok_or_else(|| Error::new(ErrorCode::NAccumulatorMissingN, "Missing value for 'n'"))?;
+    let input = input.ok_or_else(|| {
+        Error::new(
+            ErrorCode::NAccumulatorMissingInput,
+            "Missing value for 'input'",
+        )
+    })?;
     Ok(Some(vec![n, input]))
 }
 
@@ -1580,15 +1634,15 @@ fn n_and_input<'v>(args: &'v [Value<'_>], op: &str) -> Result<(usize, &'v [Bson]
                 _ => None,
             };
             exact.ok_or_else(|| {
-                err(
-                    5787902,
+                Error::new(
+                    ErrorCode::NAccumulatorNNotIntegral,
                     format!("Value for 'n' must be of integral type, but found {v}"),
                 )
             })?
         }
         _ => {
-            return Err(err(
-                5787902,
+            return Err(Error::new(
+                ErrorCode::NAccumulatorNNotIntegral,
                 format!(
                     "Value for 'n' must be of integral type, but found {}",
                     value_text(n)
@@ -1597,14 +1651,14 @@ fn n_and_input<'v>(args: &'v [Value<'_>], op: &str) -> Result<(usize, &'v [Bson]
         }
     };
     if count < 1 {
-        return Err(err(
-            5787908,
+        return Err(Error::new(
+            ErrorCode::NAccumulatorNNotPositive,
             format!("'n' must be greater than 0, found {count}"),
         ));
     }
     let Some(items) = array_of(&args[1]) else {
-        return Err(err(
-            5788200,
+        return Err(Error::new(
+            ErrorCode::NOperatorInputNotArray,
             format!(
                 "Input to {op} must be an array, but found: {}",
                 type_of(&args[1])

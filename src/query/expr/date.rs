@@ -11,11 +11,8 @@
 
 use bson::{Bson, DateTime, Document};
 
-use super::types::{eval_field, named_args, object_fields};
-use super::{
-    eval, expression_error, is_nullish, location, owned, type_of, Arity, Evaluation, Node,
-    Operator, Scope, Value,
-};
+use super::args::{eval_field, field_absent, field_given, object_fields, object_form};
+use super::{eval, is_nullish, owned, type_of, Arity, Evaluation, Node, Operator, Scope, Value};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{type_name, Number};
 
@@ -238,7 +235,7 @@ fn timezone_of<'a>(node: Option<&'a Node>, scope: &Scope<'a>) -> Result<Option<T
         return Ok(None);
     }
     let Some(Bson::String(name)) = value.as_deref() else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::TimezoneNotString,
             format!(
                 "timezone must evaluate to a string, found {}",
@@ -247,7 +244,7 @@ fn timezone_of<'a>(node: Option<&'a Node>, scope: &Scope<'a>) -> Result<Option<T
         ));
     };
     TimeZone::parse(name).map(Some).ok_or_else(|| {
-        expression_error(
+        Error::new(
             ErrorCode::UnknownTimeZone,
             format!("unrecognized time zone identifier: \"{name}\""),
         )
@@ -267,7 +264,7 @@ pub(super) fn date_millis(value: &Bson) -> Option<i64> {
 
 fn require_date(value: &Value<'_>) -> Result<i64> {
     value.as_deref().and_then(date_millis).ok_or_else(|| {
-        expression_error(
+        Error::new(
             ErrorCode::ConvertToDateUnsupported,
             format!("can't convert from BSON type {} to Date", type_of(value)),
         )
@@ -286,14 +283,14 @@ fn extractor_args(name: &str, arg: &Bson) -> Result<Option<Vec<Bson>>> {
     if doc.keys().next().is_some_and(|k| k.starts_with('$')) {
         return Ok(None);
     }
-    let args = named_args(doc, &["date", "timezone"], |field| {
-        expression_error(
+    let args = object_form(doc, &["date", "timezone"], |field| {
+        Error::new(
             ErrorCode::DateConversionUnknownOption,
             format!("unrecognized option to {name}: \"{field}\""),
         )
     })?;
-    if !object_fields_present(&args, 0) {
-        return Err(expression_error(
+    if !field_given(&args, 0) {
+        return Err(Error::new(
             ErrorCode::DateConversionMissingDate,
             format!("missing 'date' argument to {name}, provided: {doc}"),
         ));
@@ -301,18 +298,13 @@ fn extractor_args(name: &str, arg: &Bson) -> Result<Option<Vec<Bson>>> {
     Ok(Some(args))
 }
 
-/// True when field `i` of an argument list built by `named_args` is given.
-fn object_fields_present(args: &[Bson], i: usize) -> bool {
-    !matches!(args.get(i + 1), Some(Bson::Symbol(s)) if s == super::types::ABSENT)
-}
-
 /// The local calendar fields of an extractor's argument, or `None` for null.
 fn extract<'a>(name: &str, args: &'a [Node], scope: &Scope<'a>) -> Result<Option<Parts>> {
     let (date_node, tz_node) = match object_fields(args) {
-        Some(fields) => (fields.first(), fields.get(1).filter(|n| !is_absent(n))),
+        Some(fields) => (fields.first(), fields.get(1).filter(|n| !field_absent(n))),
         None => {
             if args.len() != 1 {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::OperatorWrongLenOfArgs,
                     format!(
                         "Expression {name} takes exactly 1 arguments. {} were passed in.",
@@ -335,10 +327,6 @@ fn extract<'a>(name: &str, args: &'a [Node], scope: &Scope<'a>) -> Result<Option
     }
     let millis = require_date(&date)?;
     Ok(Some(Parts::of(tz.to_local(millis))))
-}
-
-fn is_absent(node: &Node) -> bool {
-    matches!(node, Node::Literal(Bson::Symbol(s)) if s == super::types::ABSENT)
 }
 
 macro_rules! extractors {
@@ -395,7 +383,7 @@ pub(super) fn format_date(format: &str, utc_ms: i64, tz: TimeZone) -> Result<Str
             continue;
         }
         let Some(spec) = chars.next() else {
-            return Err(expression_error(
+            return Err(Error::new(
                 ErrorCode::DateFormatTrailingPercent,
                 "Unmatched '%' at end of format string".to_string(),
             ));
@@ -403,7 +391,7 @@ pub(super) fn format_date(format: &str, utc_ms: i64, tz: TimeZone) -> Result<Str
         match spec {
             'Y' => {
                 if !(0..=9999).contains(&p.year) {
-                    return Err(expression_error(
+                    return Err(Error::new(
                         ErrorCode::DateToStringYearOutOfRange,
                         format!(
                             "Could not convert date to string: date component was outside the \
@@ -437,7 +425,7 @@ pub(super) fn format_date(format: &str, utc_ms: i64, tz: TimeZone) -> Result<Str
             }
             '%' => out.push('%'),
             other => {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::DateFormatBadCharacter,
                     format!("Invalid format character '%{other}' in format string"),
                 ))
@@ -449,19 +437,19 @@ pub(super) fn format_date(format: &str, utc_ms: i64, tz: TimeZone) -> Result<Str
 
 fn date_to_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateToStringNotObject,
             "$dateToString only supports an object as its argument".to_string(),
         ));
     };
-    let args = named_args(doc, &["date", "format", "timezone", "onNull"], |f| {
-        expression_error(
+    let args = object_form(doc, &["date", "format", "timezone", "onNull"], |f| {
+        Error::new(
             ErrorCode::DateToStringUnknownArgument,
             format!("Unrecognized argument to $dateToString: {f}"),
         )
     })?;
-    if !object_fields_present(&args, 0) {
-        return Err(expression_error(
+    if !field_given(&args, 0) {
+        return Err(Error::new(
             ErrorCode::DateToStringMissingDate,
             "Missing 'date' parameter to $dateToString".to_string(),
         ));
@@ -471,7 +459,7 @@ fn date_to_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 
 fn op_date_to_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateToStringNotObject,
             "$dateToString only supports an object as its argument".to_string(),
         ));
@@ -482,7 +470,7 @@ fn op_date_to_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a
         Some(v) => match v.as_deref() {
             Some(Bson::String(s)) => Some(s.clone()),
             _ => {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::DateToStringFormatNotString,
                     format!(
                         "$dateToString requires that 'format' be a string, found: {} with value {}",
@@ -510,7 +498,7 @@ fn op_date_to_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a
 
 /// Field `i` of an object-form argument list when it was given.
 fn present(fields: &[Node], i: usize) -> Option<&Node> {
-    fields.get(i).filter(|n| !is_absent(n))
+    fields.get(i).filter(|n| !field_absent(n))
 }
 
 // ---------------------------------------------------------------------------
@@ -518,7 +506,7 @@ fn present(fields: &[Node], i: usize) -> Option<&Node> {
 
 /// Why a date string did not parse (MongoDB's ConversionFailure).
 pub(super) fn parse_failure(text: &str, why: &str) -> Error {
-    expression_error(
+    Error::new(
         ErrorCode::ConversionFailure,
         format!("Error parsing date string '{text}'; {why}"),
     )
@@ -660,7 +648,7 @@ fn parse_with_format(text: &str, format: &str, tz: TimeZone) -> Result<i64> {
             continue;
         }
         let spec = chars.next().ok_or_else(|| {
-            expression_error(
+            Error::new(
                 ErrorCode::DateFormatTrailingPercent,
                 "Unmatched '%' at end of format string".to_string(),
             )
@@ -713,7 +701,7 @@ fn parse_with_format(text: &str, format: &str, tz: TimeZone) -> Result<i64> {
                 }
             }
             other => {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::DateFormatBadCharacter,
                     format!("Invalid format character '%{other}' in format string"),
                 ))
@@ -745,7 +733,7 @@ fn iso_days(iso_year: i64, week: i64, day_of_week: i64) -> i64 {
 
 fn date_from_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateFromStringNotObject,
             format!(
                 "$dateFromString only supports an object as an argument, found: {}",
@@ -753,18 +741,18 @@ fn date_from_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             ),
         ));
     };
-    let args = named_args(
+    let args = object_form(
         doc,
         &["dateString", "format", "timezone", "onError", "onNull"],
         |f| {
-            expression_error(
+            Error::new(
                 ErrorCode::DateFromStringUnknownArgument,
                 format!("Unrecognized argument to $dateFromString: {f}"),
             )
         },
     )?;
-    if !object_fields_present(&args, 0) {
-        return Err(expression_error(
+    if !field_given(&args, 0) {
+        return Err(Error::new(
             ErrorCode::DateFromStringMissingDateString,
             "Missing 'dateString' parameter to $dateFromString".to_string(),
         ));
@@ -774,7 +762,7 @@ fn date_from_string_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 
 fn op_date_from_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateFromStringNotObject,
             "$dateFromString only supports an object as an argument".to_string(),
         ));
@@ -792,7 +780,7 @@ fn op_date_from_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<
         Some(v) => match v.as_deref() {
             Some(Bson::String(s)) => Some(s.clone()),
             _ => {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::DateFromStringFormatNotString,
                     format!(
                         "$dateFromString requires that 'format' be a string, found: {}",
@@ -810,7 +798,7 @@ fn op_date_from_string<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<
             Some(f) => parse_with_format(text, f, tz),
             None => parse_date_string(text, tz).map(|(ms, _)| ms),
         },
-        _ => Err(expression_error(
+        _ => Err(Error::new(
             ErrorCode::ConversionFailure,
             format!(
                 "$dateFromString requires that 'dateString' be a string, found: {}",
@@ -894,7 +882,7 @@ fn unit_of<'a>(op: &str, node: Option<&'a Node>, scope: &Scope<'a>) -> Result<Op
         return Ok(None);
     }
     let Some(Bson::String(s)) = value.as_deref() else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateUnitNotString,
             format!(
                 "{op} requires 'unit' to be a string, but got {}",
@@ -903,7 +891,7 @@ fn unit_of<'a>(op: &str, node: Option<&'a Node>, scope: &Scope<'a>) -> Result<Op
         ));
     };
     Unit::parse(s).map(Some).ok_or_else(|| {
-        expression_error(
+        Error::new(
             ErrorCode::DateUnitUnknown,
             format!("{op} parameter 'unit' value cannot be recognized as a time unit: {s}"),
         )
@@ -920,7 +908,7 @@ fn start_of_week<'a>(op: &str, node: Option<&'a Node>, scope: &Scope<'a>) -> Res
         return Ok(None);
     }
     let Some(Bson::String(s)) = value.as_deref() else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateStartOfWeekNotString,
             format!(
                 "{op} requires 'startOfWeek' to be a string, but got {}",
@@ -937,7 +925,7 @@ fn start_of_week<'a>(op: &str, node: Option<&'a Node>, scope: &Scope<'a>) -> Res
         "friday" | "fri" => 5,
         "saturday" | "sat" => 6,
         _ => {
-            return Err(expression_error(
+            return Err(Error::new(
                 ErrorCode::DateStartOfWeekUnknown,
                 format!(
                     "{op} parameter 'startOfWeek' value cannot be recognized as a day of a week: \
@@ -962,25 +950,28 @@ fn week_start(days: i64, start: i64) -> i64 {
 
 fn date_trunc_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateTruncNotObject,
             "$dateTrunc only supports an object as its argument".to_string(),
         ));
     };
-    let args = named_args(
+    let args = object_form(
         doc,
         &["date", "unit", "binSize", "timezone", "startOfWeek"],
         |f| {
-            expression_error(
+            Error::new(
                 ErrorCode::DateTruncUnknownArgument,
                 format!("Unrecognized argument to $dateTrunc: {f}"),
             )
         },
     )?;
-    for (i, name, code) in [(0, "date", 5439009), (1, "unit", 5439010)] {
-        if !object_fields_present(&args, i) {
-            return Err(expression_error(
-                location(code),
+    for (i, name, code) in [
+        (0, "date", ErrorCode::DateTruncMissingDate),
+        (1, "unit", ErrorCode::DateTruncMissingUnit),
+    ] {
+        if !field_given(&args, i) {
+            return Err(Error::new(
+                code,
                 format!("Missing '{name}' parameter to $dateTrunc"),
             ));
         }
@@ -991,7 +982,7 @@ fn date_trunc_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 fn op_date_trunc<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     const OP: &str = "$dateTrunc";
     let Some(fields) = object_fields(args) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateTruncNotObject,
             "$dateTrunc only supports an object as its argument".to_string(),
         ));
@@ -1009,7 +1000,7 @@ fn op_date_trunc<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
                 .and_then(Number::of)
                 .and_then(integral_i64)
                 .ok_or_else(|| {
-                    expression_error(
+                    Error::new(
                         ErrorCode::DateTruncBinSizeNotInt64,
                         format!(
                             "{OP} requires 'binSize' to be a 64-bit integer, but got value '{}' \
@@ -1020,7 +1011,7 @@ fn op_date_trunc<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
                     )
                 })?;
             if n <= 0 {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::DateTruncBinSizeNotPositive,
                     format!("{OP} requires 'binSize' to be greater than 0, but got value {n}"),
                 ));
@@ -1043,7 +1034,7 @@ fn op_date_trunc<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(millis) = date.as_deref().and_then(date_millis) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateTruncDateNotDate,
             format!(
                 "{OP} requires 'date' to be a date, but got {}",
@@ -1092,25 +1083,25 @@ fn integral_i64(n: Number) -> Option<i64> {
 }
 
 fn date_overflow(op: &str) -> Error {
-    expression_error(ErrorCode::Overflow, format!("date overflow in {op}"))
+    Error::new(ErrorCode::Overflow, format!("date overflow in {op}"))
 }
 
 fn date_add_parser(op: &str, arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateAddNotObject,
             format!("{op} expects an object as its argument"),
         ));
     };
-    let args = named_args(doc, &["startDate", "unit", "amount", "timezone"], |f| {
-        expression_error(
+    let args = object_form(doc, &["startDate", "unit", "amount", "timezone"], |f| {
+        Error::new(
             ErrorCode::DateAddUnknownArgument,
             format!("Unrecognized argument to {op}: {f}"),
         )
     })?;
     for (i, name) in [(0, "startDate"), (1, "unit"), (2, "amount")] {
-        if !object_fields_present(&args, i) {
-            return Err(expression_error(
+        if !field_given(&args, i) {
+            return Err(Error::new(
                 ErrorCode::DateAddMissingArgument,
                 format!("{op} requires startDate, unit, and amount to be present; missing {name}"),
             ));
@@ -1142,7 +1133,7 @@ fn date_arithmetic<'a>(
     sign: i64,
 ) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateAddNotObject,
             format!("{op} expects an object as its argument"),
         ));
@@ -1158,19 +1149,19 @@ fn date_arithmetic<'a>(
         return owned(Bson::Null);
     };
     let Some(millis) = start.as_deref().and_then(date_millis) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateAddStartNotDate,
             format!("{op} requires startDate to be convertible to a date"),
         ));
     };
     let Some(Bson::String(unit_name)) = unit_value.as_deref() else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateAddUnitNotString,
             format!("{op} expects string defining the time unit"),
         ));
     };
     let Some(unit) = Unit::parse(unit_name) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::FailedToParse,
             format!("unknown time unit value: {unit_name}"),
         ));
@@ -1180,7 +1171,7 @@ fn date_arithmetic<'a>(
         .and_then(Number::of)
         .and_then(integral_i64)
     else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateAddAmountNotInteger,
             format!("{op} expects integer amount of time units"),
         ));
@@ -1213,29 +1204,29 @@ fn add_to_date(utc_ms: i64, unit: Unit, amount: i64, tz: TimeZone) -> Option<i64
 
 fn date_diff_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateDiffNotObject,
             "$dateDiff only supports an object as its argument".to_string(),
         ));
     };
-    let args = named_args(
+    let args = object_form(
         doc,
         &["startDate", "endDate", "unit", "timezone", "startOfWeek"],
         |f| {
-            expression_error(
+            Error::new(
                 ErrorCode::DateDiffUnknownArgument,
                 format!("Unrecognized argument to $dateDiff: {f}"),
             )
         },
     )?;
     for (i, name, code) in [
-        (0, "startDate", 5166303),
-        (1, "endDate", 5166304),
-        (2, "unit", 5166305),
+        (0, "startDate", ErrorCode::DateDiffMissingStartDate),
+        (1, "endDate", ErrorCode::DateDiffMissingEndDate),
+        (2, "unit", ErrorCode::DateDiffMissingUnit),
     ] {
-        if !object_fields_present(&args, i) {
-            return Err(expression_error(
-                location(code),
+        if !field_given(&args, i) {
+            return Err(Error::new(
+                code,
                 format!("Missing '{name}' parameter to $dateDiff"),
             ));
         }
@@ -1246,7 +1237,7 @@ fn date_diff_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 fn op_date_diff<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     const OP: &str = "$dateDiff";
     let Some(fields) = object_fields(args) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateDiffNotObject,
             "$dateDiff only supports an object as its argument".to_string(),
         ));
@@ -1268,7 +1259,7 @@ fn op_date_diff<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     };
     let as_date = |v: &Value<'_>, name: &str| {
         v.as_deref().and_then(date_millis).ok_or_else(|| {
-            expression_error(
+            Error::new(
                 ErrorCode::DateArgumentNotDate,
                 format!(
                     "{OP} requires '{name}' to be a date, but got {}",
@@ -1306,19 +1297,19 @@ fn op_date_diff<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn date_to_parts_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateToPartsNotObject,
             "$dateToParts only supports an object as its argument".to_string(),
         ));
     };
-    let args = named_args(doc, &["date", "timezone", "iso8601"], |f| {
-        expression_error(
+    let args = object_form(doc, &["date", "timezone", "iso8601"], |f| {
+        Error::new(
             ErrorCode::DateToPartsUnknownArgument,
             format!("Unrecognized argument to $dateToParts: {f}"),
         )
     })?;
-    if !object_fields_present(&args, 0) {
-        return Err(expression_error(
+    if !field_given(&args, 0) {
+        return Err(Error::new(
             ErrorCode::DateToPartsMissingDate,
             "Missing 'date' parameter to $dateToParts".to_string(),
         ));
@@ -1328,7 +1319,7 @@ fn date_to_parts_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 
 fn op_date_to_parts<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateToPartsNotObject,
             "$dateToParts only supports an object as its argument".to_string(),
         ));
@@ -1343,7 +1334,7 @@ fn op_date_to_parts<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>
         Some(v) => match v.as_deref() {
             Some(Bson::Boolean(b)) => *b,
             _ => {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::DateToPartsIsoNotBool,
                     format!("iso8601 must evaluate to a bool, found {}", type_of(&v)),
                 ))
@@ -1388,28 +1379,28 @@ const FROM_PARTS_FIELDS: [&str; 11] = [
 
 fn date_from_parts_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateFromPartsNotObject,
             "$dateFromParts only supports an object as its argument".to_string(),
         ));
     };
-    let args = named_args(doc, &FROM_PARTS_FIELDS, |f| {
-        expression_error(
+    let args = object_form(doc, &FROM_PARTS_FIELDS, |f| {
+        Error::new(
             ErrorCode::DateFromPartsUnknownArgument,
             format!("Unrecognized argument to $dateFromParts: {f}"),
         )
     })?;
-    let has = |i| object_fields_present(&args, i);
+    let has = |i| field_given(&args, i);
     let calendar = has(0) || has(1) || has(2);
     let iso = has(3) || has(4) || has(5);
     if calendar && iso {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateFromPartsMixedIso,
             "$dateFromParts does not allow mixing natural dates with ISO dates".to_string(),
         ));
     }
     if !has(0) && !has(3) {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateFromPartsMissingYear,
             "$dateFromParts requires either 'year' or 'isoWeekYear' to be present".to_string(),
         ));
@@ -1419,7 +1410,7 @@ fn date_from_parts_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 
 fn op_date_from_parts<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DateFromPartsNotObject,
             "$dateFromParts only supports an object as its argument".to_string(),
         ));
@@ -1443,7 +1434,7 @@ fn op_date_from_parts<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'
             .and_then(Number::of)
             .and_then(integral_i64)
             .ok_or_else(|| {
-                expression_error(
+                Error::new(
                     ErrorCode::DatePartNotInteger,
                     format!(
                         "'{name}' must evaluate to an integer, found {}",
@@ -1457,9 +1448,13 @@ fn op_date_from_parts<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'
             -32768..=32767
         };
         if !range.contains(&n) {
-            let code = if i == 0 || i == 3 { 40523 } else { 31034 };
-            return Err(expression_error(
-                location(code),
+            let code = if i == 0 || i == 3 {
+                ErrorCode::DateFromPartsYearOutOfRange
+            } else {
+                ErrorCode::DateFromPartsPartOutOfRange
+            };
+            return Err(Error::new(
+                code,
                 format!(
                     "'{name}' must evaluate to a value in the range [{}, {}]; value {n} is not \
                      in range",

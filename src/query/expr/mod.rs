@@ -12,6 +12,10 @@
 //! `$$REMOVE`) from `null`, as MongoDB does: `$type` says `"missing"`,
 //! object expressions drop missing fields, and comparisons order missing
 //! below `null`. Values borrow from the document where they can.
+//!
+//! Most expression errors carry MongoDB's numbered assertion codes, which
+//! clients see as `Location16554` and so on; [`ErrorCode`] names each by
+//! its meaning, and every error is built with [`Error::new`].
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -20,10 +24,10 @@ use bson::{Bson, DateTime, Document};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, f64_fits_i64, type_name, DecimalValue, Number};
-use crate::query::filter::{nesting_exceeds, MAX_NESTING};
 use crate::query::path::{expression_value, expression_value_in};
-use crate::query::size::SizeBudget;
+use crate::query::size::{nesting_exceeds, SizeBudget, MAX_NESTING};
 
+mod args;
 mod array;
 mod date;
 mod string;
@@ -255,20 +259,6 @@ pub fn operator_names() -> impl Iterator<Item = &'static str> {
 }
 
 // ---------------------------------------------------------------------------
-// Errors. MongoDB reports most expression errors under numbered assertion
-// codes (`Location16554` and so on), which clients see as the error code;
-// `ErrorCode` names each by its meaning.
-
-fn expression_error(code: ErrorCode, message: String) -> Error {
-    Error::new(code, message)
-}
-
-/// The code of an operator's error from the number its table carries.
-fn location(code: i32) -> ErrorCode {
-    ErrorCode::from_number(code)
-}
-
-// ---------------------------------------------------------------------------
 // Parsing.
 
 pub(super) fn parse_node(expr: &Bson) -> Result<Node> {
@@ -285,7 +275,7 @@ pub(super) fn parse_node(expr: &Bson) -> Result<Node> {
 
 fn parse_path(path: &str, original: &str) -> Result<Vec<String>> {
     if path.is_empty() {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::FieldPathDollarAlone,
             format!("'{original}' by itself is not a valid FieldPath"),
         ));
@@ -293,13 +283,13 @@ fn parse_path(path: &str, original: &str) -> Result<Vec<String>> {
     path.split('.')
         .map(|part| {
             if part.is_empty() {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::FieldPathEmptyComponent,
                     "FieldPath field names may not be empty strings.".to_string(),
                 ));
             }
             if part.starts_with('$') {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::FieldPathDollarPrefixed,
                     format!(
                         "FieldPath field names may not start with '$'. Given FieldPath: {path}"
@@ -330,7 +320,7 @@ fn parse_variable(text: &str) -> Result<Node> {
     if name.starts_with(|c: char| c.is_ascii_uppercase())
         && !matches!(name, "ROOT" | "CURRENT" | "REMOVE" | "NOW")
     {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::UndefinedVariable,
             format!("Use of undefined variable: {name}"),
         ));
@@ -349,7 +339,7 @@ fn parse_object(doc: &Document) -> Result<Node> {
     let first_is_operator = doc.keys().next().is_some_and(|k| k.starts_with('$'));
     if first_is_operator {
         if doc.len() != 1 {
-            return Err(expression_error(
+            return Err(Error::new(
                 ErrorCode::ExpressionWrongLenOfFields,
                 format!(
                     "an expression specification must contain exactly one field, the name of \
@@ -372,7 +362,7 @@ fn parse_object(doc: &Document) -> Result<Node> {
             );
         }
         if key.contains('.') {
-            return Err(expression_error(
+            return Err(Error::new(
                 ErrorCode::FieldPathContainsDot,
                 format!("FieldPath field names may not contain '.'. Given: {key}"),
             ));
@@ -388,7 +378,7 @@ fn parse_operator(name: &str, arg: &Bson) -> Result<Node> {
     }
     let Some(op) = find_operator(name) else {
         // MongoDB's InvalidPipelineOperator, which has no name in our table.
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::InvalidPipelineOperator,
             format!("Unrecognized expression '{name}'"),
         ));
@@ -420,7 +410,7 @@ fn parse_operator(name: &str, arg: &Bson) -> Result<Node> {
             }
             Arity::Any => String::new(),
         };
-        return Err(expression_error(ErrorCode::OperatorWrongLenOfArgs, message));
+        return Err(Error::new(ErrorCode::OperatorWrongLenOfArgs, message));
     }
     Ok(Node::Operator { op, args })
 }
@@ -437,22 +427,19 @@ fn cond_object_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "then" => then = Some(value.clone()),
             "else" => otherwise = Some(value.clone()),
             other => {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::CondUnknownParameter,
                     format!("Unrecognized parameter to $cond: {other}"),
                 ))
             }
         }
     }
-    let missing = |code: i32, name: &str| {
-        expression_error(
-            location(code),
-            format!("Missing '{name}' parameter to $cond"),
-        )
+    let missing = |code: ErrorCode, name: &str| {
+        Error::new(code, format!("Missing '{name}' parameter to $cond"))
     };
-    let cond = cond.ok_or_else(|| missing(17080, "if"))?;
-    let then = then.ok_or_else(|| missing(17081, "then"))?;
-    let otherwise = otherwise.ok_or_else(|| missing(17082, "else"))?;
+    let cond = cond.ok_or_else(|| missing(ErrorCode::CondMissingIf, "if"))?;
+    let then = then.ok_or_else(|| missing(ErrorCode::CondMissingThen, "then"))?;
+    let otherwise = otherwise.ok_or_else(|| missing(ErrorCode::CondMissingElse, "else"))?;
     Ok(Some(vec![cond, then, otherwise]))
 }
 
@@ -512,7 +499,7 @@ fn eval_variable<'a>(name: &str, path: &[String], scope: &Scope<'a>) -> Result<V
         "NOW" => Ok(Some(Cow::Owned(Bson::DateTime(DateTime::now())))),
         user => {
             let Some(value) = scope.vars.and_then(|vars| vars.get(user)) else {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::UndefinedVariable,
                     format!("Use of undefined variable: {user}"),
                 ));
@@ -633,7 +620,7 @@ fn op_if_null<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn op_in<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(Bson::Array(items)) = args[1].as_deref() else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::InSecondArgNotArray,
             format!(
                 "$in requires an array as a second argument, found: {}",
@@ -649,7 +636,7 @@ fn op_in<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn op_size<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(Bson::Array(items)) = args[0].as_deref() else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::SizeNotArray,
             format!(
                 "The argument to $size must be an array. Type of the argument was: {}",
@@ -704,7 +691,7 @@ fn acc_to_millis(acc: Number) -> Option<i64> {
 }
 
 fn date_overflow(op: &str) -> Error {
-    expression_error(ErrorCode::Overflow, format!("date overflow in {op}"))
+    Error::new(ErrorCode::Overflow, format!("date overflow in {op}"))
 }
 
 fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
@@ -717,7 +704,7 @@ fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         match arg.as_deref() {
             Some(Bson::DateTime(d)) => {
                 if date.is_some() {
-                    return Err(expression_error(
+                    return Err(Error::new(
                         ErrorCode::AddMoreThanOneDate,
                         "only one date allowed in an $add expression".to_string(),
                     ));
@@ -730,7 +717,7 @@ fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                         total.combine_widening(n, i64::checked_add, |a, b| a + b, DecimalValue::add)
                 }
                 None => {
-                    return Err(expression_error(
+                    return Err(Error::new(
                         ErrorCode::AddNotNumericOrDate,
                         format!(
                             "$add only supports numeric or date types, not {}",
@@ -760,7 +747,7 @@ fn op_multiply<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             return owned(Bson::Null);
         }
         let Some(n) = number_of(arg) else {
-            return Err(expression_error(
+            return Err(Error::new(
                 ErrorCode::MultiplyNotNumeric,
                 format!(
                     "$multiply only supports numeric types, not {}",
@@ -798,7 +785,7 @@ fn op_subtract<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
                 x.combine_widening(y, i64::checked_sub, |p, q| p - q, DecimalValue::sub)
                     .into_bson(),
             ),
-            _ => Err(expression_error(
+            _ => Err(Error::new(
                 ErrorCode::SubtractBadTypes,
                 format!("can't $subtract {} from {}", type_name(b), type_name(a)),
             )),
@@ -813,7 +800,7 @@ fn op_divide<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let (Some(x), Some(y)) = (number_of(lhs), number_of(rhs)) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::DivideNotNumeric,
             format!(
                 "$divide only supports numeric types, not {} and {}",
@@ -823,7 +810,7 @@ fn op_divide<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     let divide_by_zero =
-        || expression_error(ErrorCode::DivideByZero, "can't $divide by zero".to_string());
+        || Error::new(ErrorCode::DivideByZero, "can't $divide by zero".to_string());
     if matches!(x, Number::Decimal(_)) || matches!(y, Number::Decimal(_)) {
         let quotient = x
             .to_decimal()
@@ -844,7 +831,7 @@ fn op_mod<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let (Some(x), Some(y)) = (number_of(lhs), number_of(rhs)) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::ModNotNumeric,
             format!(
                 "$mod only supports numeric types, not {} and {}",
@@ -861,7 +848,7 @@ fn op_mod<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         Number::Decimal(d) => d.is_zero(),
     };
     if zero {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::ModByZero,
             "can't $mod by zero".to_string(),
         ));
@@ -888,8 +875,8 @@ fn op_abs<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(n) = number_of(&args[0]) else {
-        return Err(expression_error(
-            ErrorCode::AbsNotNumeric,
+        return Err(Error::new(
+            ErrorCode::SingleNumericArgNotNumeric,
             format!(
                 "$abs only supports numeric types, not {}",
                 type_of(&args[0])
@@ -903,7 +890,7 @@ fn op_abs<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         Number::Int64(i) => match i.checked_abs() {
             Some(v) => Bson::Int64(v),
             None => {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::AbsOfLongMin,
                     "can't take $abs of long long min".to_string(),
                 ))

@@ -8,12 +8,9 @@ use std::borrow::Cow;
 
 use bson::{Bson, Document};
 
-use super::array::{int32_of, named_args};
-use super::{
-    expression_error, is_nullish, location, op, owned, type_of, Arity, Evaluation, Node, Operator,
-    Scope, Value,
-};
-use crate::error::{Error, Result};
+use super::args::{check_at_most, index_bounds, int32_of, named_args, value_text};
+use super::{is_nullish, op, owned, type_of, Arity, Evaluation, Node, Operator, Scope, Value};
+use crate::error::{Error, ErrorCode, Result};
 use crate::query::size::{check_string_len, SizeBudget};
 
 /// This family's operators, sorted by name.
@@ -120,15 +117,6 @@ pub(super) static OPERATORS: &[Operator] = &[
     },
 ];
 
-fn err(code: i32, message: String) -> Error {
-    expression_error(location(code), message)
-}
-
-fn value_text(v: &Value<'_>) -> String {
-    v.as_deref()
-        .map_or_else(|| "missing".to_string(), |b| b.to_string())
-}
-
 /// MongoDB's `coerceToString`: null and missing become `""`, numbers,
 /// dates and timestamps their text.
 fn coerce_to_string<'v>(v: &'v Value<'_>, op: &str) -> Result<Cow<'v, str>> {
@@ -144,8 +132,8 @@ fn coerce_to_string<'v>(v: &'v Value<'_>, op: &str) -> Result<Cow<'v, str>> {
             "Timestamp({}, {})",
             t.time, t.increment
         ))),
-        Some(other) => Err(err(
-            16007,
+        Some(other) => Err(Error::new(
+            ErrorCode::CoerceToStringUnsupported,
             format!(
                 "{op}: can't convert from BSON type {} to String",
                 super::type_name(other)
@@ -229,8 +217,8 @@ fn op_concat<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             return owned(Bson::Null);
         }
         let Some(s) = string_of(arg) else {
-            return Err(err(
-                16702,
+            return Err(Error::new(
+                ErrorCode::ConcatNotString,
                 format!("$concat only supports strings, not {}", type_of(arg)),
             ));
         };
@@ -294,8 +282,8 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let text = coerce_to_string(&args[0], "$substrBytes")?;
     let bytes = text.as_bytes();
     let lower = long_of(&args[1]).ok_or_else(|| {
-        err(
-            16034,
+        Error::new(
+            ErrorCode::SubstrBytesStartNotNumeric,
             format!(
                 "$substrBytes: starting index must be a numeric type (is BSON type {})",
                 type_of(&args[1])
@@ -303,8 +291,8 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         )
     })?;
     let length = long_of(&args[2]).ok_or_else(|| {
-        err(
-            16035,
+        Error::new(
+            ErrorCode::SubstrBytesLengthNotNumeric,
             format!(
                 "$substrBytes: length must be a numeric type (is BSON type {})",
                 type_of(&args[2])
@@ -312,8 +300,8 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         )
     })?;
     if lower < 0 {
-        return Err(err(
-            50752,
+        return Err(Error::new(
+            ErrorCode::SubstrBytesStartNegative,
             format!("$substrBytes: starting index must be non-negative (got: {lower})"),
         ));
     }
@@ -325,16 +313,16 @@ fn op_substr_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     };
     let continuation = |i: usize| bytes.get(i).is_some_and(|b| b & 0xC0 == 0x80);
     if lower < bytes.len() && continuation(lower) {
-        return Err(err(
-            28656,
+        return Err(Error::new(
+            ErrorCode::SubstrBytesStartInsideCharacter,
             "$substrBytes:  Invalid range, starting index is a UTF-8 continuation byte."
                 .to_string(),
         ));
     }
     let end = lower.saturating_add(length);
     if end < bytes.len() && continuation(end) {
-        return Err(err(
-            28657,
+        return Err(Error::new(
+            ErrorCode::SubstrBytesEndInsideCharacter,
             "$substrBytes:  Invalid range, ending index is in the middle of a UTF-8 character."
                 .to_string(),
         ));
@@ -350,8 +338,8 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let text = coerce_to_string(&args[0], "$substrCP")?;
     let numeric = |v: &Value<'_>| v.as_deref().and_then(crate::query::compare::Number::of);
     if numeric(&args[1]).is_none() {
-        return Err(err(
-            34450,
+        return Err(Error::new(
+            ErrorCode::SubstrCpStartNotNumeric,
             format!(
                 "$substrCP: starting index must be a numeric type (is BSON type {})",
                 type_of(&args[1])
@@ -359,8 +347,8 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     }
     let Some(start) = args[1].as_deref().and_then(int32_of) else {
-        return Err(err(
-            34451,
+        return Err(Error::new(
+            ErrorCode::SubstrCpStartNotInt32,
             format!(
                 "$substrCP: starting index cannot be represented as a 32-bit integral value: {}",
                 value_text(&args[1])
@@ -368,8 +356,8 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     if numeric(&args[2]).is_none() {
-        return Err(err(
-            34452,
+        return Err(Error::new(
+            ErrorCode::SubstrCpLengthNotNumeric,
             format!(
                 "$substrCP: length must be a numeric type (is BSON type {})",
                 type_of(&args[2])
@@ -377,8 +365,8 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     }
     let Some(length) = args[2].as_deref().and_then(int32_of) else {
-        return Err(err(
-            34453,
+        return Err(Error::new(
+            ErrorCode::SubstrCpLengthNotInt32,
             format!(
                 "$substrCP: length cannot be represented as a 32-bit integral value: {}",
                 value_text(&args[2])
@@ -386,14 +374,14 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     if length < 0 {
-        return Err(err(
-            34454,
+        return Err(Error::new(
+            ErrorCode::SubstrCpLengthNegative,
             "$substrCP: length must be a nonnegative integer.".to_string(),
         ));
     }
     if start < 0 {
-        return Err(err(
-            34455,
+        return Err(Error::new(
+            ErrorCode::SubstrCpStartNegative,
             "$substrCP: the starting index must be nonnegative integer.".to_string(),
         ));
     }
@@ -407,8 +395,8 @@ fn op_substr_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn op_str_len_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(s) = string_of(&args[0]) else {
-        return Err(err(
-            34473,
+        return Err(Error::new(
+            ErrorCode::StrLenBytesNotString,
             format!(
                 "$strLenBytes requires a string argument, found: {}",
                 type_of(&args[0])
@@ -420,8 +408,8 @@ fn op_str_len_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn op_str_len_cp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     let Some(s) = string_of(&args[0]) else {
-        return Err(err(
-            34471,
+        return Err(Error::new(
+            ErrorCode::StrLenCpNotString,
             format!(
                 "$strLenCP requires a string argument, found: {}",
                 type_of(&args[0])
@@ -436,8 +424,8 @@ fn op_split<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(input) = string_of(&args[0]) else {
-        return Err(err(
-            40085,
+        return Err(Error::new(
+            ErrorCode::SplitInputNotString,
             format!(
                 "$split requires an expression that evaluates to a string as a first argument, \
                  found: {}",
@@ -446,8 +434,8 @@ fn op_split<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     let Some(separator) = string_of(&args[1]) else {
-        return Err(err(
-            40086,
+        return Err(Error::new(
+            ErrorCode::SplitSeparatorNotString,
             format!(
                 "$split requires an expression that evaluates to a string as a second argument, \
                  found: {}",
@@ -456,8 +444,8 @@ fn op_split<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     };
     if separator.is_empty() {
-        return Err(err(
-            40087,
+        return Err(Error::new(
+            ErrorCode::SplitSeparatorEmpty,
             "$split requires a non-empty separator".to_string(),
         ));
     }
@@ -483,15 +471,21 @@ fn split_piece_size(index: usize, len: usize) -> usize {
 fn index_of<'a>(args: &[Value<'a>], op: &str, code_points: bool) -> Result<Value<'a>> {
     check_at_most(args, op, 2, 4)?;
     let (first_code, second_code) = if code_points {
-        (40093, 40094)
+        (
+            ErrorCode::IndexOfCpInputNotString,
+            ErrorCode::IndexOfCpTokenNotString,
+        )
     } else {
-        (40091, 40092)
+        (
+            ErrorCode::IndexOfBytesInputNotString,
+            ErrorCode::IndexOfBytesTokenNotString,
+        )
     };
     if is_nullish(&args[0]) {
         return owned(Bson::Null);
     }
     let Some(input) = string_of(&args[0]) else {
-        return Err(err(
+        return Err(Error::new(
             first_code,
             format!(
                 "{op} requires a string as the first argument, found: {}",
@@ -500,7 +494,7 @@ fn index_of<'a>(args: &[Value<'a>], op: &str, code_points: bool) -> Result<Value
         ));
     };
     let Some(token) = string_of(&args[1]) else {
-        return Err(err(
+        return Err(Error::new(
             second_code,
             format!(
                 "{op} requires a string as the second argument, found: {}",
@@ -549,52 +543,6 @@ fn find_within(input: &str, token: &str, from: usize, to: usize) -> Option<usize
     input[from..to].find(token).map(|i| from + i)
 }
 
-/// MongoDB's arity error for operators taking a range of argument counts
-/// (the table checks only the minimum).
-pub(super) fn check_at_most(args: &[Value<'_>], op: &str, min: usize, max: usize) -> Result<()> {
-    if args.len() > max {
-        return Err(err(
-            28667,
-            format!(
-                "Expression {op} takes at least {min} arguments, and at most {max}, but {} were \
-                 passed in.",
-                args.len()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The optional start and end index arguments of the `$indexOf*`
-/// operators.
-pub(super) fn index_bounds(args: &[Value<'_>], op: &str) -> Result<(usize, Option<usize>)> {
-    let read = |i: usize, name: &str| -> Result<Option<usize>> {
-        let Some(v) = args.get(i) else {
-            return Ok(None);
-        };
-        let Some(n) = v.as_deref().and_then(int32_of) else {
-            return Err(err(
-                40096,
-                format!(
-                    "{op} requires an integral {name}, found a value of type: {}, with value: {}",
-                    type_of(v),
-                    value_text(v)
-                ),
-            ));
-        };
-        if n < 0 {
-            return Err(err(
-                40097,
-                format!("{op} requires a nonnegative {name}, found: {n}"),
-            ));
-        }
-        Ok(Some(n as usize))
-    };
-    let start = read(2, "starting index")?.unwrap_or(0);
-    let end = read(3, "ending index")?;
-    Ok((start, end))
-}
-
 fn op_index_of_bytes<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
     index_of(args, "$indexOfBytes", false)
 }
@@ -622,15 +570,23 @@ fn is_absent(node: &Node) -> bool {
 
 fn trim_object_args(arg: &Bson, op: &str) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
-            50696,
+        return Err(Error::new(
+            ErrorCode::TrimNotObject,
             format!("{op} only supports an object as its argument"),
         ));
     };
     let [input, chars] = named_args(doc, ["input", "chars"], |k| {
-        err(50694, format!("Unrecognized argument to {op}: {k}"))
+        Error::new(
+            ErrorCode::TrimUnknownArgument,
+            format!("Unrecognized argument to {op}: {k}"),
+        )
     })?;
-    let input = input.ok_or_else(|| err(50695, format!("{op} requires an 'input' parameter")))?;
+    let input = input.ok_or_else(|| {
+        Error::new(
+            ErrorCode::TrimMissingInput,
+            format!("{op} requires an 'input' parameter"),
+        )
+    })?;
     let chars = chars.unwrap_or_else(|| Bson::String(ABSENT.to_string()));
     Ok(Some(vec![input, chars]))
 }
@@ -659,8 +615,8 @@ fn trim<'a>(
         return owned(Bson::Null);
     }
     let Some(text) = string_of(&input) else {
-        return Err(err(
-            50699,
+        return Err(Error::new(
+            ErrorCode::TrimInputNotString,
             format!(
                 "{op} requires its input to be a string, got {} (of type {}) instead.",
                 value_text(&input),
@@ -677,8 +633,8 @@ fn trim<'a>(
             return owned(Bson::Null);
         }
         let Some(c) = string_of(&chars) else {
-            return Err(err(
-                50700,
+            return Err(Error::new(
+                ErrorCode::TrimCharsNotString,
                 format!(
                     "{op} requires 'chars' to be a string, got {} (of type {}) instead.",
                     value_text(&chars),
@@ -716,16 +672,29 @@ fn op_rtrim<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
 
 fn regex_object_args(arg: &Bson, op: &str) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
-            51103,
+        return Err(Error::new(
+            ErrorCode::RegexOperatorNotObject,
             format!("{op} expects an object of named arguments but found: {arg}"),
         ));
     };
     let [input, regex, options] = named_args(doc, ["input", "regex", "options"], |k| {
-        err(31024, format!("{op} found an unknown argument: {k}"))
+        Error::new(
+            ErrorCode::RegexOperatorUnknownArgument,
+            format!("{op} found an unknown argument: {k}"),
+        )
     })?;
-    let input = input.ok_or_else(|| err(31022, format!("{op} requires 'input' parameter")))?;
-    let regex = regex.ok_or_else(|| err(31023, format!("{op} requires 'regex' parameter")))?;
+    let input = input.ok_or_else(|| {
+        Error::new(
+            ErrorCode::RegexOperatorMissingInput,
+            format!("{op} requires 'input' parameter"),
+        )
+    })?;
+    let regex = regex.ok_or_else(|| {
+        Error::new(
+            ErrorCode::RegexOperatorMissingRegex,
+            format!("{op} requires 'regex' parameter"),
+        )
+    })?;
     let options = options.unwrap_or_else(|| Bson::String(ABSENT.to_string()));
     Ok(Some(vec![input, regex, options]))
 }
@@ -747,8 +716,8 @@ fn regex_find_all_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Regex, &'v str)>> {
     let (input, pattern_arg, options_arg) = (&args[0], &args[1], &args[2]);
     if !is_nullish(input) && string_of(input).is_none() {
-        return Err(err(
-            51104,
+        return Err(Error::new(
+            ErrorCode::RegexOperatorInputNotString,
             format!("{op} needs 'input' to be of type string"),
         ));
     }
@@ -757,8 +726,8 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         Some(Bson::String(s)) => (Some(s.clone()), String::new()),
         Some(Bson::RegularExpression(r)) => (Some(r.pattern.to_string()), r.options.to_string()),
         Some(_) => {
-            return Err(err(
-                51105,
+            return Err(Error::new(
+                ErrorCode::RegexOperatorRegexWrongType,
                 format!("{op} needs 'regex' to be of type string or regex"),
             ))
         }
@@ -767,8 +736,8 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         None | Some(Bson::Null | Bson::Undefined) => {}
         Some(Bson::String(s)) => {
             if !options.is_empty() && !s.is_empty() {
-                return Err(err(
-                    51107,
+                return Err(Error::new(
+                    ErrorCode::RegexOperatorOptionsTwice,
                     format!(
                         "{op} found regex option(s) specified in both 'regex' and 'option' fields"
                     ),
@@ -779,8 +748,8 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
             }
         }
         Some(_) => {
-            return Err(err(
-                51106,
+            return Err(Error::new(
+                ErrorCode::RegexOperatorOptionsNotString,
                 format!("{op} needs 'options' to be of type string"),
             ))
         }
@@ -791,8 +760,8 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
             'i' | 'm' | 's' | 'x' => flags.push(flag),
             'u' => {}
             other => {
-                return Err(err(
-                    51108,
+                return Err(Error::new(
+                    ErrorCode::RegexBadOption,
                     format!("{op} invalid flag in regex options: {other}"),
                 ))
             }
@@ -802,8 +771,8 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         return Ok(None);
     };
     if pattern.contains('\0') {
-        return Err(err(
-            51109,
+        return Err(Error::new(
+            ErrorCode::RegexOperatorNullByte,
             format!("{op}: regular expression cannot contain an embedded null byte"),
         ));
     }
@@ -811,8 +780,12 @@ fn regex_inputs<'v>(args: &'v [Value<'_>], op: &str) -> Result<Option<(regex::Re
         return Ok(None);
     };
     // PCRE syntax, translated as `$regex` in a filter does.
-    let compiled = crate::query::regex::compile_regex(&pattern, &flags)
-        .map_err(|e| err(51111, format!("Invalid Regex in {op}: {}", e.message)))?;
+    let compiled = crate::query::regex::compile_regex(&pattern, &flags).map_err(|e| {
+        Error::new(
+            ErrorCode::RegexOperatorInvalid,
+            format!("Invalid Regex in {op}: {}", e.message),
+        )
+    })?;
     Ok(Some((compiled, input)))
 }
 
@@ -900,21 +873,28 @@ fn op_regex_find_all<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn replace_object_args(arg: &Bson, op: &str) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
-        return Err(err(
-            51751,
+        return Err(Error::new(
+            ErrorCode::ReplaceNotObject,
             format!("{op} requires an object as an argument, found: {arg}"),
         ));
     };
     let [input, find, replacement] = named_args(doc, ["input", "find", "replacement"], |k| {
-        err(51750, format!("{op} found an unknown argument: {k}"))
+        Error::new(
+            ErrorCode::ReplaceUnknownArgument,
+            format!("{op} found an unknown argument: {k}"),
+        )
     })?;
-    let required = |v: Option<Bson>, code: i32, name: &str| {
-        v.ok_or_else(|| err(code, format!("{op} requires '{name}' to be specified")))
+    let required = |v: Option<Bson>, code: ErrorCode, name: &str| {
+        v.ok_or_else(|| Error::new(code, format!("{op} requires '{name}' to be specified")))
     };
     Ok(Some(vec![
-        required(input, 51749, "input")?,
-        required(find, 51748, "find")?,
-        required(replacement, 51747, "replacement")?,
+        required(input, ErrorCode::ReplaceMissingInput, "input")?,
+        required(find, ErrorCode::ReplaceMissingFind, "find")?,
+        required(
+            replacement,
+            ErrorCode::ReplaceMissingReplacement,
+            "replacement",
+        )?,
     ]))
 }
 
@@ -928,12 +908,16 @@ fn replace_all_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 
 fn replace<'a>(args: &[Value<'a>], op: &str, all: bool) -> Result<Value<'a>> {
     for (v, name, code) in [
-        (&args[0], "input", 51746),
-        (&args[1], "find", 51745),
-        (&args[2], "replacement", 51744),
+        (&args[0], "input", ErrorCode::ReplaceInputNotString),
+        (&args[1], "find", ErrorCode::ReplaceFindNotString),
+        (
+            &args[2],
+            "replacement",
+            ErrorCode::ReplaceReplacementNotString,
+        ),
     ] {
         if !is_nullish(v) && string_of(v).is_none() {
-            return Err(err(
+            return Err(Error::new(
                 code,
                 format!(
                     "{op} requires that '{name}' be a string, found: {}",

@@ -3,20 +3,21 @@
 //! `$sqrt`, `$exp`, `$ln`, `$log`, `$log10`) and the conditionals that bind
 //! or branch (`$switch`, `$let`).
 //!
-//! Operators with an object form (`$convert: {input, to, ...}`) turn it into
-//! an argument list with [`named_args`] when the expression is parsed: a
-//! marker, then one expression per known field, with [`ABSENT`] for fields
-//! not given. [`object_fields`] reads it back at evaluation.
+//! Operators with an object form (`$convert: {input, to, ...}`) read it
+//! through [`super::args::object_form`].
 
 use std::borrow::Cow;
 
 use bson::oid::ObjectId;
-use bson::{Bson, DateTime, Document};
+use bson::{Bson, DateTime};
 
+use super::args::{
+    absent_field, eval_field, field_absent, field_given, object_fields, object_form,
+    object_form_marker,
+};
 use super::date::{format_date, parse_date_string, TimeZone, DEFAULT_FORMAT};
 use super::{
-    eval, expression_error, is_nullish, location, number_of, owned, type_of, Arity, Evaluation,
-    Node, Operator, Scope, Value,
+    eval, is_nullish, number_of, owned, type_of, Arity, Evaluation, Node, Operator, Scope, Value,
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{f64_fits_i64, type_name, DecimalValue, Number};
@@ -69,75 +70,16 @@ const fn unary(name: &'static str, f: ValuesFn) -> Operator {
 }
 
 // ---------------------------------------------------------------------------
-// Object-form arguments.
-
-/// First element of an argument list built from an object form. A symbol
-/// cannot come from a parsed expression in practice (the type is
-/// deprecated and no driver sends it), so it cannot be confused with a
-/// user's array argument.
-const OBJECT_FORM: &str = "\u{0}object-form";
-/// A field of the object form that was not given.
-pub(super) const ABSENT: &str = "\u{0}absent";
-
-/// The argument list for an object form with these `fields` (in this
-/// order); any other key is an error made by `unknown`.
-pub(super) fn named_args(
-    doc: &Document,
-    fields: &[&str],
-    unknown: impl Fn(&str) -> Error,
-) -> Result<Vec<Bson>> {
-    let mut out = Vec::with_capacity(fields.len() + 1);
-    out.push(Bson::Symbol(OBJECT_FORM.to_string()));
-    out.extend(fields.iter().map(|_| Bson::Symbol(ABSENT.to_string())));
-    for (key, value) in doc {
-        match fields.iter().position(|f| f == key) {
-            Some(i) => out[i + 1] = value.clone(),
-            None => return Err(unknown(key)),
-        }
-    }
-    Ok(out)
-}
-
-/// The field expressions of an object-form argument list, or `None` when
-/// the operator was given something other than an object.
-pub(super) fn object_fields(args: &[Node]) -> Option<&[Node]> {
-    match args.first() {
-        Some(Node::Literal(Bson::Symbol(s))) if s == OBJECT_FORM => Some(&args[1..]),
-        _ => None,
-    }
-}
-
-fn is_absent(node: &Node) -> bool {
-    matches!(node, Node::Literal(Bson::Symbol(s)) if s == ABSENT)
-}
-
-/// Evaluates field `i`: `None` when it was not given.
-pub(super) fn eval_field<'a>(
-    fields: &'a [Node],
-    i: usize,
-    scope: &Scope<'a>,
-) -> Result<Option<Value<'a>>> {
-    match fields.get(i) {
-        Some(node) if !is_absent(node) => Ok(Some(eval(node, scope)?)),
-        _ => Ok(None),
-    }
-}
-
-fn field_given(args: &[Bson], i: usize) -> bool {
-    !matches!(args.get(i + 1), Some(Bson::Symbol(s)) if s == ABSENT)
-}
-
-// ---------------------------------------------------------------------------
 // Arithmetic.
 
 /// The numeric argument of a one-argument math operator, `None` for null.
-fn numeric_arg(name: &str, v: &Value<'_>, code: i32) -> Result<Option<Number>> {
+fn numeric_arg(name: &str, v: &Value<'_>, code: ErrorCode) -> Result<Option<Number>> {
     if is_nullish(v) {
         return Ok(None);
     }
     number_of(v).map(Some).ok_or_else(|| {
-        expression_error(
-            location(code),
+        Error::new(
+            code,
             format!("{name} only supports numeric types, not {}", type_of(v)),
         )
     })
@@ -257,14 +199,14 @@ fn widen(v: i128, from_int: bool) -> Bson {
 }
 
 fn op_ceil<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    match numeric_arg("$ceil", &args[0], 28765)? {
+    match numeric_arg("$ceil", &args[0], ErrorCode::SingleNumericArgNotNumeric)? {
         Some(n) => owned(round_number(n, 0, Rounding::Ceil)),
         None => owned(Bson::Null),
     }
 }
 
 fn op_floor<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    match numeric_arg("$floor", &args[0], 28765)? {
+    match numeric_arg("$floor", &args[0], ErrorCode::SingleNumericArgNotNumeric)? {
         Some(n) => owned(round_number(n, 0, Rounding::Floor)),
         None => owned(Bson::Null),
     }
@@ -280,7 +222,7 @@ fn op_trunc<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 
 fn round_or_trunc<'a>(name: &str, args: &[Value<'a>], mode: Rounding) -> Result<Value<'a>> {
     if args.len() > 2 {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::ExpressionWrongNumberOfArgs,
             format!(
                 "Expression {name} takes at least 1 arguments, and at most 2, but {} were passed \
@@ -289,7 +231,7 @@ fn round_or_trunc<'a>(name: &str, args: &[Value<'a>], mode: Rounding) -> Result<
             ),
         ));
     }
-    let Some(n) = numeric_arg(name, &args[0], 51081)? else {
+    let Some(n) = numeric_arg(name, &args[0], ErrorCode::RoundTruncNotNumeric)? else {
         return owned(Bson::Null);
     };
     let place = match args.get(1) {
@@ -297,13 +239,13 @@ fn round_or_trunc<'a>(name: &str, args: &[Value<'a>], mode: Rounding) -> Result<
         Some(p) if is_nullish(p) => return owned(Bson::Null),
         Some(p) => {
             let place = number_of(p).and_then(integral).ok_or_else(|| {
-                expression_error(
+                Error::new(
                     ErrorCode::RoundPrecisionNotIntegral,
                     format!("precision argument to  {name} must be a integral value"),
                 )
             })?;
             if !(-20..=100).contains(&place) {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::RoundPrecisionOutOfRange,
                     format!(
                         "cannot apply {name} with precision value {place} value must be in \
@@ -348,11 +290,11 @@ fn decimal_result(f: f64) -> DecimalValue {
 fn positive_only<'a>(
     name: &str,
     args: &[Value<'a>],
-    code: i32,
+    code: ErrorCode,
     allow_zero: bool,
     f: fn(f64) -> f64,
 ) -> Result<Value<'a>> {
-    let Some(n) = numeric_arg(name, &args[0], 28765)? else {
+    let Some(n) = numeric_arg(name, &args[0], ErrorCode::SingleNumericArgNotNumeric)? else {
         return owned(Bson::Null);
     };
     let x = n.to_f64();
@@ -366,7 +308,7 @@ fn positive_only<'a>(
                 display_number(n)
             )
         };
-        return Err(expression_error(location(code), message));
+        return Err(Error::new(code, message));
     }
     owned(float_result(n, f))
 }
@@ -379,19 +321,25 @@ fn display_number(n: Number) -> String {
 }
 
 fn op_sqrt<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    positive_only("$sqrt", args, 28714, true, f64::sqrt)
+    positive_only("$sqrt", args, ErrorCode::SqrtNegative, true, f64::sqrt)
 }
 
 fn op_ln<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    positive_only("$ln", args, 28766, false, f64::ln)
+    positive_only("$ln", args, ErrorCode::LnNotPositive, false, f64::ln)
 }
 
 fn op_log10<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    positive_only("$log10", args, 28761, false, f64::log10)
+    positive_only(
+        "$log10",
+        args,
+        ErrorCode::Log10NotPositive,
+        false,
+        f64::log10,
+    )
 }
 
 fn op_exp<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
-    match numeric_arg("$exp", &args[0], 28765)? {
+    match numeric_arg("$exp", &args[0], ErrorCode::SingleNumericArgNotNumeric)? {
         Some(n) => owned(float_result(n, f64::exp)),
         None => owned(Bson::Null),
     }
@@ -403,19 +351,19 @@ fn op_log<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(x) = number_of(value) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LogArgumentNotNumeric,
             format!("$log's argument must be numeric, not {}", type_of(value)),
         ));
     };
     let Some(b) = number_of(base) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LogBaseNotNumeric,
             format!("$log's base must be numeric, not {}", type_of(base)),
         ));
     };
     if x.to_f64() <= 0.0 {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LogArgumentNotPositive,
             format!(
                 "$log's argument must be a positive number, but is {}",
@@ -424,7 +372,7 @@ fn op_log<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         ));
     }
     if b.to_f64() <= 0.0 || b.to_f64() == 1.0 {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LogBaseInvalid,
             format!(
                 "$log's base must be a positive number not equal to 1, but is {}",
@@ -445,20 +393,20 @@ fn op_pow<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         return owned(Bson::Null);
     }
     let Some(b) = number_of(base) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::PowBaseNotNumeric,
             format!("$pow's base must be numeric, not {}", type_of(base)),
         ));
     };
     let Some(e) = number_of(exponent) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::PowExponentNotNumeric,
             format!("$pow's exponent must be numeric, not {}", type_of(exponent)),
         ));
     };
     let (bf, ef) = (b.to_f64(), e.to_f64());
     if bf == 0.0 && ef < 0.0 {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::PowZeroToNegative,
             "$pow cannot take a base of 0 and a negative exponent".to_string(),
         ));
@@ -503,13 +451,13 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Ok(None);
     };
-    let mut default = Bson::Symbol(ABSENT.to_string());
+    let mut default = absent_field();
     let mut branches = Vec::new();
     for (key, value) in doc {
         match key.as_str() {
             "branches" => {
                 let Bson::Array(items) = value else {
-                    return Err(expression_error(
+                    return Err(Error::new(
                         ErrorCode::SwitchBranchesNotArray,
                         format!(
                             "$switch expected an array for 'branches', found: {}",
@@ -519,7 +467,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
                 };
                 for item in items {
                     let Bson::Document(branch) = item else {
-                        return Err(expression_error(
+                        return Err(Error::new(
                             ErrorCode::SwitchBranchNotObject,
                             format!(
                                 "$switch expected each branch to be an object, found: {}",
@@ -533,7 +481,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
                             "case" => case = Some(v.clone()),
                             "then" => then = Some(v.clone()),
                             other => {
-                                return Err(expression_error(
+                                return Err(Error::new(
                                     ErrorCode::SwitchBranchUnknownArgument,
                                     format!(
                                         "$switch found an unknown argument to a branch: {other}"
@@ -543,13 +491,13 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
                         }
                     }
                     let case = case.ok_or_else(|| {
-                        expression_error(
+                        Error::new(
                             ErrorCode::SwitchBranchMissingCase,
                             "$switch requires each branch have a 'case' expression".to_string(),
                         )
                     })?;
                     let then = then.ok_or_else(|| {
-                        expression_error(
+                        Error::new(
                             ErrorCode::SwitchBranchMissingThen,
                             "$switch requires each branch have a 'then' expression.".to_string(),
                         )
@@ -560,7 +508,7 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             }
             "default" => default = value.clone(),
             other => {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::SwitchUnknownArgument,
                     format!("$switch found an unknown argument: {other}"),
                 ))
@@ -568,19 +516,19 @@ fn switch_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         }
     }
     if branches.is_empty() {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::SwitchNoBranches,
             "$switch requires at least one branch.".to_string(),
         ));
     }
-    let mut out = vec![Bson::Symbol(OBJECT_FORM.to_string()), default];
+    let mut out = vec![object_form_marker(), default];
     out.extend(branches);
     Ok(Some(out))
 }
 
 fn op_switch<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::SwitchNotObject,
             "$switch requires an object as an argument".to_string(),
         ));
@@ -595,8 +543,8 @@ fn op_switch<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
             }
         }
     }
-    if is_absent(default) {
-        return Err(expression_error(
+    if field_absent(default) {
+        return Err(Error::new(
             ErrorCode::SwitchNoMatchingBranch,
             "$switch could not find a matching branch for an input, and no default was \
              specified."
@@ -618,7 +566,7 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             "vars" => vars = Some(value),
             "in" => body = Some(value.clone()),
             other => {
-                return Err(expression_error(
+                return Err(Error::new(
                     ErrorCode::LetUnknownParameter,
                     format!("Unrecognized parameter to $let: {other}"),
                 ))
@@ -626,19 +574,19 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
         }
     }
     let vars = vars.ok_or_else(|| {
-        expression_error(
+        Error::new(
             ErrorCode::LetMissingVars,
             "Missing 'vars' parameter to $let".to_string(),
         )
     })?;
     let body = body.ok_or_else(|| {
-        expression_error(
+        Error::new(
             ErrorCode::LetMissingIn,
             "Missing 'in' parameter to $let".to_string(),
         )
     })?;
     let Bson::Document(vars) = vars else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LetVarsNotObject,
             format!(
                 "invalid parameter: expected an object (vars), found {}",
@@ -646,7 +594,7 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
             ),
         ));
     };
-    let mut out = vec![Bson::Symbol(OBJECT_FORM.to_string()), body];
+    let mut out = vec![object_form_marker(), body];
     for (name, value) in vars {
         validate_variable_name(name)?;
         out.push(Bson::Symbol(name.clone()));
@@ -659,19 +607,19 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
 /// or non-ASCII first character, then letters, digits and `_`.
 pub(super) fn validate_variable_name(name: &str) -> Result<()> {
     let Some(first) = name.chars().next() else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::VariableNameEmpty,
             "empty variable names are not allowed".to_string(),
         ));
     };
     if first.is_ascii() && !first.is_ascii_lowercase() {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::VariableNameBadStart,
             format!("'{name}' starts with an invalid character for a user variable name"),
         ));
     }
     if let Some(bad) = name.chars().find(|c| !(c.is_alphanumeric() || *c == '_')) {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::VariableNameBadCharacter,
             format!("'{name}' contains an invalid character for a variable name: '{bad}'"),
         ));
@@ -681,7 +629,7 @@ pub(super) fn validate_variable_name(name: &str) -> Result<()> {
 
 fn op_let<'a>(args: &'a [Node], scope: &Scope<'a>) -> Result<Value<'a>> {
     let Some(fields) = object_fields(args) else {
-        return Err(expression_error(
+        return Err(Error::new(
             ErrorCode::LetNotObject,
             "$let only supports an object as its argument".to_string(),
         ));
@@ -836,7 +784,7 @@ fn target_of(to: &Value<'_>) -> Result<Option<Target>> {
 
 /// MongoDB's ConversionFailure (241), which has no name in our table.
 fn conversion_failure(message: String) -> Error {
-    expression_error(
+    Error::new(
         ErrorCode::ConversionFailure,
         format!("{message} in $convert with no onError value"),
     )
@@ -863,7 +811,7 @@ fn convert(value: &Bson, to: Target) -> Result<Bson> {
             Bson::ObjectId(_) => Ok(value.clone()),
             Bson::String(s) => {
                 if s.len() != 24 {
-                    return Err(expression_error(
+                    return Err(Error::new(
                         ErrorCode::ConversionFailure,
                         format!(
                             "Failed to parse objectId '{s}' in $convert with no onError value: \
@@ -873,7 +821,7 @@ fn convert(value: &Bson, to: Target) -> Result<Bson> {
                     ));
                 }
                 ObjectId::parse_str(s).map(Bson::ObjectId).map_err(|_| {
-                    expression_error(
+                    Error::new(
                         ErrorCode::ConversionFailure,
                         format!(
                             "Failed to parse objectId '{s}' in $convert with no onError value: \
@@ -904,7 +852,7 @@ fn convert(value: &Bson, to: Target) -> Result<Bson> {
 }
 
 fn parse_failure(s: &str, why: &str) -> Error {
-    expression_error(
+    Error::new(
         ErrorCode::ConversionFailure,
         format!("Failed to parse number '{s}' in $convert with no onError value: {why}"),
     )
@@ -1058,7 +1006,7 @@ fn convert_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Ok(None);
     };
-    let args = named_args(doc, &["input", "to", "onError", "onNull"], |f| {
+    let args = object_form(doc, &["input", "to", "onError", "onNull"], |f| {
         Error::new(
             ErrorCode::FailedToParse,
             format!("$convert found an unknown argument: {f}"),
