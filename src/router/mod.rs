@@ -21,6 +21,7 @@ pub mod config_db;
 pub mod indexes;
 mod merge;
 pub mod plan;
+pub mod provision;
 pub mod sharding;
 mod tests;
 mod write;
