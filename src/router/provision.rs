@@ -357,4 +357,77 @@ mod tests {
         assert!(matches!(e.code, ErrorCode::BadValue));
         assert!(check_unsharded(&ns, Throughput::Autoscale { max: 20_000 }).is_err());
     }
+
+    fn router() -> (crate::storage::memory::MemoryEngine, Router) {
+        let engine = crate::storage::memory::MemoryEngine::default();
+        let store = crate::storage::kv::KvStore::new(std::sync::Arc::new(engine.clone()));
+        (engine, Router::open(store).unwrap())
+    }
+
+    #[tokio::test]
+    async fn provisioned_rus_follow_own_then_shared_throughput() {
+        let (_, router) = router();
+        let (a, b) = (
+            Namespace::new("db", "a").unwrap(),
+            Namespace::new("db", "b").unwrap(),
+        );
+        router.create_collection(&a, Document::new()).await.unwrap();
+        router.create_collection(&b, Document::new()).await.unwrap();
+        let coll_a = router.collection(&a).unwrap();
+        assert_eq!(router.provisioned_rus(&coll_a), None);
+        router.create_database("db2", None).await.unwrap();
+        let e = router.create_database("db", None).await.unwrap_err();
+        assert!(matches!(e.code, ErrorCode::NamespaceExists));
+        router
+            .catalog
+            .put_database(
+                "db",
+                DatabaseSettings {
+                    throughput: Some(Throughput::Manual(1000)),
+                },
+            )
+            .unwrap();
+        // Two collections share the database's 1000 RU/s.
+        assert_eq!(router.provisioned_rus(&coll_a), Some(500));
+        router
+            .provision_collection(&b, Throughput::Autoscale { max: 4000 })
+            .await
+            .unwrap();
+        let coll_b = router.collection(&b).unwrap();
+        assert_eq!(router.provisioned_rus(&coll_b), Some(4000));
+        assert_eq!(router.provisioned_rus(&coll_a), Some(1000));
+        let e = router
+            .provision_collection(&a, Throughput::Manual(20_000))
+            .await
+            .unwrap_err();
+        assert!(matches!(e.code, ErrorCode::BadValue));
+    }
+
+    #[tokio::test]
+    async fn throughput_splits_a_sharded_collection_and_survives_reopening() {
+        let (engine, router) = router();
+        let ns = Namespace::new("db", "s").unwrap();
+        let key = crate::partition::ShardKey::new("k").unwrap();
+        router.shard_collection(&ns, key, Some(1)).await.unwrap();
+        router
+            .provision_collection(&ns, Throughput::Manual(45_000))
+            .await
+            .unwrap();
+        let coll = router.collection(&ns).unwrap();
+        let map = coll.sharding.as_ref().unwrap().map();
+        assert_eq!(map.partitions.len(), 5);
+        // The partitions still cover every hash exactly once.
+        assert_eq!(map.partitions.first().unwrap().min, i64::MIN);
+        assert_eq!(map.partitions.last().unwrap().max, i64::MAX);
+        for pair in map.partitions.windows(2) {
+            assert_eq!(pair[0].max + 1, pair[1].min);
+        }
+        router.close().unwrap();
+        drop(router);
+        let store = crate::storage::kv::KvStore::new(std::sync::Arc::new(engine));
+        let reopened = Router::open(store).unwrap();
+        let coll = reopened.collection(&ns).unwrap();
+        assert_eq!(coll.throughput(), Some(Throughput::Manual(45_000)));
+        assert_eq!(coll.sharding.as_ref().unwrap().map().partitions.len(), 5);
+    }
 }
