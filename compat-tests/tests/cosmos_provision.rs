@@ -491,3 +491,229 @@ async fn throughput_settings_survive_a_restart() {
         }
     );
 }
+
+// ---------------------------------------------------------------------------
+// --cosmos-strict
+// ---------------------------------------------------------------------------
+
+async fn strict() -> TestServer {
+    TestServer::start_with_args(&["--cosmos-strict", "--ttl-monitor-interval-secs", "1"]).await
+}
+
+async fn sorted_ids(c: &compat_tests::mongodb::Collection<Document>, sort: Document) -> Vec<i32> {
+    c.find(doc! {})
+        .sort(sort)
+        .await
+        .unwrap()
+        .try_collect::<Vec<Document>>()
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.get_i32("_id").unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn strict_sorts_need_an_index() {
+    let srv = strict().await;
+    let c = srv.db("s").collection::<Document>("c");
+    c.insert_many((0..6).map(|i| doc! {"_id": i, "a": i % 3, "b": -i}))
+        .await
+        .unwrap();
+    let single =
+        compat_tests::expect_failure(c.find(doc! {}).sort(doc! {"a": 1}).await, 2, "BadValue");
+    assert_eq!(
+        single.message,
+        "The index path corresponding to the specified order-by item is excluded."
+    );
+    // `_id` is always indexed.
+    assert_eq!(sorted_ids(&c, doc! {"_id": -1}).await, [5, 4, 3, 2, 1, 0]);
+    c.create_index(
+        compat_tests::mongodb::IndexModel::builder()
+            .keys(doc! {"a": 1})
+            .build(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(sorted_ids(&c, doc! {"a": -1, }).await.len(), 6);
+    let multi = compat_tests::expect_failure(
+        c.find(doc! {}).sort(doc! {"a": 1, "b": 1}).await,
+        2,
+        "BadValue",
+    );
+    assert_eq!(
+        multi.message,
+        "The order by query does not have a corresponding composite index that it can be served from."
+    );
+    c.create_index(
+        compat_tests::mongodb::IndexModel::builder()
+            .keys(doc! {"a": 1, "b": 1})
+            .build(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        sorted_ids(&c, doc! {"a": 1, "b": 1}).await,
+        [3, 0, 4, 1, 5, 2]
+    );
+    assert_eq!(
+        sorted_ids(&c, doc! {"a": -1, "b": -1}).await,
+        [2, 5, 1, 4, 0, 3]
+    );
+    // The paths must come in the index's order.
+    compat_tests::expect_failure(
+        c.find(doc! {}).sort(doc! {"b": 1, "a": 1}).await,
+        2,
+        "BadValue",
+    );
+
+    // Without --cosmos-strict the same sort just runs, as on MongoDB.
+    let lax = TestServer::start().await;
+    let c = lax.db("s").collection::<Document>("c");
+    c.insert_many((0..3).map(|i| doc! {"_id": i, "a": -i}))
+        .await
+        .unwrap();
+    assert_eq!(sorted_ids(&c, doc! {"a": 1}).await, [2, 1, 0]);
+}
+
+#[tokio::test]
+async fn strict_index_rules() {
+    let srv = strict().await;
+    let db = srv.db("s");
+    run(
+        &srv,
+        "admin",
+        doc! {"shardCollection": "s.sh", "key": {"k": "hashed"}},
+    )
+    .await;
+    let create = |key: Document, options: Document| {
+        let mut spec = doc! {"key": key, "name": format!("i{}", options.len())};
+        spec.extend(options);
+        doc! {"createIndexes": "sh", "indexes": [spec]}
+    };
+    // A unique index must start with the shard key ...
+    expect_command_error(
+        &db,
+        create(doc! {"u": 1}, doc! {"unique": true}),
+        67,
+        "CannotCreateIndex",
+    )
+    .await;
+    // ... and be created while the collection is empty.
+    run(
+        &srv,
+        "s",
+        create(doc! {"k": 1, "u": 1}, doc! {"unique": true}),
+    )
+    .await;
+    db.collection::<Document>("sh")
+        .insert_one(doc! {"_id": 1, "k": 1, "u": 1})
+        .await
+        .unwrap();
+    let late = expect_command_error(
+        &db,
+        doc! {"createIndexes": "sh", "indexes": [{"key": {"k": 1, "v": 1}, "name": "kv", "unique": true}]},
+        67,
+        "CannotCreateIndex",
+    )
+    .await;
+    assert!(late.message.contains("empty"), "{late:?}");
+    // TTL only on _ts.
+    expect_command_error(
+        &db,
+        doc! {"createIndexes": "sh", "indexes": [{"key": {"at": 1}, "name": "at", "expireAfterSeconds": 5}]},
+        67,
+        "CannotCreateIndex",
+    )
+    .await;
+    // text and 2d indexes do not exist; compound indexes hold 8 fields.
+    for key in [doc! {"t": "text"}, doc! {"p": "2d"}] {
+        expect_command_error(
+            &db,
+            doc! {"createIndexes": "sh", "indexes": [{"key": key, "name": "x"}]},
+            67,
+            "CannotCreateIndex",
+        )
+        .await;
+    }
+    let nine: Document = (0..9).map(|i| (format!("f{i}"), 1.into())).collect();
+    expect_command_error(
+        &db,
+        doc! {"createIndexes": "sh", "indexes": [{"key": nine, "name": "nine"}]},
+        67,
+        "CannotCreateIndex",
+    )
+    .await;
+    let eight: Document = (0..8).map(|i| (format!("f{i}"), 1.into())).collect();
+    run(
+        &srv,
+        "s",
+        doc! {"createIndexes": "sh", "indexes": [{"key": eight, "name": "eight"}]},
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn strict_documents_carry_ts_and_expire_by_it() {
+    let srv = strict().await;
+    let c = srv.db("s").collection::<Document>("ttl");
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    c.insert_one(doc! {"_id": 1, "_ts": "ignored"})
+        .await
+        .unwrap();
+    let got = c.find_one(doc! {"_id": 1}).await.unwrap().unwrap();
+    let ts = got
+        .get_i64("_ts")
+        .unwrap_or_else(|_| panic!("no int64 _ts: {got}"));
+    assert!((before..before + 5).contains(&ts), "{got}");
+    c.update_one(doc! {"_id": 1}, doc! {"$set": {"x": 1}})
+        .await
+        .unwrap();
+    let got = c.find_one(doc! {"_id": 1}).await.unwrap().unwrap();
+    assert!(got.get_i64("_ts").unwrap() >= ts, "{got}");
+    assert_eq!(got.get_i32("x"), Ok(1));
+
+    // A TTL index on _ts deletes documents not written for that long.
+    run(
+        &srv,
+        "s",
+        doc! {"createIndexes": "ttl", "indexes": [{"key": {"_ts": 1}, "name": "ts", "expireAfterSeconds": 1}]},
+    )
+    .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while c.count_documents(doc! {}).await.unwrap() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "document never expired"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn strict_documents_are_at_most_two_megabytes() {
+    let srv = strict().await;
+    let c = srv.db("s").collection::<Document>("big");
+    let big = doc! {"_id": 1, "s": "x".repeat(3 << 20)};
+    let e =
+        compat_tests::expect_failure(c.insert_one(big.clone()).await, 10334, "BSONObjectTooLarge");
+    assert!(e.message.contains("Request size is too large"), "{e:?}");
+    c.insert_one(doc! {"_id": 2, "s": "x".repeat(1 << 20)})
+        .await
+        .unwrap();
+    // Growing past the limit by an update is refused too.
+    compat_tests::expect_failure(
+        c.update_one(doc! {"_id": 2}, doc! {"$set": {"t": "y".repeat(2 << 20)}})
+            .await,
+        10334,
+        "BSONObjectTooLarge",
+    );
+
+    let roomy = TestServer::start_with_args(&["--cosmos-strict", "--cosmos-16mb-documents"]).await;
+    let c = roomy.db("s").collection::<Document>("big");
+    c.insert_one(big).await.unwrap();
+    assert_eq!(c.count_documents(doc! {}).await.unwrap(), 1);
+}

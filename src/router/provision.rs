@@ -364,7 +364,7 @@ mod tests {
         (engine, Router::open(store).unwrap())
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread")]
     async fn provisioned_rus_follow_own_then_shared_throughput() {
         let (_, router) = router();
         let (a, b) = (
@@ -403,7 +403,7 @@ mod tests {
         assert!(matches!(e.code, ErrorCode::BadValue));
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread")]
     async fn throughput_splits_a_sharded_collection_and_survives_reopening() {
         let (engine, router) = router();
         let ns = Namespace::new("db", "s").unwrap();
