@@ -134,7 +134,7 @@ impl Config {
             host: self.bind.to_string(),
             cosmos_strict: self
                 .cosmos_strict
-                .then(|| crate::router::strict::CosmosStrict {
+                .then_some(crate::router::strict::CosmosStrict {
                     max_document_bytes: if self.cosmos_16mb_documents {
                         crate::base::limits::MAX_BSON_OBJECT_SIZE
                     } else {
