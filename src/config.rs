@@ -93,6 +93,17 @@ pub struct Config {
     /// new cursor opens until some are read or closed.
     #[arg(long, default_value_t = crate::cursor::DEFAULT_MAX_CURSOR_MEMORY_BYTES)]
     pub max_cursor_memory_bytes: usize,
+
+    /// Behave as Azure Cosmos DB for MongoDB (RU) where it is stricter
+    /// than MongoDB: sorts need an index, Cosmos DB's index rules,
+    /// `_ts` on every document, 2 MB documents.
+    #[arg(long)]
+    pub cosmos_strict: bool,
+
+    /// With --cosmos-strict, allow documents up to 16 MB (Cosmos DB's
+    /// 16 MB document option) instead of 2 MB.
+    #[arg(long, requires = "cosmos_strict")]
+    pub cosmos_16mb_documents: bool,
 }
 
 impl Config {
@@ -121,6 +132,15 @@ impl Config {
             split_bytes: self.partition_split_bytes,
             logical_max_bytes: self.logical_partition_max_bytes,
             host: self.bind.to_string(),
+            cosmos_strict: self
+                .cosmos_strict
+                .then_some(crate::router::strict::CosmosStrict {
+                    max_document_bytes: if self.cosmos_16mb_documents {
+                        crate::base::limits::MAX_BSON_OBJECT_SIZE
+                    } else {
+                        crate::router::strict::COSMOS_MAX_DOCUMENT_BYTES
+                    },
+                }),
         }
     }
 

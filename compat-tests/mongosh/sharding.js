@@ -133,6 +133,19 @@ if (merged !== undefined) {
 
 sdb.dropDatabase();
 
+// Cosmos DB's customAction: provision a sharded collection, read it back.
+const cosmos = db.getSiblingDB("shcosmos");
+cosmos.dropDatabase();
+const made = attempt("customAction CreateCollection", () =>
+  cosmos.runCommand({ customAction: "CreateCollection", collection: "orders", shardKey: "customerId", offerThroughput: 20000 }));
+check(made !== undefined && made.ok === 1, "CreateCollection ok", made);
+const got = attempt("customAction GetCollection", () => cosmos.runCommand({ customAction: "GetCollection", collection: "orders" }));
+check(got !== undefined && got.provisionedThroughput === 20000, "GetCollection provisionedThroughput", got);
+check(got !== undefined && got.shardKeyDefinition !== undefined && got.shardKeyDefinition.customerId === "hashed",
+  "GetCollection shardKeyDefinition", got);
+check(got !== undefined && got.partitions >= 2, "20,000 RU/s need two partitions", got);
+cosmos.dropDatabase();
+
 if (failures.length > 0) {
   throw new Error("mongosh sharding: " + failures.length + " check(s) failed:\n" + failures.join("\n"));
 }

@@ -12,6 +12,7 @@ pub mod aggregate;
 pub mod args;
 pub mod catalog;
 pub mod count;
+pub mod custom_action;
 pub mod delete;
 pub mod distinct;
 pub mod explain;

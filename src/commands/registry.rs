@@ -2,8 +2,8 @@
 //! searches it and `listCommands` prints it.
 
 use super::{
-    admin, aggregate, catalog, count, delete, distinct, explain, find, find_and_modify, handshake,
-    indexes, insert, sharding, update, Handler,
+    admin, aggregate, catalog, count, custom_action, delete, distinct, explain, find,
+    find_and_modify, handshake, indexes, insert, sharding, update, Handler,
 };
 
 pub struct CommandEntry {
@@ -81,7 +81,7 @@ pub static COMMANDS: &[CommandEntry] = &[
     ),
     command!(
         "customAction",
-        sharding::custom_action,
+        custom_action::custom_action,
         false,
         "Cosmos DB custom commands"
     ),

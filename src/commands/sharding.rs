@@ -1,16 +1,17 @@
-//! Sharding commands: `enableSharding`, `shardCollection`, the Cosmos DB
-//! `customAction` commands, and the cluster views mongosh's `sh.*`
-//! helpers read (`listShards`, `balancerStatus`).
+//! Sharding commands: `enableSharding`, `shardCollection`, and the
+//! cluster views mongosh's `sh.*` helpers read (`listShards`,
+//! `balancerStatus`). Cosmos DB's `customAction` commands are in
+//! [`super::custom_action`].
 
 use bson::{doc, Bson, Document};
 
-use super::args::{self, opt_document, opt_str};
+use super::args::{self, opt_document};
 use super::Request;
+use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::partition::{ShardKey, MAX_INITIAL_PARTITIONS};
 use crate::router::sharding::Sharded;
 use crate::router::Namespace;
-use crate::{bail, err};
 
 /// `enableSharding`: every database can hold sharded collections, so
 /// this only checks the name.
@@ -107,71 +108,6 @@ pub async fn shard_collection(req: &Request<'_>) -> Result<Document> {
         "collectionsharded": ns.full(),
         "collectionUUID": coll.uuid.clone(),
     })
-}
-
-/// Cosmos DB's `customAction` commands: `CreateCollection`,
-/// `GetCollection`, `CreateDatabase` and `GetDatabase`. Throughput
-/// settings are accepted and shown back.
-pub async fn custom_action(req: &Request<'_>) -> Result<Document> {
-    let b = &req.body;
-    let action = opt_str("customAction", b, "customAction")?.unwrap_or_default();
-    match action {
-        "CreateCollection" => create_collection(req).await,
-        "GetCollection" => get_collection(req),
-        "CreateDatabase" => Ok(Document::new()),
-        "GetDatabase" => Ok(doc! {"database": &req.db, "provisionedThroughput": 0}),
-        other => Err(err!(
-            CommandNotFound,
-            "customAction '{other}' is not supported; use CreateCollection, GetCollection, CreateDatabase or GetDatabase"
-        )),
-    }
-}
-
-fn collection_arg(req: &Request<'_>) -> Result<Namespace> {
-    match opt_str("customAction", &req.body, "collection")? {
-        Some(c) => Namespace::new(&req.db, c),
-        None => Err(Error::new(
-            ErrorCode::MissingField,
-            "BSON field 'customAction.collection' is missing but a required field",
-        )),
-    }
-}
-
-async fn create_collection(req: &Request<'_>) -> Result<Document> {
-    let ns = collection_arg(req)?;
-    let router = req.state.router.clone();
-    if router.collection(&ns).is_some() {
-        bail!(NamespaceExists, "Collection {ns} already exists.");
-    }
-    let seq = match opt_str("customAction", &req.body, "shardKey")? {
-        Some(path) => {
-            check_shardable(&ns)?;
-            let key = ShardKey::new(path)?;
-            match router.shard_collection(&ns, key, None).await? {
-                Sharded::Done(_, seq) => seq,
-                Sharded::AlreadyOnKey(_) => 0,
-            }
-        }
-        None => {
-            router.create_collection(&ns, Document::new()).await?;
-            0
-        }
-    };
-    router.durable(seq).await?;
-    Ok(Document::new())
-}
-
-fn get_collection(req: &Request<'_>) -> Result<Document> {
-    let ns = collection_arg(req)?;
-    let Some(coll) = req.state.router.collection(&ns) else {
-        bail!(NamespaceNotFound, "Collection {ns} not found.");
-    };
-    let mut reply = doc! {"database": &ns.db, "collection": &ns.coll, "provisionedThroughput": 0};
-    if let Some(s) = &coll.sharding {
-        reply.insert("shardKeyDefinition", s.key.pattern());
-        reply.insert("partitions", s.map().partitions.len() as i64);
-    }
-    Ok(reply)
 }
 
 /// `listShards`: every partition, as a mongos lists its shards.

@@ -122,10 +122,10 @@ impl Router {
         }
     }
 
-    /// Drops every collection of `db`, durably.
+    /// Drops every collection of `db` and its stored settings, durably.
     pub async fn drop_database(&self, db: &str) -> Result<()> {
         let last = maybe_blocking(false, || -> Result<u64> {
-            let mut last = 0;
+            let mut last = self.catalog.forget_database(db)?;
             for c in self.catalog.list_db(db) {
                 if let Some(seq) = self.catalog.drop_collection(&c.ns)? {
                     last = last.max(seq);

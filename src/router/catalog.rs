@@ -14,6 +14,7 @@ use std::sync::Arc;
 use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, Document, Timestamp};
 use parking_lot::{Mutex, RwLock};
 
+use super::provision::{DatabaseSettings, Throughput};
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::Index;
@@ -48,6 +49,9 @@ pub struct Collection {
     indexes: RwLock<Arc<Vec<Arc<Index>>>>,
     /// The number the next index gets; index numbers are never reused.
     next_index: AtomicU32,
+    /// Throughput provisioned on this collection itself; stored with
+    /// its metadata.
+    throughput: RwLock<Option<Throughput>>,
 }
 
 /// How a sharded collection is partitioned.
@@ -163,7 +167,19 @@ impl Collection {
             dropped: AtomicBool::new(false),
             indexes: RwLock::new(Arc::new(Vec::new())),
             next_index: AtomicU32::new(FIRST_INDEX_NUMBER),
+            throughput: RwLock::new(None),
         }
+    }
+
+    /// The throughput provisioned on this collection itself.
+    pub fn throughput(&self) -> Option<Throughput> {
+        *self.throughput.read()
+    }
+
+    /// Sets the throughput; callers hold `write_lock` and store the
+    /// metadata ([`Catalog::put_meta`]) in the same step.
+    pub fn set_throughput(&self, throughput: Option<Throughput>) {
+        *self.throughput.write() = throughput;
     }
 
     /// The secondary indexes, as of now.
@@ -215,6 +231,9 @@ impl Collection {
             );
         }
         d.insert("nextIndex", self.next_index.load(Ordering::Acquire) as i64);
+        if let Some(t) = self.throughput() {
+            d.insert("throughput", t.to_document());
+        }
         d
     }
 }
@@ -227,6 +246,9 @@ pub struct Catalog {
     ddl: Mutex<u64>,
     /// The next partition id; partition ids are never reused.
     next_partition: Mutex<u64>,
+    /// Databases created with `CreateDatabase`, with their settings;
+    /// changed under `ddl`.
+    databases: RwLock<BTreeMap<String, DatabaseSettings>>,
 }
 
 fn ns_key(ns: &Namespace) -> CatalogKey {
@@ -294,6 +316,12 @@ impl Catalog {
                 .max(meta.get_i64("nextIndex").unwrap_or(0) as u32);
             coll.set_indexes(indexes);
             coll.next_index.store(next_index, Ordering::Release);
+            if let Ok(t) = meta.get_document("throughput") {
+                let Some(t) = Throughput::from_document(t) else {
+                    return Err(Error::internal(format!("corrupt throughput of {ns}: {t}")));
+                };
+                coll.set_throughput(Some(t));
+            }
             collections.insert(ns, Arc::new(coll));
         }
         // An index entry of an older format moves under the partition
@@ -324,11 +352,20 @@ impl Catalog {
         let next_partition = stored(CatalogKey::NextPartitionId)?
             .unwrap_or(0)
             .max(max_partition);
+        let mut databases = BTreeMap::new();
+        for (db, value) in blocking::wait(store.meta().databases())? {
+            let settings = Document::from_reader(&value[..])
+                .ok()
+                .and_then(|d| DatabaseSettings::from_document(&d))
+                .ok_or_else(|| Error::internal(format!("corrupt settings of database {db}")))?;
+            databases.insert(db, settings);
+        }
         Ok(Catalog {
             store,
             collections: RwLock::new(collections),
             ddl: Mutex::new(next_id),
             next_partition: Mutex::new(next_partition),
+            databases: RwLock::new(databases),
         })
     }
 
@@ -438,6 +475,58 @@ impl Catalog {
         Ok((coll, Some(seq)))
     }
 
+    /// The stored settings of database `db`, if it has any.
+    pub fn database(&self, db: &str) -> Option<DatabaseSettings> {
+        self.databases.read().get(db).copied()
+    }
+
+    /// Records database `db` with `settings`; `NamespaceExists` when it
+    /// is recorded already or `populated` says it holds collections.
+    /// Returns the commit.
+    pub fn create_database(
+        &self,
+        db: &str,
+        settings: DatabaseSettings,
+        populated: impl FnOnce() -> bool,
+    ) -> Result<u64> {
+        let _ddl = self.ddl.lock();
+        if self.database(db).is_some() || populated() {
+            bail!(NamespaceExists, "Database {db} already exists.");
+        }
+        self.store_database(db, settings)
+    }
+
+    /// Stores new settings of database `db`; returns the commit.
+    pub fn put_database(&self, db: &str, settings: DatabaseSettings) -> Result<u64> {
+        let _ddl = self.ddl.lock();
+        self.store_database(db, settings)
+    }
+
+    fn store_database(&self, db: &str, settings: DatabaseSettings) -> Result<u64> {
+        let mut batch = WriteBatch::default();
+        batch.put_meta(
+            CatalogKey::Database(db.to_string()),
+            encode(&settings.to_document())?,
+        );
+        let seq = self.commit(batch)?;
+        self.databases.write().insert(db.to_string(), settings);
+        Ok(seq)
+    }
+
+    /// Forgets the settings of database `db` (it was dropped); returns
+    /// the commit, 0 when there were none.
+    pub fn forget_database(&self, db: &str) -> Result<u64> {
+        let _ddl = self.ddl.lock();
+        if self.database(db).is_none() {
+            return Ok(0);
+        }
+        let mut batch = WriteBatch::default();
+        batch.push(WriteOp::DeleteMeta(CatalogKey::Database(db.to_string())));
+        let seq = self.commit(batch)?;
+        self.databases.write().remove(db);
+        Ok(seq)
+    }
+
     /// Removes the collection's metadata and records. Returns the commit
     /// sequence to wait for, or `None` if it did not exist.
     pub fn drop_collection(&self, ns: &Namespace) -> Result<Option<u64>> {
@@ -482,6 +571,7 @@ impl Catalog {
             coll.sharding.clone(),
         ));
         renamed.adopt_indexes(&coll);
+        renamed.set_throughput(coll.throughput());
         let mut batch = WriteBatch::default();
         batch.push(WriteOp::DeleteMeta(ns_key(from)));
         batch.put_meta(ns_key(to), encode(&renamed.meta_document())?);

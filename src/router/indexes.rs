@@ -400,6 +400,9 @@ impl Router {
                         );
                     }
                 }
+                if self.options.cosmos_strict.is_some() {
+                    super::strict::check_new_index(index, self.is_empty(coll)?)?;
+                }
                 fresh.push(index.with_options(index.expire_after_secs, index.hidden));
             }
             if fresh.is_empty() {
@@ -409,7 +412,9 @@ impl Router {
                     ..CreatedIndexes::default()
                 });
             }
-            if before + fresh.len() > crate::index::MAX_INDEXES {
+            if self.options.cosmos_strict.is_some() {
+                super::strict::check_index_counts(&current, &fresh)?;
+            } else if before + fresh.len() > crate::index::MAX_INDEXES {
                 bail!(
                     CannotCreateIndex,
                     "add index fails, too many indexes for {ns}: a collection may have at most {} indexes",
@@ -443,6 +448,15 @@ impl Router {
         created.created_collection = !existed && created_seq > 0;
         created.seq = created.seq.max(created_seq);
         Ok(created)
+    }
+
+    /// True when `coll` holds no document; callers hold its write lock.
+    fn is_empty(&self, coll: &Collection) -> Result<bool> {
+        let scan = self.store.live().scan_records(RecordScan::all(coll.id));
+        match blocking::iter(scan).next() {
+            None => Ok(true),
+            Some(item) => item.map(|_| false).map_err(Error::from),
+        }
     }
 
     /// Writes the entries of `indexes` for every document of `coll`; on a
@@ -876,9 +890,13 @@ impl Router {
                 };
                 let cutoff =
                     bson::DateTime::from_millis(now.saturating_sub(secs.saturating_mul(1000)));
-                let filter = crate::query::filter::Filter::parse(
-                    &doc! {field.path.clone(): {"$lt": cutoff}},
-                )?;
+                let mut filter = doc! {field.path.clone(): {"$lt": cutoff}};
+                if self.options.cosmos_strict.is_some() && field.path == super::strict::TS_FIELD {
+                    // `_ts` holds the seconds of a document's last write.
+                    let cutoff = now.div_euclid(1000).saturating_sub(secs);
+                    filter = doc! {field.path.clone(): {"$lt": cutoff}};
+                }
+                let filter = crate::query::filter::Filter::parse(&filter)?;
                 let ns = coll.ns.clone();
                 let (n, _) = self.delete(&ns, &filter, true, None).await?;
                 deleted += n;

@@ -21,7 +21,9 @@ pub mod config_db;
 pub mod indexes;
 mod merge;
 pub mod plan;
+pub mod provision;
 pub mod sharding;
+pub mod strict;
 mod tests;
 mod write;
 
@@ -96,6 +98,8 @@ pub struct PartitionOptions {
     /// The address partitions are reported at (`config.shards`): this
     /// server's.
     pub host: String,
+    /// Cosmos DB's limits, when `--cosmos-strict` asks for them.
+    pub cosmos_strict: Option<strict::CosmosStrict>,
 }
 
 impl Default for PartitionOptions {
@@ -106,6 +110,7 @@ impl Default for PartitionOptions {
             split_bytes: 10 << 30,
             logical_max_bytes: 20 << 30,
             host: "127.0.0.1:27017".to_string(),
+            cosmos_strict: None,
         }
     }
 }

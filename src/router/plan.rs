@@ -185,6 +185,10 @@ impl Router {
         spec: &FindSpec,
         reader: &Reader,
     ) -> Result<QueryPlan> {
+        if let (Some(_), Some(sort)) = (self.options.cosmos_strict, &spec.sort) {
+            let key = coll.sharding.as_ref().map(|s| s.key.path.as_str());
+            super::strict::check_sort(&coll.indexes(), key, sort)?;
+        }
         plan(coll, spec, reader)
     }
 }

@@ -23,7 +23,7 @@ use super::write::CollectionBatch;
 use super::{Collection, Namespace, Router, Sharding};
 use crate::bail;
 use crate::error::{Error, Result};
-use crate::partition::{PartitionMap, ShardKey};
+use crate::partition::{Partition, PartitionMap, ShardKey};
 use crate::storage::{blocking, IndexEntryKey, IndexScan, RecordScan, WriteBatch, WriteOp};
 
 /// Collections waiting for a partition split.
@@ -105,6 +105,7 @@ impl Router {
                 Some(sharding.clone()),
             ));
             coll.adopt_indexes(&old);
+            coll.set_throughput(old.throughput());
             // The reserved ids are durable before any record uses them.
             let mut seq = self.commit(std::mem::take(&mut batch))?;
             // Copy every record under its hash, with its `_id` index entry
@@ -247,6 +248,57 @@ impl Router {
         let Some(at) = at.filter(|&h| h > part.min) else {
             return Ok(None);
         };
+        self.split_at(coll, sharding, part, at)
+    }
+
+    /// Splits partitions of `ns` through the middle of their hash ranges,
+    /// widest first, until it has at least `count` (provisioned
+    /// throughput needs them, whatever the data). Returns the last commit.
+    pub(crate) fn split_to(&self, ns: &Namespace, count: u64) -> Result<u64> {
+        let mut seq = 0;
+        loop {
+            let Some(coll) = self.catalog.get(ns) else {
+                return Ok(seq);
+            };
+            let Some(sharding) = coll.sharding.clone() else {
+                return Ok(seq);
+            };
+            let map = sharding.map();
+            if map.partitions.len() as u64 >= count {
+                return Ok(seq);
+            }
+            let width = |p: &Partition| (p.max as i128) - (p.min as i128);
+            let Some(widest) = map.partitions.iter().copied().max_by_key(width) else {
+                return Ok(seq);
+            };
+            if width(&widest) < 1 {
+                return Ok(seq);
+            }
+            let at = (widest.min as i128 + width(&widest) / 2 + 1) as i64;
+            sharding.splitting.store(true, Ordering::Release);
+            let result = self.split_at(&coll, &sharding, widest, at);
+            sharding.splitting.store(false, Ordering::Release);
+            match result? {
+                Some(s) => seq = seq.max(s),
+                // Changed under us (dropped, re-sharded, split): look again.
+                None if coll.is_dropped() => continue,
+                None => {}
+            }
+        }
+    }
+
+    /// Splits partition `part` of `coll` in two at hash `at` (the first
+    /// hash of the upper half): a new map and the upper half's index
+    /// entries re-keyed, in one batch under the write lock. Returns the
+    /// commit, or `None` when the partition changed meanwhile.
+    fn split_at(
+        &self,
+        coll: &Collection,
+        sharding: &Sharding,
+        part: Partition,
+        at: i64,
+    ) -> Result<Option<u64>> {
+        let id = part.id;
         let _lock = coll.write_lock.lock();
         if coll.is_dropped() {
             return Ok(None);

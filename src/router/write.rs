@@ -632,8 +632,14 @@ impl Router {
         let mut outcome = InsertOutcome::default();
         // Validate outside the lock.
         let mut prepared = Vec::with_capacity(docs.len());
+        let strict = self.options.cosmos_strict;
+        let now = super::strict::now_secs();
         for (i, bytes) in docs.into_iter().enumerate() {
-            match prepare_insert(bytes) {
+            let prepared_one = prepare_insert(bytes).and_then(|(id, bytes)| match &strict {
+                Some(rules) => Ok((id, rules.prepare_bytes(&bytes, now)?)),
+                None => Ok((id, bytes)),
+            });
+            match prepared_one {
                 Ok((id, bytes)) => prepared.push((i, id, bytes)),
                 Err(e) => {
                     outcome.errors.push((i, e));
@@ -745,18 +751,23 @@ impl Router {
         let mut outcome = ModifyOutcome::default();
         let targets = self.write_targets(coll, &stmt.filter, stmt.multi, stmt.sort.as_ref())?;
         let mut writes = CollectionBatch::new(self, coll);
+        let now = super::strict::now_secs();
         for (rec, details) in targets {
             outcome.matched += 1;
             let ctx = ApplyContext {
                 details,
                 inserting: false,
             };
-            let new_doc = stmt.update.apply(&rec.doc, &ctx)?;
+            let mut new_doc = stmt.update.apply(&rec.doc, &ctx)?;
+            let changed = !documents_identical(&new_doc, &rec.doc);
+            if let (true, Some(rules)) = (changed, &self.options.cosmos_strict) {
+                rules.prepare(&mut new_doc, now)?;
+            }
             if stmt.return_documents {
                 outcome.before = Some(rec.doc.clone());
                 outcome.after = Some(new_doc.clone());
             }
-            if !documents_identical(&new_doc, &rec.doc) {
+            if changed {
                 let bytes = encode_document(&new_doc)?;
                 outcome.modified += 1;
                 writes.replace(&rec, &new_doc, bytes)?;
@@ -764,8 +775,11 @@ impl Router {
         }
         if outcome.matched == 0 && stmt.upsert {
             let seed = stmt.filter.upsert_seed()?;
-            let new_doc = with_id_first(stmt.update.upsert_document(seed)?);
+            let mut new_doc = with_id_first(stmt.update.upsert_document(seed)?);
             validate_for_insert(&new_doc)?;
+            if let Some(rules) = &self.options.cosmos_strict {
+                rules.prepare(&mut new_doc, now)?;
+            }
             let bytes = encode_document(&new_doc)?;
             let id = new_doc.get("_id").cloned().unwrap_or(Bson::Null);
             if writes.id_exists(&id)? {

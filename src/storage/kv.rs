@@ -339,6 +339,21 @@ impl MetaStore for KvStore {
             .collect();
         Box::pin(async move { result })
     }
+
+    fn databases(&self) -> StoreFuture<Vec<(String, Vec<u8>)>> {
+        let result = self
+            .engine
+            .scan(Space::Catalog, layout::database_range(), false)
+            .map(|item| {
+                let (k, v) = item?;
+                match CatalogKey::decode(&k)? {
+                    CatalogKey::Database(db) => Ok((db, v)),
+                    _ => Err(StorageError::Corrupt("catalog key out of place".into())),
+                }
+            })
+            .collect();
+        Box::pin(async move { result })
+    }
 }
 
 /// Typed reads over raw reads.

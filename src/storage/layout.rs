@@ -395,12 +395,15 @@ pub fn partition_total_key(collection: u64, partition: u64) -> Vec<u8> {
 pub enum CatalogKey {
     /// The metadata of one collection, by `db.coll`.
     Namespace(String),
+    /// The settings of one database (its shared throughput), by name.
+    Database(String),
     NextCollectionId,
     NextPartitionId,
     FormatVersion,
 }
 
 const NS_PREFIX: &[u8] = b"ns:";
+const DB_PREFIX: &[u8] = b"db:";
 
 impl CatalogKey {
     pub fn encode(&self) -> Vec<u8> {
@@ -408,6 +411,11 @@ impl CatalogKey {
             CatalogKey::Namespace(ns) => {
                 let mut k = NS_PREFIX.to_vec();
                 k.extend_from_slice(ns.as_bytes());
+                k
+            }
+            CatalogKey::Database(db) => {
+                let mut k = DB_PREFIX.to_vec();
+                k.extend_from_slice(db.as_bytes());
                 k
             }
             CatalogKey::NextCollectionId => b"\0next-collection-id".to_vec(),
@@ -420,6 +428,11 @@ impl CatalogKey {
         if let Some(ns) = key.strip_prefix(NS_PREFIX) {
             return std::str::from_utf8(ns)
                 .map(|s| CatalogKey::Namespace(s.to_string()))
+                .map_err(|_| corrupt("catalog", key));
+        }
+        if let Some(db) = key.strip_prefix(DB_PREFIX) {
+            return std::str::from_utf8(db)
+                .map(|s| CatalogKey::Database(s.to_string()))
                 .map_err(|_| corrupt("catalog", key));
         }
         [
@@ -436,6 +449,11 @@ impl CatalogKey {
 /// Every namespace key.
 pub fn namespace_range() -> KeyRange {
     prefix_range(NS_PREFIX.to_vec())
+}
+
+/// Every database-settings key.
+pub fn database_range() -> KeyRange {
+    prefix_range(DB_PREFIX.to_vec())
 }
 
 /// A stored counter (next ids, the format version).
@@ -629,12 +647,21 @@ mod tests {
     fn catalog_keys_round_trip() {
         for k in [
             CatalogKey::Namespace("db.c".into()),
+            CatalogKey::Database("db".into()),
             CatalogKey::NextCollectionId,
             CatalogKey::NextPartitionId,
             CatalogKey::FormatVersion,
         ] {
             assert_eq!(CatalogKey::decode(&k.encode()).unwrap(), k);
         }
+        assert!(!inside(
+            &CatalogKey::Database("a".into()).encode(),
+            &namespace_range()
+        ));
+        assert!(inside(
+            &CatalogKey::Database("a".into()).encode(),
+            &database_range()
+        ));
         assert!(inside(
             &CatalogKey::Namespace("a.b".into()).encode(),
             &namespace_range()

@@ -183,6 +183,9 @@ pub trait MetaStore: Send + Sync {
 
     /// Every collection's metadata: `(db.coll, value)`.
     fn namespaces(&self) -> StoreFuture<Vec<(String, Vec<u8>)>>;
+
+    /// Every database's stored settings: `(db, value)`.
+    fn databases(&self) -> StoreFuture<Vec<(String, Vec<u8>)>>;
 }
 
 /// Finds the partition (its start hash) of a version-1 index entry from

@@ -1,0 +1,433 @@
+//! Provisioned throughput: the request units per second (RU/s) a
+//! collection or a database is given, as Cosmos DB's custom commands set
+//! them (`customAction: CreateCollection`, `UpdateDatabase`, ...).
+//!
+//! Sits in the router beside the catalog, which stores the settings with
+//! a collection's metadata (or, for a database, under its own catalog
+//! key), so they survive a restart. A setting is manual (`offerThroughput`)
+//! or autoscale (`autoScaleSettings.maxThroughput`); [`Router::provisioned_rus`]
+//! turns it into the budget the request-charge accounting spends.
+//!
+//! A physical partition serves at most [`PARTITION_MAX_RUS`]: provisioning
+//! more than a sharded collection's partitions can serve splits them at
+//! once ([`Router::provision_collection`]); an unsharded collection is one
+//! partition and cannot be given more.
+
+use bson::{doc, Bson, Document};
+
+use super::{Collection, Namespace, Router};
+use crate::bail;
+use crate::error::Result;
+
+/// The least manual throughput of a collection or a database.
+pub const MIN_MANUAL_RUS: u32 = 400;
+/// Manual throughput comes in steps of this many RU/s.
+pub const MANUAL_STEP: u32 = 100;
+/// The least autoscale maximum.
+pub const MIN_AUTOSCALE_MAX: u32 = 1000;
+/// Autoscale maximums come in steps of this many RU/s.
+pub const AUTOSCALE_STEP: u32 = 1000;
+/// The most throughput one collection or database may be given (Cosmos
+/// DB's default account limit).
+pub const MAX_RUS: u32 = 1_000_000;
+/// The most one physical partition serves.
+pub const PARTITION_MAX_RUS: u32 = 10_000;
+
+/// Throughput provisioned on a collection or a database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Throughput {
+    /// A fixed number of RU/s (`offerThroughput`).
+    Manual(u32),
+    /// Scales between 10% of `max` and `max` with the load
+    /// (`autoScaleSettings.maxThroughput`).
+    Autoscale { max: u32 },
+}
+
+impl Throughput {
+    /// Manual throughput, checked as Cosmos DB checks `offerThroughput`.
+    pub fn manual(rus: i64) -> Result<Throughput> {
+        if rus < MIN_MANUAL_RUS as i64 || rus > MAX_RUS as i64 || rus % MANUAL_STEP as i64 != 0 {
+            bail!(
+                BadValue,
+                "The offer should have valid throughput values between {MIN_MANUAL_RUS} and {MAX_RUS} inclusive in increments of {MANUAL_STEP}; got {rus}."
+            );
+        }
+        Ok(Throughput::Manual(rus as u32))
+    }
+
+    /// Autoscale throughput, checked as Cosmos DB checks
+    /// `autoScaleSettings.maxThroughput`.
+    pub fn autoscale(max: i64) -> Result<Throughput> {
+        if max < MIN_AUTOSCALE_MAX as i64
+            || max > MAX_RUS as i64
+            || max % AUTOSCALE_STEP as i64 != 0
+        {
+            bail!(
+                BadValue,
+                "The autoscale max throughput should be between {MIN_AUTOSCALE_MAX} and {MAX_RUS} inclusive in increments of {AUTOSCALE_STEP}; got {max}."
+            );
+        }
+        Ok(Throughput::Autoscale { max: max as u32 })
+    }
+
+    /// The RU/s the budget holds. Autoscale scales up at once, so its
+    /// budget is always its maximum.
+    pub fn budget(self) -> u32 {
+        match self {
+            Throughput::Manual(n) => n,
+            Throughput::Autoscale { max } => max,
+        }
+    }
+
+    /// What Cosmos DB reports as `provisionedThroughput`: the manual
+    /// figure, or the least an autoscale setting scales down to (10% of
+    /// its maximum).
+    pub fn floor(self) -> u32 {
+        match self {
+            Throughput::Manual(n) => n,
+            Throughput::Autoscale { max } => max / 10,
+        }
+    }
+
+    /// The physical partitions this throughput needs:
+    /// `ceil(budget / PARTITION_MAX_RUS)`.
+    pub fn partitions_needed(self) -> u64 {
+        (self.budget() as u64)
+            .div_ceil(PARTITION_MAX_RUS as u64)
+            .max(1)
+    }
+
+    /// The fields `GetCollection` and `GetDatabase` show.
+    pub fn reply_fields(self) -> Document {
+        let mut d = doc! {"provisionedThroughput": self.floor() as i32};
+        if let Throughput::Autoscale { max } = self {
+            d.insert("autoScaleSettings", doc! {"maxThroughput": max as i32});
+        }
+        d
+    }
+
+    /// The stored form.
+    pub fn to_document(self) -> Document {
+        match self {
+            Throughput::Manual(n) => doc! {"manual": n as i64},
+            Throughput::Autoscale { max } => doc! {"autoscaleMax": max as i64},
+        }
+    }
+
+    pub fn from_document(d: &Document) -> Option<Throughput> {
+        let to_u32 = |v: i64| u32::try_from(v).ok();
+        if let Ok(n) = d.get_i64("manual") {
+            return to_u32(n).map(Throughput::Manual);
+        }
+        let max = to_u32(d.get_i64("autoscaleMax").ok()?)?;
+        Some(Throughput::Autoscale { max })
+    }
+}
+
+/// What is stored about a database of its own: Cosmos DB databases exist
+/// before their first collection (`CreateDatabase`) and may hold
+/// throughput their collections share.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DatabaseSettings {
+    pub throughput: Option<Throughput>,
+}
+
+impl DatabaseSettings {
+    pub fn to_document(self) -> Document {
+        match self.throughput {
+            Some(t) => doc! {"throughput": t.to_document()},
+            None => Document::new(),
+        }
+    }
+
+    pub fn from_document(d: &Document) -> Option<DatabaseSettings> {
+        let throughput = match d.get("throughput") {
+            None => None,
+            Some(Bson::Document(t)) => Some(Throughput::from_document(t)?),
+            Some(_) => return None,
+        };
+        Some(DatabaseSettings { throughput })
+    }
+}
+
+/// The share of a database's throughput each collection sharing it
+/// gets: an even split, so the rule is the same whatever the load.
+pub fn shared_rus(database_rus: u32, sharing: usize) -> u32 {
+    database_rus / sharing.max(1) as u32
+}
+
+impl Router {
+    /// The RU/s currently provisioned for `coll`: its own throughput's
+    /// budget ([`Throughput::budget`]), else its even share of its
+    /// database's shared throughput ([`shared_rus`]); `None` when
+    /// neither is provisioned.
+    pub fn provisioned_rus(&self, coll: &Collection) -> Option<u32> {
+        if let Some(own) = coll.throughput() {
+            return Some(own.budget());
+        }
+        let shared = self.catalog.database(&coll.ns.db)?.throughput?;
+        let sharing = self
+            .catalog
+            .list_db(&coll.ns.db)
+            .iter()
+            .filter(|c| c.throughput().is_none())
+            .count();
+        Some(shared_rus(shared.budget(), sharing))
+    }
+
+    /// The throughput provisioned on `coll` itself (not shared).
+    pub fn stored_throughput(&self, coll: &Collection) -> Option<Throughput> {
+        coll.throughput()
+    }
+
+    /// The stored settings of database `db`, when it was created with
+    /// `CreateDatabase`.
+    pub fn database_settings(&self, db: &str) -> Option<DatabaseSettings> {
+        self.catalog.database(db)
+    }
+
+    /// True when `db` exists: created with `CreateDatabase` or holding a
+    /// collection.
+    pub fn database_exists(&self, db: &str) -> bool {
+        self.catalog.database(db).is_some() || !self.catalog.list_db(db).is_empty()
+    }
+
+    /// Creates database `db` with `throughput` shared by its collections,
+    /// durably; `NamespaceExists` when it exists.
+    pub async fn create_database(&self, db: &str, throughput: Option<Throughput>) -> Result<()> {
+        let seq = super::write::maybe_blocking(false, || {
+            self.catalog
+                .create_database(db, DatabaseSettings { throughput }, || {
+                    !self.catalog.list_db(db).is_empty()
+                })
+        })?;
+        self.durable(seq).await
+    }
+
+    /// Changes the shared throughput of database `db`, durably.
+    pub async fn update_database(&self, db: &str, throughput: Throughput) -> Result<()> {
+        let Some(settings) = self.catalog.database(db) else {
+            if self.catalog.list_db(db).is_empty() {
+                bail!(NamespaceNotFound, "Database {db} not found.");
+            }
+            bail!(
+                BadValue,
+                "Database {db} has no shared throughput to update; it was not created with offerThroughput or autoScaleSettings."
+            );
+        };
+        if settings.throughput.is_none() {
+            bail!(
+                BadValue,
+                "Database {db} has no shared throughput to update; it was not created with offerThroughput or autoScaleSettings."
+            );
+        }
+        let settings = DatabaseSettings {
+            throughput: Some(throughput),
+        };
+        let seq = super::write::maybe_blocking(false, || self.catalog.put_database(db, settings))?;
+        self.durable(seq).await
+    }
+
+    /// Gives collection `ns` its own `throughput`, durably. A sharded
+    /// collection whose partitions could not serve it is split at once
+    /// until it has [`Throughput::partitions_needed`]; an unsharded one
+    /// is a single partition and cannot take more than
+    /// [`PARTITION_MAX_RUS`].
+    pub async fn provision_collection(&self, ns: &Namespace, throughput: Throughput) -> Result<()> {
+        let seq = super::write::maybe_blocking(false, || -> Result<u64> {
+            let seq = self
+                .with_write_lock(ns, false, |coll| {
+                    if coll.sharding.is_none() {
+                        check_unsharded(ns, throughput)?;
+                    }
+                    coll.set_throughput(Some(throughput));
+                    let mut batch = crate::storage::WriteBatch::default();
+                    self.catalog.put_meta(coll, &mut batch)?;
+                    self.commit(batch)
+                })?
+                .map(|(seq, _)| seq);
+            let Some(seq) = seq else {
+                bail!(NamespaceNotFound, "Collection {ns} not found.");
+            };
+            let split = self.split_to(ns, throughput.partitions_needed())?;
+            Ok(seq.max(split))
+        })?;
+        self.durable(seq).await
+    }
+}
+
+/// Refuses throughput an unsharded collection (one partition) cannot
+/// serve.
+pub fn check_unsharded(ns: &Namespace, throughput: Throughput) -> Result<()> {
+    if throughput.budget() > PARTITION_MAX_RUS {
+        bail!(
+            BadValue,
+            "Collection {ns} has no shard key, so it is one physical partition and serves at most {PARTITION_MAX_RUS} RU/s; provision at most {PARTITION_MAX_RUS} RU/s or create it with a shardKey."
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+
+    #[test]
+    fn manual_throughput_is_checked_as_cosmos_does() {
+        assert_eq!(Throughput::manual(400).unwrap(), Throughput::Manual(400));
+        assert_eq!(
+            Throughput::manual(1_000_000).unwrap(),
+            Throughput::Manual(1_000_000)
+        );
+        for bad in [0, 300, 399, 450, 1_000_100, -400] {
+            let e = Throughput::manual(bad).unwrap_err();
+            assert!(matches!(e.code, ErrorCode::BadValue), "{bad}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn autoscale_maximum_is_checked_in_thousands() {
+        assert_eq!(
+            Throughput::autoscale(4000).unwrap(),
+            Throughput::Autoscale { max: 4000 }
+        );
+        for bad in [400, 999, 1500, 2_000_000] {
+            assert!(Throughput::autoscale(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn budget_floor_and_partitions() {
+        let manual = Throughput::Manual(40_000);
+        assert_eq!((manual.budget(), manual.floor()), (40_000, 40_000));
+        assert_eq!(manual.partitions_needed(), 4);
+        assert_eq!(Throughput::Manual(10_100).partitions_needed(), 2);
+        assert_eq!(Throughput::Manual(400).partitions_needed(), 1);
+        let auto = Throughput::Autoscale { max: 20_000 };
+        assert_eq!((auto.budget(), auto.floor()), (20_000, 2_000));
+        assert_eq!(auto.partitions_needed(), 2);
+    }
+
+    #[test]
+    fn replies_show_floor_and_maximum() {
+        assert_eq!(
+            Throughput::Manual(1200).reply_fields(),
+            doc! {"provisionedThroughput": 1200}
+        );
+        assert_eq!(
+            Throughput::Autoscale { max: 10_000 }.reply_fields(),
+            doc! {"provisionedThroughput": 1000, "autoScaleSettings": {"maxThroughput": 10_000}}
+        );
+    }
+
+    #[test]
+    fn stored_forms_round_trip() {
+        for t in [Throughput::Manual(700), Throughput::Autoscale { max: 5000 }] {
+            assert_eq!(Throughput::from_document(&t.to_document()), Some(t));
+            let db = DatabaseSettings {
+                throughput: Some(t),
+            };
+            assert_eq!(DatabaseSettings::from_document(&db.to_document()), Some(db));
+        }
+        let none = DatabaseSettings::default();
+        assert_eq!(
+            DatabaseSettings::from_document(&none.to_document()),
+            Some(none)
+        );
+        assert_eq!(Throughput::from_document(&doc! {"manual": -1_i64}), None);
+        assert_eq!(
+            DatabaseSettings::from_document(&doc! {"throughput": 3}),
+            None
+        );
+    }
+
+    #[test]
+    fn shared_throughput_splits_evenly() {
+        assert_eq!(shared_rus(1000, 4), 250);
+        assert_eq!(shared_rus(1000, 3), 333);
+        assert_eq!(shared_rus(1000, 0), 1000);
+    }
+
+    #[test]
+    fn unsharded_collections_take_one_partition_of_throughput() {
+        let ns = Namespace::new("db", "c").unwrap();
+        assert!(check_unsharded(&ns, Throughput::Manual(10_000)).is_ok());
+        let e = check_unsharded(&ns, Throughput::Manual(10_100)).unwrap_err();
+        assert!(matches!(e.code, ErrorCode::BadValue));
+        assert!(check_unsharded(&ns, Throughput::Autoscale { max: 20_000 }).is_err());
+    }
+
+    fn router() -> (crate::storage::memory::MemoryEngine, Router) {
+        let engine = crate::storage::memory::MemoryEngine::default();
+        let store = crate::storage::kv::KvStore::new(std::sync::Arc::new(engine.clone()));
+        (engine, Router::open(store).unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn provisioned_rus_follow_own_then_shared_throughput() {
+        let (_, router) = router();
+        let (a, b) = (
+            Namespace::new("db", "a").unwrap(),
+            Namespace::new("db", "b").unwrap(),
+        );
+        router.create_collection(&a, Document::new()).await.unwrap();
+        router.create_collection(&b, Document::new()).await.unwrap();
+        let coll_a = router.collection(&a).unwrap();
+        assert_eq!(router.provisioned_rus(&coll_a), None);
+        router.create_database("db2", None).await.unwrap();
+        let e = router.create_database("db", None).await.unwrap_err();
+        assert!(matches!(e.code, ErrorCode::NamespaceExists));
+        router
+            .catalog
+            .put_database(
+                "db",
+                DatabaseSettings {
+                    throughput: Some(Throughput::Manual(1000)),
+                },
+            )
+            .unwrap();
+        // Two collections share the database's 1000 RU/s.
+        assert_eq!(router.provisioned_rus(&coll_a), Some(500));
+        router
+            .provision_collection(&b, Throughput::Autoscale { max: 4000 })
+            .await
+            .unwrap();
+        let coll_b = router.collection(&b).unwrap();
+        assert_eq!(router.provisioned_rus(&coll_b), Some(4000));
+        assert_eq!(router.provisioned_rus(&coll_a), Some(1000));
+        let e = router
+            .provision_collection(&a, Throughput::Manual(20_000))
+            .await
+            .unwrap_err();
+        assert!(matches!(e.code, ErrorCode::BadValue));
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn throughput_splits_a_sharded_collection_and_survives_reopening() {
+        let (engine, router) = router();
+        let ns = Namespace::new("db", "s").unwrap();
+        let key = crate::partition::ShardKey::new("k").unwrap();
+        router.shard_collection(&ns, key, Some(1)).await.unwrap();
+        router
+            .provision_collection(&ns, Throughput::Manual(45_000))
+            .await
+            .unwrap();
+        let coll = router.collection(&ns).unwrap();
+        let map = coll.sharding.as_ref().unwrap().map();
+        assert_eq!(map.partitions.len(), 5);
+        // The partitions still cover every hash exactly once.
+        assert_eq!(map.partitions.first().unwrap().min, i64::MIN);
+        assert_eq!(map.partitions.last().unwrap().max, i64::MAX);
+        for pair in map.partitions.windows(2) {
+            assert_eq!(pair[0].max + 1, pair[1].min);
+        }
+        router.close().unwrap();
+        drop(router);
+        let store = crate::storage::kv::KvStore::new(std::sync::Arc::new(engine));
+        let reopened = Router::open(store).unwrap();
+        let coll = reopened.collection(&ns).unwrap();
+        assert_eq!(coll.throughput(), Some(Throughput::Manual(45_000)));
+        assert_eq!(coll.sharding.as_ref().unwrap().map().partitions.len(), 5);
+    }
+}
