@@ -5,7 +5,8 @@ use std::sync::atomic::Ordering;
 
 use bson::{doc, Bson, DateTime, Document};
 
-use super::{registry, Request};
+use super::registry;
+use super::request::Request;
 use crate::error::{Error, ErrorCode, Result};
 
 /// The MongoDB version Shardgate is compatible with.

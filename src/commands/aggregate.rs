@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 
 use super::args::{self, bool_or, collection_namespace, number_as_i64, opt_document};
-use super::Request;
+use super::request::Request;
 use crate::aggregate::{stage_arg, Context, Limits, ParseContext, Pipeline};
 use crate::cursor::{first_batch_reply, next_batch, with_time_limit, DEFAULT_FIRST_BATCH};
 use crate::error::{Error, ErrorCode, Result};

@@ -4,7 +4,7 @@
 use bson::{doc, Document};
 
 use super::args::{collection_namespace, opt_document, opt_i64, opt_non_negative};
-use super::Request;
+use super::request::Request;
 use crate::error::Result;
 use crate::query::filter::Filter;
 

@@ -1,9 +1,10 @@
 //! The table of commands: name → handler. Sorted by name; `lookup`
 //! searches it and `listCommands` prints it.
 
+use super::request::Handler;
 use super::{
     admin, aggregate, catalog, count, delete, distinct, explain, find, find_and_modify, handshake,
-    indexes, insert, sharding, update, Handler,
+    indexes, insert, sharding, update,
 };
 
 pub struct CommandEntry {

@@ -5,7 +5,7 @@
 use bson::{doc, Bson, Document};
 
 use super::args::{self, opt_document, opt_str};
-use super::Request;
+use super::request::Request;
 use crate::error::{Error, ErrorCode, Result};
 use crate::partition::{ShardKey, MAX_INITIAL_PARTITIONS};
 use crate::router::sharding::Sharded;
