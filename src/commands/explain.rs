@@ -9,9 +9,9 @@
 
 use bson::{doc, Bson, Document};
 
-use super::admin::MONGODB_VERSION;
 use super::args::{collection_namespace, opt_document, opt_non_negative};
 use super::request::Request;
+use super::version::MONGODB_VERSION;
 use crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;

@@ -30,6 +30,7 @@ pub mod retry;
 pub mod sharding;
 pub mod state;
 pub mod update;
+pub mod version;
 pub mod write_concern;
 
 use std::sync::atomic::Ordering;
