@@ -7,9 +7,13 @@
 //! reply: `{ok: 1, ...}` or `{ok: 0, errmsg, code, codeName}`, both with
 //! `$clusterTime` and `operationTime` as a mongos sends them.
 //!
-//! The state commands reach and the request a handler gets live in
-//! `state` and `request`, below the handlers, so no handler imports the
-//! dispatch here that calls it.
+//! The files import each other in one direction, top to bottom: this
+//! file's dispatch, then the registry, then the handlers (`explain` may
+//! ask `find`, `count` and `aggregate` how they parse a query), then the
+//! pieces below them: `explain_render` (shared by `explain` and
+//! `aggregate`), `args`, `write_concern`, `request`, `state`, `retry` and
+//! `version`. Nothing imports a file above it; `tests/layering.rs` checks
+//! that no two files import each other in a cycle.
 
 pub mod admin;
 pub mod aggregate;
@@ -19,6 +23,7 @@ pub mod count;
 pub mod delete;
 pub mod distinct;
 pub mod explain;
+pub mod explain_render;
 pub mod find;
 pub mod find_and_modify;
 pub mod handshake;
