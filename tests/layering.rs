@@ -9,6 +9,10 @@
 //! top-level folder or file of `src/` (`src/query/expr/mod.rs` is `query`);
 //! `crate::Error`, `crate::bail!` and the other items `lib.rs` re-exports
 //! from `error` count as `error`.
+//!
+//! Inside a module folder the files must not import each other in a cycle
+//! either ([`ACYCLIC_DIRS`]): a folder's files form an order too, so each
+//! can be read knowing only the files below it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -442,4 +446,440 @@ fn the_reader_sees_imports_and_skips_comments_and_strings() {
         got,
         ["bail", "error", "index", "partition", "query", "wire"]
     );
+}
+
+/// Module folders of `src/` whose files import each other without a cycle,
+/// `mod.rs` included: it is one file like the others, and a subfolder
+/// counts as one file. Add a folder here once its cycles are gone.
+const ACYCLIC_DIRS: &[&str] = &["base", "commands", "index", "partition"];
+
+/// Folders whose `mod.rs` is still both the front that calls the other
+/// files and a base they take types from. Only the other files must be
+/// free of cycles: what they take from `mod.rs` counts, what `mod.rs`
+/// takes from them does not. Move a folder to [`ACYCLIC_DIRS`] once its
+/// `mod.rs` is only one of the two.
+const ACYCLIC_BESIDE_MOD_RS: &[&str] = &["aggregate", "router", "server", "wire"];
+
+/// A piece of code, as far as paths go.
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Ident(String),
+    PathSep,
+    Punct(char),
+}
+
+fn tokens(code: &str) -> Vec<Tok> {
+    let mut out = Vec::new();
+    let mut chars = code.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if c.is_whitespace() {
+            continue;
+        }
+        if c.is_alphabetic() || c == '_' {
+            let mut end = i + c.len_utf8();
+            while let Some(&(j, d)) = chars.peek() {
+                if !(d.is_alphanumeric() || d == '_') {
+                    break;
+                }
+                end = j + d.len_utf8();
+                chars.next();
+            }
+            out.push(Tok::Ident(code[i..end].to_string()));
+        } else if c.is_ascii_digit() {
+            // A number, suffix and all (`1u64`, `0x1F`), is no path.
+            while chars
+                .peek()
+                .is_some_and(|&(_, d)| d.is_alphanumeric() || d == '_')
+            {
+                chars.next();
+            }
+            out.push(Tok::Punct('0'));
+        } else if c == ':' && chars.peek().is_some_and(|&(_, d)| d == ':') {
+            chars.next();
+            out.push(Tok::PathSep);
+        } else {
+            out.push(Tok::Punct(c));
+        }
+    }
+    out
+}
+
+/// Reads a use tree or a path at `toks[*at]`: every full path it names
+/// (`a::{b, c::{d, e}}` is `a::b`, `a::c::d`, `a::c::e`), after `prefix`.
+fn use_tree(toks: &[Tok], at: &mut usize, prefix: &[String], out: &mut Vec<Vec<String>>) {
+    match toks.get(*at) {
+        Some(Tok::Punct('{')) => {
+            *at += 1;
+            loop {
+                match toks.get(*at) {
+                    None => return,
+                    Some(Tok::Punct('}')) => {
+                        *at += 1;
+                        return;
+                    }
+                    Some(Tok::Punct(',')) => *at += 1,
+                    _ => {
+                        let before = *at;
+                        use_tree(toks, at, prefix, out);
+                        // `x as y`, or anything this reader does not know:
+                        // skip to the end of the item.
+                        let mut depth = 0;
+                        while let Some(t) = toks.get(*at) {
+                            match t {
+                                Tok::Punct('{') => depth += 1,
+                                Tok::Punct('}') if depth == 0 => break,
+                                Tok::Punct('}') => depth -= 1,
+                                Tok::Punct(',') if depth == 0 => break,
+                                _ => {}
+                            }
+                            *at += 1;
+                        }
+                        if *at == before {
+                            *at += 1;
+                        }
+                    }
+                }
+            }
+        }
+        Some(Tok::Punct('*')) => {
+            *at += 1;
+            let mut path = prefix.to_vec();
+            path.push("*".to_string());
+            out.push(path);
+        }
+        Some(Tok::Ident(name)) => {
+            *at += 1;
+            let mut path = prefix.to_vec();
+            path.push(name.clone());
+            if toks.get(*at) == Some(&Tok::PathSep)
+                && matches!(
+                    toks.get(*at + 1),
+                    Some(Tok::Ident(_) | Tok::Punct('{') | Tok::Punct('*'))
+                )
+            {
+                *at += 1;
+                use_tree(toks, at, &path, out);
+            } else {
+                out.push(path);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every path of two or more segments in a file, with the inline modules
+/// (`mod tests { … }`) it sits in: `(["tests"], ["super", "x"])`.
+fn paths_in(code: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    let toks = tokens(code);
+    let mut out = Vec::new();
+    // Open inline modules, with the brace depth inside each.
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0;
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i] {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth -= 1;
+            }
+            Tok::Ident(kw) if kw == "mod" => {
+                if let (Some(Tok::Ident(name)), Some(Tok::Punct('{'))) =
+                    (toks.get(i + 1), toks.get(i + 2))
+                {
+                    inline.push((name.clone(), depth + 1));
+                }
+            }
+            Tok::Ident(_) => {
+                let starts_path = toks.get(i + 1) == Some(&Tok::PathSep)
+                    && (i == 0 || toks[i - 1] != Tok::PathSep);
+                if starts_path {
+                    let mut at = i;
+                    let mut found = Vec::new();
+                    use_tree(&toks, &mut at, &[], &mut found);
+                    let within: Vec<String> = inline.iter().map(|(n, _)| n.clone()).collect();
+                    out.extend(found.into_iter().map(|p| (within.clone(), p)));
+                    // Braces inside the path were read with it.
+                    i = at.max(i + 1);
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The module path of a file under `src/`: `commands/explain.rs` is
+/// `commands::explain`, `commands/mod.rs` is `commands`.
+fn module_path(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel.split('/').map(str::to_string).collect();
+    let file = parts.pop().unwrap_or_default();
+    if file != "mod.rs" && file != "lib.rs" && file != "main.rs" {
+        parts.push(file.trim_end_matches(".rs").to_string());
+    }
+    parts
+}
+
+/// The child modules of a module: its folder's `.rs` files and subfolders.
+fn children(module: &[String]) -> BTreeSet<String> {
+    let dir = module.iter().fold(src_dir(), |d, m| d.join(m));
+    let Ok(entries) = fs::read_dir(dir) else {
+        return BTreeSet::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let path = e.path();
+            let name = path.file_name()?.to_str()?.to_string();
+            if path.is_dir() {
+                Some(name)
+            } else {
+                name.strip_suffix(".rs")
+                    .filter(|n| *n != "mod")
+                    .map(str::to_string)
+            }
+        })
+        .collect()
+}
+
+/// The absolute module path a path in `module` (inside the inline modules
+/// `within`) names, if it is one of this crate's: `crate::`, `self::`,
+/// `super::` and a bare child module (`args::x` in a `mod.rs`).
+fn resolve(module: &[String], within: &[String], path: &[String]) -> Option<Vec<String>> {
+    let here: Vec<String> = module.iter().chain(within).cloned().collect();
+    let first = path.first()?;
+    match first.as_str() {
+        "crate" => Some(path[1..].to_vec()),
+        "self" => Some(here.iter().chain(&path[1..]).cloned().collect()),
+        "super" => {
+            let ups = path.iter().take_while(|s| *s == "super").count();
+            let base = here.get(..here.len().checked_sub(ups)?)?;
+            Some(base.iter().chain(&path[ups..]).cloned().collect())
+        }
+        _ => (module.len()..=here.len())
+            .rev()
+            .find(|&n| children(&here[..n]).contains(first))
+            .map(|n| here[..n].iter().chain(path).cloned().collect()),
+    }
+}
+
+/// Inside folder `dir`, the file a module path belongs to: `mod.rs`, or
+/// the child (file or subfolder) it lies in.
+fn node_in(dir: &[String], kids: &BTreeSet<String>, path: &[String]) -> Option<String> {
+    if !path.starts_with(dir) {
+        return None;
+    }
+    match path.get(dir.len()) {
+        Some(kid) if kids.contains(kid) => {
+            let sub = dir.iter().fold(src_dir(), |d, m| d.join(m)).join(kid);
+            Some(if sub.is_dir() {
+                format!("{kid}/")
+            } else {
+                format!("{kid}.rs")
+            })
+        }
+        _ => Some("mod.rs".to_string()),
+    }
+}
+
+/// The imports between the files of one folder: (from, to) → the first
+/// path that makes it, as written. Without `with_mod_rs`, what `mod.rs`
+/// imports is left out.
+fn folder_imports(dir: &str, with_mod_rs: bool) -> BTreeMap<(String, String), String> {
+    let dir_path: Vec<String> = dir.split('/').map(str::to_string).collect();
+    let kids = children(&dir_path);
+    let src = src_dir();
+    let mut files = Vec::new();
+    rust_files(&src.join(dir), &mut files);
+    files.sort();
+    let mut out = BTreeMap::new();
+    for path in files {
+        let rel = path
+            .strip_prefix(&src)
+            .expect("under src")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let module = module_path(&rel);
+        let Some(from) = node_in(&dir_path, &kids, &module) else {
+            continue;
+        };
+        if from == "mod.rs" && !with_mod_rs {
+            continue;
+        }
+        let text = fs::read_to_string(&path).expect("source is UTF-8");
+        for (within, p) in paths_in(&code_only(&text)) {
+            let Some(target) = resolve(&module, &within, &p) else {
+                continue;
+            };
+            let Some(to) = node_in(&dir_path, &kids, &target) else {
+                continue;
+            };
+            if to != from {
+                out.entry((from.clone(), to))
+                    .or_insert_with(|| p.join("::"));
+            }
+        }
+    }
+    out
+}
+
+/// The groups of nodes that reach each other (Tarjan's strongly connected
+/// components), only those of more than one node.
+fn cycles(edges: &BTreeMap<(String, String), String>) -> Vec<Vec<String>> {
+    struct Walk<'a> {
+        next: BTreeMap<&'a str, Vec<&'a str>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    impl<'a> Walk<'a> {
+        fn visit(&mut self, v: &'a str) {
+            let n = self.index.len();
+            self.index.insert(v, n);
+            self.low.insert(v, n);
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for w in self.next.get(v).cloned().unwrap_or_default() {
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let lw = self.low[w];
+                    let lv = self.low.get_mut(v).expect("visited");
+                    *lv = (*lv).min(lw);
+                } else if self.on_stack.contains(w) {
+                    let iw = self.index[w];
+                    let lv = self.low.get_mut(v).expect("visited");
+                    *lv = (*lv).min(iw);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut group = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    group.push(w.to_string());
+                    if w == v {
+                        break;
+                    }
+                }
+                if group.len() > 1 {
+                    group.sort();
+                    self.found.push(group);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        next: BTreeMap::new(),
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for (from, to) in edges.keys() {
+        walk.next
+            .entry(from.as_str())
+            .or_default()
+            .push(to.as_str());
+        walk.next.entry(to.as_str()).or_default();
+    }
+    let nodes: Vec<&str> = walk.next.keys().copied().collect();
+    for v in nodes {
+        if !walk.index.contains_key(v) {
+            walk.visit(v);
+        }
+    }
+    walk.found.sort();
+    walk.found
+}
+
+#[test]
+fn no_import_cycle_inside_a_module_folder() {
+    let mut broken = Vec::new();
+    let dirs = ACYCLIC_DIRS.iter().map(|d| (d, true));
+    let beside = ACYCLIC_BESIDE_MOD_RS.iter().map(|d| (d, false));
+    for (dir, with_mod_rs) in dirs.chain(beside) {
+        assert!(
+            src_dir().join(dir).is_dir(),
+            "src/{dir} is listed as acyclic but is not a folder"
+        );
+        let edges = folder_imports(dir, with_mod_rs);
+        for group in cycles(&edges) {
+            let ties: Vec<String> = edges
+                .iter()
+                .filter(|((from, to), _)| group.contains(from) && group.contains(to))
+                .map(|((from, to), path)| format!("    {from} -> {to} (`{path}`)"))
+                .collect();
+            broken.push(format!(
+                "src/{dir}: {} import each other:\n{}",
+                group.join(", "),
+                ties.join("\n")
+            ));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "import cycles inside a folder:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_cycle_reader_resolves_paths_as_rust_does() {
+    let code = code_only(
+        "use super::{args::{self, opt}, Request};\n\
+         use crate::commands::find::parse as p;\n\
+         fn f() { super::explain::run(); let k = Kind::Find; x::<u8>::y(); }\n\
+         mod tests { use super::*; fn g() { super::super::registry::lookup(); } }",
+    );
+    let module = module_path("commands/aggregate.rs");
+    assert_eq!(module, ["commands", "aggregate"]);
+    let mut got: Vec<String> = paths_in(&code)
+        .into_iter()
+        .filter_map(|(within, p)| resolve(&module, &within, &p))
+        .map(|p| p.join("::"))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "commands::Request",
+            "commands::aggregate::*",
+            "commands::args::opt",
+            "commands::args::self",
+            "commands::explain::run",
+            "commands::find::parse",
+            "commands::registry::lookup",
+        ]
+    );
+    // In a `mod.rs`, a child module is named bare.
+    let module = module_path("commands/mod.rs");
+    let code = code_only("fn h() { registry::lookup(); bson::doc(); }");
+    let got: Vec<Vec<String>> = paths_in(&code)
+        .into_iter()
+        .filter_map(|(within, p)| resolve(&module, &within, &p))
+        .collect();
+    assert_eq!(got, [["commands", "registry", "lookup"]]);
+}
+
+#[test]
+fn the_cycle_finder_finds_every_cycle_and_only_cycles() {
+    let edges: BTreeMap<(String, String), String> = [
+        ("a", "b"),
+        ("b", "c"),
+        ("c", "a"),
+        ("c", "d"),
+        ("d", "e"),
+        ("e", "d"),
+        ("f", "a"),
+    ]
+    .iter()
+    .map(|(f, t)| ((f.to_string(), t.to_string()), String::new()))
+    .collect();
+    assert_eq!(cycles(&edges), [vec!["a", "b", "c"], vec!["d", "e"]]);
 }

@@ -5,12 +5,9 @@ use std::sync::atomic::Ordering;
 
 use bson::{doc, Bson, DateTime, Document};
 
-use super::{registry, Request};
+use super::request::Request;
+use super::version::{MONGODB_VERSION, MONGODB_VERSION_ARRAY};
 use crate::error::{Error, ErrorCode, Result};
-
-/// The MongoDB version Shardgate is compatible with.
-pub const MONGODB_VERSION: &str = "7.0.12";
-pub const MONGODB_VERSION_ARRAY: [i32; 4] = [7, 0, 12, 0];
 
 /// Commands that only need `{ok: 1}` (`ping`, `endSessions`, `logout` …).
 pub async fn ok(_req: &Request<'_>) -> Result<Document> {
@@ -173,17 +170,6 @@ pub async fn get_log(req: &Request<'_>) -> Result<Document> {
             "Argument to getLog must be of type String; found another type",
         )),
     }
-}
-
-pub async fn list_commands(_req: &Request<'_>) -> Result<Document> {
-    let mut commands = Document::new();
-    for c in registry::COMMANDS {
-        commands.insert(
-            c.name,
-            doc! {"help": c.help, "adminOnly": c.admin_only, "requiresAuth": false},
-        );
-    }
-    Ok(doc! {"commands": commands})
 }
 
 pub async fn start_session(_req: &Request<'_>) -> Result<Document> {

@@ -9,13 +9,15 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 
 use super::args::{self, bool_or, collection_namespace, number_as_i64, opt_document};
-use super::Request;
+use super::explain_render::{self, Explain, Kind, Verbosity};
+use super::request::Request;
 use crate::aggregate::{stage_arg, Context, Limits, ParseContext, Pipeline};
 use crate::cursor::{first_batch_reply, next_batch, with_time_limit, DEFAULT_FIRST_BATCH};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::expr::Expr;
+use crate::query::sort::SortSpec;
 use crate::router::aggregate::{leading_match, RouterContext, SplitPipeline};
-use crate::router::{DocStream, Namespace};
+use crate::router::{DocStream, FindSpec, Namespace};
 
 /// What an `aggregate` command asks for, parsed.
 pub(crate) struct Aggregate {
@@ -179,9 +181,49 @@ fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
     router.run_pipeline(&agg.ns, &agg.pipeline, &parse_ctx, ctx, deadline)
 }
 
+/// The read an explained `aggregate` (the body without `explain`) plans:
+/// its targeting and how its pipeline splits.
+pub(crate) fn parse_explained(db: &str, body: Document) -> Result<Explain> {
+    let ns = collection_namespace("aggregate", db, &body)?;
+    let spec = targeting_spec(&body)?;
+    let pipeline = body.get_array("pipeline").cloned().unwrap_or_default();
+    let split = explain_split(&pipeline, &Document::new())?;
+    Ok(Explain {
+        kind: Kind::Aggregate,
+        ns,
+        spec,
+        command: body,
+        split: Some(split),
+    })
+}
+
+/// The part of a pipeline that decides targeting: a leading `$match`
+/// (and a `$sort` right after it).
+fn targeting_spec(body: &Document) -> Result<FindSpec> {
+    let pipeline = args::opt_array("aggregate", body, "pipeline")?
+        .cloned()
+        .unwrap_or_default();
+    // The leading `$match` stages target partitions exactly as running
+    // the pipeline does.
+    let (filter, rest) = leading_match(&pipeline)?;
+    let sort = match rest.first() {
+        Some(Bson::Document(d)) => d
+            .get_document("$sort")
+            .ok()
+            .map(SortSpec::parse)
+            .transpose()?,
+        _ => None,
+    };
+    Ok(FindSpec {
+        filter,
+        sort,
+        ..FindSpec::default()
+    })
+}
+
 /// How the pipeline splits, for explain: `(shardsPart, mergerPart)`, with
 /// the leading `$match` first in the shards' part.
-pub(crate) fn explain_split(pipeline: &[Bson], vars: &Document) -> Result<(Vec<Bson>, Vec<Bson>)> {
+fn explain_split(pipeline: &[Bson], vars: &Document) -> Result<(Vec<Bson>, Vec<Bson>)> {
     let (filter, rest) = leading_match(pipeline)?;
     let parse_ctx = ParseContext {
         vars: vars.clone(),
@@ -220,7 +262,12 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     )?;
     let agg = parse(&req.db, &req.body)?;
     if agg.explain {
-        return super::explain::explain_aggregate(req).await;
+        // The pipeline's plan, as `explain` shows it at `queryPlanner`
+        // verbosity.
+        let mut body = req.body.clone();
+        body.remove("explain");
+        let explain = parse_explained(&req.db, body)?;
+        return explain_render::explain(req, explain, Verbosity::QueryPlanner).await;
     }
     let full = agg.ns.full();
     let (batch, stream) = req

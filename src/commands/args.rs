@@ -7,7 +7,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::router::Namespace;
 use crate::wire::message::checked_document;
 
-use super::Request;
+use super::request::Request;
 
 fn wrong_type(cmd: &str, field: &str, v: &Bson, expected: &str) -> Error {
     Error::type_mismatch(format!(

@@ -4,7 +4,7 @@
 use bson::{doc, Bson, Document};
 
 use super::args::{bool_or, collection_namespace, opt_document, opt_str};
-use super::Request;
+use super::request::Request;
 use crate::cursor::{cursor_batch_size, reply_with_cursor};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;

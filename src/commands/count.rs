@@ -4,17 +4,19 @@
 use bson::{doc, Document};
 
 use super::args::{collection_namespace, opt_document, opt_i64, opt_non_negative};
-use super::Request;
+use super::request::Request;
 use crate::error::Result;
 use crate::query::filter::Filter;
+use crate::router::{FindSpec, Namespace};
 
-pub async fn run(req: &Request<'_>) -> Result<Document> {
-    super::args::check_fields(
-        req,
-        &["query", "limit", "skip", "hint", "collation", "fields"],
-    )?;
-    let b = &req.body;
-    let ns = collection_namespace("count", &req.db, b)?;
+/// A parsed `count`: the read it runs, as a `find` without sort.
+pub(crate) struct Count {
+    pub ns: Namespace,
+    pub spec: FindSpec,
+}
+
+pub(crate) fn parse(db: &str, b: &Document) -> Result<Count> {
+    let ns = collection_namespace("count", db, b)?;
     let filter = opt_document("count", b, "query")?
         .filter(|q| !q.is_empty())
         .map(Filter::parse)
@@ -24,8 +26,27 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let limit = opt_i64("count", b, "limit")?
         .filter(|&l| l != 0)
         .map(|l| l.unsigned_abs());
+    Ok(Count {
+        ns,
+        spec: FindSpec {
+            filter,
+            skip,
+            limit,
+            ..FindSpec::default()
+        },
+    })
+}
+
+pub async fn run(req: &Request<'_>) -> Result<Document> {
+    super::args::check_fields(
+        req,
+        &["query", "limit", "skip", "hint", "collation", "fields"],
+    )?;
+    let Count { ns, spec } = parse(&req.db, &req.body)?;
     let router = req.state.router.clone();
-    let matching = router.count(&ns, filter.as_ref()).await?;
-    let n = matching.saturating_sub(skip).min(limit.unwrap_or(u64::MAX));
+    let matching = router.count(&ns, spec.filter.as_ref()).await?;
+    let n = matching
+        .saturating_sub(spec.skip)
+        .min(spec.limit.unwrap_or(u64::MAX));
     Ok(doc! {"n": n as i64})
 }

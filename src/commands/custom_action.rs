@@ -12,7 +12,7 @@
 use bson::{doc, Bson, Document};
 
 use super::args::{self, opt_str};
-use super::Request;
+use super::request::Request;
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::{Index, ID_INDEX_NAME};
 use crate::partition::ShardKey;

@@ -7,7 +7,7 @@ use bson::{doc, Bson, Document};
 
 use super::args::count_i32;
 use super::args::{bool_or, check_batch_size, collection_namespace, document_list, number_as_i64};
-use super::Request;
+use super::request::Request;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
 

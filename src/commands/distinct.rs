@@ -4,7 +4,7 @@
 use bson::{doc, Bson, Document};
 
 use super::args::{collection_namespace, opt_document, opt_str};
-use super::Request;
+use super::request::Request;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::compare;
 use crate::query::filter::Filter;

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use bson::{doc, Bson, Document};
 
 use super::args::{self, bool_or, collection_namespace, opt_document, opt_non_negative};
-use super::Request;
+use super::request::Request;
 use crate::cursor::{first_batch_reply, next_batch, with_time_limit, DEFAULT_FIRST_BATCH};
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::plan::Hint;

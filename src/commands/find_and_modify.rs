@@ -4,7 +4,7 @@
 use bson::{doc, Bson, Document};
 
 use super::args::{bool_or, collection_namespace, opt_document};
-use super::Request;
+use super::request::Request;
 use crate::aggregate::parse_update;
 use crate::error::{Error, Result};
 use crate::query::filter::{Filter, MatchDetails};

@@ -4,7 +4,7 @@
 
 use bson::{doc, DateTime, Document};
 
-use super::Request;
+use super::request::Request;
 use crate::error::Result;
 use crate::wire::{MAX_BSON_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES, MAX_WRITE_BATCH_SIZE};
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 
 use super::args::{check_fields, collection_namespace, document_list};
-use super::Request;
+use super::request::Request;
 use crate::cursor::{cursor_batch_size, reply_with_cursor};
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::{parse_expire_after, Index, ID_INDEX_NAME};

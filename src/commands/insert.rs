@@ -7,7 +7,7 @@ use bson::{doc, Bson, Document};
 
 use super::args::count_i32;
 use super::args::{bool_or, check_batch_size, collection_namespace, raw_document_list};
-use super::Request;
+use super::request::Request;
 use crate::error::Result;
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {

@@ -6,6 +6,14 @@
 //! dispatches through [`registry::COMMANDS`], and turns the result into a
 //! reply: `{ok: 1, ...}` or `{ok: 0, errmsg, code, codeName}`, both with
 //! `$clusterTime` and `operationTime` as a mongos sends them.
+//!
+//! The files import each other in one direction, top to bottom: this
+//! file's dispatch, then the registry, then the handlers (`explain` may
+//! ask `find`, `count` and `aggregate` how they parse a query), then the
+//! pieces below them: `explain_render` (shared by `explain` and
+//! `aggregate`), `args`, `write_concern`, `request`, `state`, `retry` and
+//! `version`. Nothing imports a file above it; `tests/layering.rs` checks
+//! that no two files import each other in a cycle.
 
 pub mod admin;
 pub mod aggregate;
@@ -16,171 +24,31 @@ pub mod custom_action;
 pub mod delete;
 pub mod distinct;
 pub mod explain;
+pub mod explain_render;
 pub mod find;
 pub mod find_and_modify;
 pub mod handshake;
 pub mod indexes;
 pub mod insert;
 pub mod registry;
+pub mod request;
 pub mod retry;
 pub mod sharding;
+pub mod state;
 pub mod update;
+pub mod version;
 pub mod write_concern;
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
-use bson::{doc, Binary, Bson, Document, Timestamp};
-use bytes::Bytes;
-use futures::future::BoxFuture;
+use bson::{doc, Binary, Bson, Document};
 
-use crate::config::Config;
-use crate::cursor::CursorRegistry;
 use crate::error::{Error, ErrorCode, Result};
-use crate::query::interrupt::{self, Operation, Probe};
-use crate::router::SharedRouter;
+use crate::query::interrupt::{self, Operation};
 use crate::wire::Command;
-
-/// What every command can reach: the router, open cursors, counters.
-/// Cheap to clone.
-#[derive(Clone)]
-pub struct ServerState(Arc<StateInner>);
-
-pub struct StateInner {
-    pub router: SharedRouter,
-    pub cursors: CursorRegistry,
-    pub config: Config,
-    pub started: Instant,
-    pub counters: Counters,
-    pub retries: retry::RetryTable,
-    cluster_time: AtomicU64,
-}
-
-impl std::ops::Deref for ServerState {
-    type Target = StateInner;
-    fn deref(&self) -> &StateInner {
-        &self.0
-    }
-}
-
-/// Counters for `serverStatus`.
-#[derive(Default)]
-pub struct Counters {
-    pub connections_current: AtomicU64,
-    pub connections_total: AtomicU64,
-    pub next_connection_id: AtomicU64,
-    pub op_insert: AtomicU64,
-    pub op_query: AtomicU64,
-    pub op_update: AtomicU64,
-    pub op_delete: AtomicU64,
-    pub op_getmore: AtomicU64,
-    pub op_command: AtomicU64,
-}
-
-impl ServerState {
-    pub fn new(router: SharedRouter, config: Config) -> ServerState {
-        ServerState(Arc::new(StateInner {
-            router,
-            cursors: CursorRegistry::new(config.cursor_limits()),
-            config,
-            started: Instant::now(),
-            counters: Counters::default(),
-            retries: retry::RetryTable::default(),
-            cluster_time: AtomicU64::new(0),
-        }))
-    }
-
-    /// The next cluster time: wall-clock seconds with an increment, never
-    /// going backwards.
-    pub fn tick_cluster_time(&self) -> Timestamp {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let floor = now << 32;
-        let mut prev = self.cluster_time.load(Ordering::Relaxed);
-        loop {
-            let next = (prev + 1).max(floor | 1);
-            match self.cluster_time.compare_exchange_weak(
-                prev,
-                next,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    return Timestamp {
-                        time: (next >> 32) as u32,
-                        increment: next as u32,
-                    }
-                }
-                Err(actual) => prev = actual,
-            }
-        }
-    }
-}
-
-/// The connection a command arrived on.
-pub struct ConnectionInfo {
-    pub id: u64,
-    pub peer: SocketAddr,
-    /// Asks whether the client is still connected, so a command it
-    /// abandoned stops (see [`crate::query::interrupt`]).
-    pub probe: Option<Probe>,
-    state: ServerState,
-}
-
-impl ConnectionInfo {
-    pub fn open(state: &ServerState, peer: SocketAddr, probe: Option<Probe>) -> ConnectionInfo {
-        let c = &state.counters;
-        c.connections_current.fetch_add(1, Ordering::Relaxed);
-        c.connections_total.fetch_add(1, Ordering::Relaxed);
-        let id = c.next_connection_id.fetch_add(1, Ordering::Relaxed) + 1;
-        ConnectionInfo {
-            id,
-            peer,
-            probe,
-            state: state.clone(),
-        }
-    }
-}
-
-impl Drop for ConnectionInfo {
-    fn drop(&mut self) {
-        self.state
-            .counters
-            .connections_current
-            .fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// One command to run.
-pub struct Request<'a> {
-    pub state: &'a ServerState,
-    pub conn: &'a ConnectionInfo,
-    /// The command's name, as sent (its first field).
-    pub name: String,
-    /// The database it runs against (`$db`).
-    pub db: String,
-    pub body: Document,
-    /// Document sequences sent beside the body (OP_MSG kind 1), as
-    /// validated BSON: `insert`'s `documents`, `update`'s `updates` …
-    pub sequences: Vec<(String, Vec<Bytes>)>,
-}
-
-impl Request<'_> {
-    /// The raw documents of a sequence, if the client sent one by that name.
-    pub fn sequence(&self, name: &str) -> Option<&[Bytes]> {
-        self.sequences
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, docs)| docs.as_slice())
-    }
-}
-
-/// The signature every command implements.
-pub type Handler = for<'a> fn(&'a Request<'a>) -> BoxFuture<'a, Result<Document>>;
+use request::Request;
+pub use state::{ConnectionInfo, ServerState};
 
 /// Runs one command document and returns the reply document.
 pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) -> Document {

@@ -1,10 +1,15 @@
 //! The table of commands: name → handler. Sorted by name; `lookup`
-//! searches it and `listCommands` prints it.
+//! searches it and `listCommands` prints it. It names every handler, so it
+//! sits above them all; only the dispatch in `mod.rs` imports it.
 
+use bson::{doc, Document};
+
+use super::request::{Handler, Request};
 use super::{
     admin, aggregate, catalog, count, custom_action, delete, distinct, explain, find,
-    find_and_modify, handshake, indexes, insert, sharding, update, Handler,
+    find_and_modify, handshake, indexes, insert, sharding, update,
 };
+use crate::error::Result;
 
 pub struct CommandEntry {
     pub name: &'static str,
@@ -154,7 +159,7 @@ pub static COMMANDS: &[CommandEntry] = &[
         false,
         "list collections"
     ),
-    command!("listCommands", admin::list_commands, false, "list commands"),
+    command!("listCommands", list_commands, false, "list commands"),
     command!(
         "listDatabases",
         catalog::list_databases,
@@ -210,6 +215,18 @@ pub fn lookup(name: &str) -> Option<&'static CommandEntry> {
         .binary_search_by(|c| c.name.cmp(name))
         .ok()
         .and_then(|i| COMMANDS.get(i))
+}
+
+/// `listCommands`: every command of the table, with its help line.
+pub async fn list_commands(_req: &Request<'_>) -> Result<Document> {
+    let mut commands = Document::new();
+    for c in COMMANDS {
+        commands.insert(
+            c.name,
+            doc! {"help": c.help, "adminOnly": c.admin_only, "requiresAuth": false},
+        );
+    }
+    Ok(doc! {"commands": commands})
 }
 
 #[cfg(test)]

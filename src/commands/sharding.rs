@@ -6,7 +6,7 @@
 use bson::{doc, Bson, Document};
 
 use super::args::{self, opt_document};
-use super::Request;
+use super::request::Request;
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::partition::{ShardKey, MAX_INITIAL_PARTITIONS};

@@ -9,7 +9,7 @@ use bson::{doc, Bson, Document};
 
 use super::args::count_i32;
 use super::args::{bool_or, check_batch_size, collection_namespace, document_list, opt_array};
-use super::Request;
+use super::request::Request;
 use crate::aggregate::parse_update;
 use crate::error::{Error, Result};
 use crate::query::filter::Filter;

@@ -1,0 +1,129 @@
+//! The state every command can reach, shared by all connections: the
+//! router, open cursors, counters, remembered retries and the cluster
+//! clock; and the connection a command arrived on. Below every handler
+//! and the dispatch in `mod.rs`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bson::Timestamp;
+
+use super::retry;
+use crate::config::Config;
+use crate::cursor::CursorRegistry;
+use crate::query::interrupt::Probe;
+use crate::router::SharedRouter;
+
+/// What every command can reach: the router, open cursors, counters.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct ServerState(Arc<StateInner>);
+
+pub struct StateInner {
+    pub router: SharedRouter,
+    pub cursors: CursorRegistry,
+    pub config: Config,
+    pub started: Instant,
+    pub counters: Counters,
+    pub retries: retry::RetryTable,
+    cluster_time: AtomicU64,
+}
+
+impl std::ops::Deref for ServerState {
+    type Target = StateInner;
+    fn deref(&self) -> &StateInner {
+        &self.0
+    }
+}
+
+/// Counters for `serverStatus`.
+#[derive(Default)]
+pub struct Counters {
+    pub connections_current: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub next_connection_id: AtomicU64,
+    pub op_insert: AtomicU64,
+    pub op_query: AtomicU64,
+    pub op_update: AtomicU64,
+    pub op_delete: AtomicU64,
+    pub op_getmore: AtomicU64,
+    pub op_command: AtomicU64,
+}
+
+impl ServerState {
+    pub fn new(router: SharedRouter, config: Config) -> ServerState {
+        ServerState(Arc::new(StateInner {
+            router,
+            cursors: CursorRegistry::new(config.cursor_limits()),
+            config,
+            started: Instant::now(),
+            counters: Counters::default(),
+            retries: retry::RetryTable::default(),
+            cluster_time: AtomicU64::new(0),
+        }))
+    }
+
+    /// The next cluster time: wall-clock seconds with an increment, never
+    /// going backwards.
+    pub fn tick_cluster_time(&self) -> Timestamp {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let floor = now << 32;
+        let mut prev = self.cluster_time.load(Ordering::Relaxed);
+        loop {
+            let next = (prev + 1).max(floor | 1);
+            match self.cluster_time.compare_exchange_weak(
+                prev,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Timestamp {
+                        time: (next >> 32) as u32,
+                        increment: next as u32,
+                    }
+                }
+                Err(actual) => prev = actual,
+            }
+        }
+    }
+}
+
+/// The connection a command arrived on.
+pub struct ConnectionInfo {
+    pub id: u64,
+    pub peer: SocketAddr,
+    /// Asks whether the client is still connected, so a command it
+    /// abandoned stops (see [`crate::query::interrupt`]).
+    pub probe: Option<Probe>,
+    state: ServerState,
+}
+
+impl ConnectionInfo {
+    pub fn open(state: &ServerState, peer: SocketAddr, probe: Option<Probe>) -> ConnectionInfo {
+        let c = &state.counters;
+        c.connections_current.fetch_add(1, Ordering::Relaxed);
+        c.connections_total.fetch_add(1, Ordering::Relaxed);
+        let id = c.next_connection_id.fetch_add(1, Ordering::Relaxed) + 1;
+        ConnectionInfo {
+            id,
+            peer,
+            probe,
+            state: state.clone(),
+        }
+    }
+}
+
+impl Drop for ConnectionInfo {
+    fn drop(&mut self) {
+        self.state
+            .counters
+            .connections_current
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
