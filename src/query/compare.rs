@@ -16,7 +16,6 @@
 //! deprecated `undefined` type is rare and queries treat the two alike.
 
 use std::cmp::Ordering;
-use std::str::FromStr;
 
 use bson::{Bson, Decimal128, Document};
 
@@ -610,26 +609,56 @@ impl DecimalValue {
         }
     }
 
-    /// Packs the value into a Decimal128.
+    /// Packs the value into a Decimal128: the one encoder, the inverse of
+    /// [`DecimalValue::from_decimal128`].
     pub fn to_decimal128(&self) -> Decimal128 {
-        let text = match *self {
-            DecimalValue::NaN => "NaN".to_string(),
-            DecimalValue::Infinity { negative: true } => "-Infinity".to_string(),
-            DecimalValue::Infinity { negative: false } => "Infinity".to_string(),
+        Decimal128::from_bytes(self.to_bits().to_le_bytes())
+    }
+
+    /// Encodes as an IEEE 754-2008 decimal128 in binary integer decimal
+    /// (BID): sign bit, 14-bit exponent biased by 6176, 113-bit
+    /// coefficient. Every canonical coefficient (at most 34 digits) is
+    /// below 2^113, so the "large coefficient" form is never needed. A
+    /// value built outside Decimal128's range is rounded into it first.
+    pub fn to_bits(&self) -> u128 {
+        const EXPONENT_BIAS: i32 = 6176;
+        const SIGN: u128 = 1 << 127;
+        const INFINITY: u128 = 0b1_1110 << 122;
+        const NAN: u128 = 0b1_1111 << 122;
+        let (negative, coefficient, exponent) = match *self {
+            DecimalValue::NaN => return NAN,
+            DecimalValue::Infinity { negative } => {
+                return INFINITY | if negative { SIGN } else { 0 };
+            }
             DecimalValue::Finite {
                 negative,
                 coefficient,
                 exponent,
-            } => {
-                let sign = if negative { "-" } else { "" };
-                format!("{sign}{coefficient}E{exponent}")
-            }
+            } => (negative, coefficient, exponent),
         };
-        Decimal128::from_str(&text).unwrap_or_else(|_| {
-            // Only reachable for exponents beyond Decimal128's range, which
-            // `round_finite` already clamps to zero or infinity.
-            Decimal128::from_bytes([0; 16])
-        })
+        let in_range =
+            coefficient <= MAX_COEFFICIENT && (MIN_EXPONENT..=MAX_EXPONENT).contains(&exponent);
+        if !in_range {
+            let rounded = DecimalValue::round_finite(negative, coefficient, exponent, false);
+            return match rounded {
+                // `round_finite` always lands in range; the check keeps a
+                // bug there from recursing forever.
+                DecimalValue::Finite {
+                    coefficient,
+                    exponent,
+                    ..
+                } if coefficient > MAX_COEFFICIENT
+                    || !(MIN_EXPONENT..=MAX_EXPONENT).contains(&exponent) =>
+                {
+                    NAN
+                }
+                other => other.to_bits(),
+            };
+        }
+        // In range, so the biased exponent is within 0..=12287 (14 bits).
+        let biased = u128::from((exponent + EXPONENT_BIAS).unsigned_abs());
+        let sign = if negative { SIGN } else { 0 };
+        sign | (biased << 113) | coefficient
     }
 
     pub fn is_zero(&self) -> bool {
@@ -1346,7 +1375,7 @@ pub fn number_as_i64(v: &Bson) -> Option<i64> {
         Bson::Int32(n) => Some(*n as i64),
         Bson::Int64(n) => Some(*n),
         Bson::Double(f) if f.fract() == 0.0 && f.is_finite() && f.abs() < 9.2e18 => Some(*f as i64),
-        Bson::Decimal128(d) => d.to_string().parse::<i64>().ok(),
+        Bson::Decimal128(d) => DecimalValue::from_decimal128(d).to_i64_exact(),
         _ => None,
     }
 }
@@ -1356,6 +1385,7 @@ mod tests {
     use super::*;
     use bson::{doc, oid::ObjectId, Binary, DateTime, Regex, Timestamp};
     use proptest::prelude::*;
+    use std::str::FromStr;
 
     fn dec(s: &str) -> Bson {
         Bson::Decimal128(Decimal128::from_str(s).unwrap())
@@ -1589,6 +1619,64 @@ mod tests {
         assert_eq!(type_code(&Bson::Int64(1)), 18);
     }
 
+    /// The encoder writes exactly the bytes `bson` parses a literal into,
+    /// and the decoder reads them back to the same value.
+    #[test]
+    fn decimal128_encoding_matches_bson_bytes() {
+        for text in [
+            "0",
+            "-0",
+            "1",
+            "-1",
+            "1.5",
+            "-1.5",
+            "0.001",
+            "1E+6144",
+            "1E-6176",
+            "-1E-6176",
+            "0E+6111",
+            "0E-6176",
+            "9999999999999999999999999999999999",
+            "-9999999999999999999999999999999999",
+            "9.999999999999999999999999999999999E+6144",
+            "1234567890123456789012345678901234E-6176",
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            "123.456E+20",
+            "18446744073709551616",
+        ] {
+            let bytes = Decimal128::from_str(text).unwrap();
+            let value = DecimalValue::from_decimal128(&bytes);
+            assert_eq!(value.to_decimal128().bytes(), bytes.bytes(), "{text}");
+            assert_eq!(DecimalValue::from_bits(value.to_bits()), value, "{text}");
+        }
+        // Out-of-range values round into range on the way out.
+        let clamped = DecimalValue::Finite {
+            negative: false,
+            coefficient: 1,
+            exponent: 6112,
+        };
+        assert_eq!(clamped.to_decimal128().to_string(), "1.0E+6112");
+        let tiny = DecimalValue::Finite {
+            negative: true,
+            coefficient: 1,
+            exponent: -6200,
+        };
+        assert_eq!(tiny.to_decimal128().to_string(), "-0E-6176");
+        let huge = DecimalValue::Finite {
+            negative: false,
+            coefficient: MAX_COEFFICIENT,
+            exponent: 6111,
+        };
+        assert_eq!(
+            huge.to_bits(),
+            DecimalValue::parse("9.999999999999999999999999999999999E+6144")
+                .unwrap()
+                .to_bits()
+        );
+    }
+
     fn d(s: &str) -> DecimalValue {
         DecimalValue::parse(s).unwrap()
     }
@@ -1716,6 +1804,14 @@ mod tests {
             prop_assert_ne!(compare(&v[0], &v[1]), Ordering::Greater);
             prop_assert_ne!(compare(&v[1], &v[2]), Ordering::Greater);
             prop_assert_ne!(compare(&v[0], &v[2]), Ordering::Greater);
+        }
+
+        #[test]
+        fn decimal128_encoding_round_trips(c in any::<u128>(), e in -6176i32..=6111, negative in any::<bool>()) {
+            let text = format!("{}{}E{}", if negative { "-" } else { "" }, c % (MAX_COEFFICIENT + 1), e);
+            let bytes = Decimal128::from_str(&text).unwrap();
+            let value = DecimalValue::from_decimal128(&bytes);
+            prop_assert_eq!(value.to_decimal128().bytes(), bytes.bytes());
         }
 
         #[test]

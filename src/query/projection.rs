@@ -14,7 +14,7 @@
 //!   evaluated by [`Expr`]) are computed fields, added after the included
 //!   ones in projection order.
 
-use crate::query::compare::type_name;
+use crate::query::compare::{type_name, DecimalValue};
 use std::sync::Arc;
 
 use bson::{Bson, Document};
@@ -295,16 +295,7 @@ fn truthy(value: &Bson) -> bool {
         Bson::Int32(n) => *n != 0,
         Bson::Int64(n) => *n != 0,
         Bson::Double(d) => *d != 0.0,
-        Bson::Decimal128(d) => {
-            let text = d.to_string();
-            !text
-                .trim_start_matches('-')
-                .split(['E', 'e'])
-                .next()
-                .unwrap_or("")
-                .chars()
-                .all(|c| c == '0' || c == '.')
-        }
+        Bson::Decimal128(d) => !DecimalValue::from_decimal128(d).is_zero(),
         _ => false,
     }
 }
@@ -566,7 +557,7 @@ fn safe_number_int(value: &Bson) -> i32 {
         Bson::Int64(n) => i32::try_from(*n).unwrap_or(if *n < 0 { i32::MIN } else { i32::MAX }),
         // `as` saturates and maps NaN to 0.
         Bson::Double(d) => *d as i32,
-        Bson::Decimal128(d) => d.to_string().parse::<f64>().unwrap_or(0.0) as i32,
+        Bson::Decimal128(d) => DecimalValue::from_decimal128(d).to_f64() as i32,
         _ => 0,
     }
 }
