@@ -336,6 +336,86 @@ impl Number {
     }
 }
 
+impl Number {
+    /// Addition as `$add`, `$sum` and `$avg` do it: the wider type wins,
+    /// two int32s give an int32 when the sum fits and an int64 otherwise,
+    /// and an int64 overflow gives the double sum.
+    pub fn add(self, other: Number) -> Number {
+        self.combine_widening(other, i64::checked_add, |x, y| x + y, DecimalValue::add)
+    }
+
+    /// Addition as `$inc` does it: [`Number::add`], except that an int64
+    /// overflow is `None` (updates refuse it rather than lose precision).
+    pub fn checked_add(self, other: Number) -> Option<Number> {
+        self.combine_checked(other, i64::checked_add, |x, y| x + y, DecimalValue::add)
+    }
+
+    /// True for every kind of zero, `-0.0` and `-0E+3` included.
+    pub fn is_zero(self) -> bool {
+        match self {
+            Number::Int32(i) => i == 0,
+            Number::Int64(i) => i == 0,
+            Number::Double(d) => d == 0.0,
+            Number::Decimal(d) => d.is_zero(),
+        }
+    }
+
+    /// The remainder of a truncating division, with the dividend's sign
+    /// (`$mod`): decimal when either side is one (exact, as MongoDB's
+    /// decimal `fmod`), else double when either is one, else int32 for
+    /// two int32s and int64 otherwise. `None` when the divisor is zero.
+    pub fn rem(self, divisor: Number) -> Option<Number> {
+        if divisor.is_zero() {
+            return None;
+        }
+        Some(match (self, divisor) {
+            (Number::Decimal(_), _) | (_, Number::Decimal(_)) => {
+                Number::Decimal(self.to_decimal().rem(&divisor.to_decimal()))
+            }
+            (Number::Double(_), _) | (_, Number::Double(_)) => {
+                Number::Double(self.to_f64() % divisor.to_f64())
+            }
+            // wrapping_rem gives 0 for MIN % -1 instead of overflowing.
+            (Number::Int32(a), Number::Int32(b)) => Number::Int32(a.wrapping_rem(b)),
+            _ => Number::Int64(
+                self.integral()
+                    .unwrap_or(0)
+                    .wrapping_rem(divisor.integral().unwrap_or(1)),
+            ),
+        })
+    }
+
+    /// The number truncated toward zero to an int64, as MongoDB coerces
+    /// query arguments (`$mod`'s divisor and remainder).
+    pub fn truncate_to_i64(self) -> std::result::Result<i64, NotIntegral> {
+        match self {
+            Number::Int32(i) => Ok(i64::from(i)),
+            Number::Int64(i) => Ok(i),
+            other => {
+                let f = other.to_f64();
+                if !f.is_finite() {
+                    return Err(NotIntegral::NotFinite);
+                }
+                let whole = f.trunc();
+                if !f64_fits_i64(whole) {
+                    return Err(NotIntegral::OutOfRange);
+                }
+                // In range, so the cast is exact.
+                Ok(whole as i64)
+            }
+        }
+    }
+}
+
+/// Why a number has no int64 value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotIntegral {
+    /// NaN or an infinity.
+    NotFinite,
+    /// Beyond the int64 range.
+    OutOfRange,
+}
+
 /// Compares two numbers exactly across types. NaN equals NaN and is below
 /// every other number.
 pub fn compare_numbers(a: Number, b: Number) -> Ordering {
@@ -956,6 +1036,50 @@ impl DecimalValue {
         }
     }
 
+    /// The remainder of a truncating division, sign of the dividend
+    /// (IEEE 754 `fmod`): exact, at the smaller of the two exponents.
+    /// A zero divisor or an infinite dividend gives NaN; an infinite
+    /// divisor leaves the dividend as it is.
+    pub fn rem(&self, other: &DecimalValue) -> DecimalValue {
+        use DecimalValue::*;
+        match (self.normalized(), other.normalized()) {
+            (NaN, _) | (_, NaN) | (Infinity { .. }, _) => NaN,
+            (x, Infinity { .. }) => x,
+            (_, y) if y.is_zero() => NaN,
+            (
+                x @ Finite {
+                    negative,
+                    coefficient: ca,
+                    exponent: ea,
+                },
+                y @ Finite {
+                    coefficient: cb,
+                    exponent: eb,
+                    ..
+                },
+            ) => {
+                let exponent = ea.min(eb);
+                // The divisor at the common exponent; the dividend's
+                // extra digits are folded in one at a time, so no
+                // intermediate exceeds ten times the divisor.
+                let exact = pow10_u128(eb - exponent)
+                    .and_then(|scale| cb.checked_mul(scale))
+                    .and_then(|divisor| {
+                        let mut r = ca % divisor;
+                        for _ in 0..(ea - exponent) {
+                            r = r.checked_mul(10)? % divisor;
+                        }
+                        Some(r)
+                    });
+                match exact {
+                    Some(r) => DecimalValue::round_finite(negative, r, exponent, false),
+                    // Magnitudes too far apart for 128 bits: through doubles.
+                    None => DecimalValue::from_f64(x.to_f64() % y.to_f64()),
+                }
+            }
+        }
+    }
+
     /// Division; `None` when dividing by zero (callers report their own
     /// error, as `$divide` does).
     pub fn div(&self, other: &DecimalValue) -> Option<DecimalValue> {
@@ -1067,6 +1191,11 @@ impl DecimalValue {
         let exponent = exponent.clamp(i64::from(i32::MIN) / 2, i64::from(i32::MAX) / 2) as i32;
         DecimalValue::round_finite(negative, coefficient, exponent, sticky)
     }
+}
+
+/// 10^n, when it fits 128 bits.
+fn pow10_u128(n: i32) -> Option<u128> {
+    10u128.checked_pow(u32::try_from(n).ok()?)
 }
 
 fn signum(negative: bool, coefficient: u128) -> i8 {
@@ -1718,6 +1847,102 @@ mod tests {
         assert!(matches!(widened, Number::Double(x) if x == 9_223_372_036_854_775_808.0));
         assert_eq!(Number::Int32(4).integral(), Some(4));
         assert_eq!(Number::Double(4.0).integral(), None);
+    }
+
+    #[test]
+    fn number_add_widens_and_checked_add_refuses_overflow() {
+        let int_max = Number::Int32(i32::MAX);
+        assert_eq!(int_max.add(Number::Int32(1)), Number::Int64(2_147_483_648));
+        assert_eq!(Number::Int32(1).add(Number::Int32(2)), Number::Int32(3));
+        assert_eq!(
+            Number::Int64(i64::MAX).add(Number::Int64(1)),
+            Number::Double(9_223_372_036_854_775_808.0)
+        );
+        assert_eq!(
+            Number::Int64(1).add(Number::Double(0.5)),
+            Number::Double(1.5)
+        );
+        assert_eq!(
+            Number::Decimal(d("0.1")).add(Number::Int32(1)),
+            Number::Decimal(d("1.1"))
+        );
+        assert_eq!(
+            Number::Decimal(d("1")).add(Number::Double(0.1)),
+            Number::Decimal(d("1.100000000000000"))
+        );
+        assert_eq!(Number::Int64(i64::MAX).checked_add(Number::Int32(1)), None);
+        assert_eq!(
+            Number::Int64(-1).checked_add(Number::Int32(1)),
+            Some(Number::Int64(0))
+        );
+    }
+
+    #[test]
+    fn number_zero_and_truncation() {
+        assert!(Number::Double(-0.0).is_zero());
+        assert!(Number::Decimal(d("-0E+3")).is_zero());
+        assert!(!Number::Int64(1).is_zero());
+        assert_eq!(Number::Double(-4.9).truncate_to_i64(), Ok(-4));
+        assert_eq!(Number::Decimal(d("7.99")).truncate_to_i64(), Ok(7));
+        assert_eq!(Number::Int64(i64::MIN).truncate_to_i64(), Ok(i64::MIN));
+        assert_eq!(
+            Number::Double(f64::NAN).truncate_to_i64(),
+            Err(NotIntegral::NotFinite)
+        );
+        assert_eq!(
+            Number::Decimal(DecimalValue::Infinity { negative: true }).truncate_to_i64(),
+            Err(NotIntegral::NotFinite)
+        );
+        assert_eq!(
+            Number::Double(1e19).truncate_to_i64(),
+            Err(NotIntegral::OutOfRange)
+        );
+    }
+
+    #[test]
+    fn number_rem_follows_the_dividend_and_the_wider_type() {
+        assert_eq!(
+            Number::Int32(7).rem(Number::Int32(3)),
+            Some(Number::Int32(1))
+        );
+        assert_eq!(
+            Number::Int32(-7).rem(Number::Int32(3)),
+            Some(Number::Int32(-1))
+        );
+        assert_eq!(
+            Number::Int32(7).rem(Number::Int32(-3)),
+            Some(Number::Int32(1))
+        );
+        assert_eq!(
+            Number::Int64(7).rem(Number::Int32(3)),
+            Some(Number::Int64(1))
+        );
+        assert_eq!(
+            Number::Int64(i64::MIN).rem(Number::Int64(-1)),
+            Some(Number::Int64(0))
+        );
+        assert_eq!(
+            Number::Double(7.5).rem(Number::Int32(2)),
+            Some(Number::Double(1.5))
+        );
+        assert_eq!(Number::Int32(1).rem(Number::Int32(0)), None);
+        assert_eq!(Number::Int32(1).rem(Number::Double(-0.0)), None);
+        assert_eq!(Number::Int32(1).rem(Number::Decimal(d("0E-5"))), None);
+        let dec_rem = |a: &str, b: &str| match Number::Decimal(d(a)).rem(Number::Decimal(d(b))) {
+            Some(Number::Decimal(r)) => r.to_decimal128().to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(dec_rem("7.5", "2"), "1.5");
+        assert_eq!(dec_rem("-7.5", "2"), "-1.5");
+        assert_eq!(dec_rem("10", "0.3"), "0.1");
+        assert_eq!(dec_rem("1E+20", "7"), "2");
+        assert_eq!(dec_rem("5", "7.00"), "5.00");
+        assert_eq!(dec_rem("Infinity", "7"), "NaN");
+        assert_eq!(dec_rem("5", "-Infinity"), "5");
+        assert_eq!(
+            Number::Int32(7).rem(Number::Decimal(d("2"))),
+            Some(Number::Decimal(d("1")))
+        );
     }
 
     #[test]

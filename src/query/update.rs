@@ -1650,7 +1650,7 @@ fn modify_existing(op: &LeafOp, target: &mut Bson, env: &OpEnv) -> Result<Outcom
                 return Ok(Outcome::Unchanged);
             };
             let result = if is_inc {
-                current.combine_checked(operand, i64::checked_add, |a, b| a + b, DecimalValue::add)
+                current.checked_add(operand)
             } else {
                 current.combine_checked(operand, i64::checked_mul, |a, b| a * b, DecimalValue::mul)
             };
