@@ -299,7 +299,7 @@ fn parse_n(name: &str, n: Option<&Bson>) -> Result<usize> {
     Ok(usize::try_from(int).unwrap_or(usize::MAX))
 }
 
-/// A running `$sum` (and `$avg`'s sum), added up with [`Number::add`]:
+/// A running `$sum` (and `$avg`'s sum), added up with [`Number::add_widening`]:
 /// integers are held as int64 and widen to a double when that overflows,
 /// and a double or decimal input makes the total one (decimals stay
 /// exact). Like MongoDB, the result is an int32 when every integer input
@@ -330,13 +330,13 @@ impl SumAcc {
             }
             other => other,
         };
-        self.total = self.total.add(n);
+        self.total = self.total.add_widening(n);
     }
 
     /// Adds another running sum.
     fn merge(&mut self, other: SumAcc) {
         self.long_input |= other.long_input;
-        self.total = self.total.add(other.total);
+        self.total = self.total.add_widening(other.total);
     }
 
     /// The partial value's type tag: 0 int, 1 long, 2 double, 3 decimal.

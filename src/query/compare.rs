@@ -340,11 +340,11 @@ impl Number {
     /// Addition as `$add`, `$sum` and `$avg` do it: the wider type wins,
     /// two int32s give an int32 when the sum fits and an int64 otherwise,
     /// and an int64 overflow gives the double sum.
-    pub fn add(self, other: Number) -> Number {
+    pub fn add_widening(self, other: Number) -> Number {
         self.combine_widening(other, i64::checked_add, |x, y| x + y, DecimalValue::add)
     }
 
-    /// Addition as `$inc` does it: [`Number::add`], except that an int64
+    /// Addition as `$inc` does it: [`Number::add_widening`], except that an int64
     /// overflow is `None` (updates refuse it rather than lose precision).
     pub fn checked_add(self, other: Number) -> Option<Number> {
         self.combine_checked(other, i64::checked_add, |x, y| x + y, DecimalValue::add)
@@ -364,7 +364,7 @@ impl Number {
     /// (`$mod`): decimal when either side is one (exact, as MongoDB's
     /// decimal `fmod`), else double when either is one, else int32 for
     /// two int32s and int64 otherwise. `None` when the divisor is zero.
-    pub fn rem(self, divisor: Number) -> Option<Number> {
+    pub fn checked_rem(self, divisor: Number) -> Option<Number> {
         if divisor.is_zero() {
             return None;
         }
@@ -1852,22 +1852,28 @@ mod tests {
     #[test]
     fn number_add_widens_and_checked_add_refuses_overflow() {
         let int_max = Number::Int32(i32::MAX);
-        assert_eq!(int_max.add(Number::Int32(1)), Number::Int64(2_147_483_648));
-        assert_eq!(Number::Int32(1).add(Number::Int32(2)), Number::Int32(3));
         assert_eq!(
-            Number::Int64(i64::MAX).add(Number::Int64(1)),
+            int_max.add_widening(Number::Int32(1)),
+            Number::Int64(2_147_483_648)
+        );
+        assert_eq!(
+            Number::Int32(1).add_widening(Number::Int32(2)),
+            Number::Int32(3)
+        );
+        assert_eq!(
+            Number::Int64(i64::MAX).add_widening(Number::Int64(1)),
             Number::Double(9_223_372_036_854_775_808.0)
         );
         assert_eq!(
-            Number::Int64(1).add(Number::Double(0.5)),
+            Number::Int64(1).add_widening(Number::Double(0.5)),
             Number::Double(1.5)
         );
         assert_eq!(
-            Number::Decimal(d("0.1")).add(Number::Int32(1)),
+            Number::Decimal(d("0.1")).add_widening(Number::Int32(1)),
             Number::Decimal(d("1.1"))
         );
         assert_eq!(
-            Number::Decimal(d("1")).add(Number::Double(0.1)),
+            Number::Decimal(d("1")).add_widening(Number::Double(0.1)),
             Number::Decimal(d("1.100000000000000"))
         );
         assert_eq!(Number::Int64(i64::MAX).checked_add(Number::Int32(1)), None);
@@ -1902,36 +1908,40 @@ mod tests {
     #[test]
     fn number_rem_follows_the_dividend_and_the_wider_type() {
         assert_eq!(
-            Number::Int32(7).rem(Number::Int32(3)),
+            Number::Int32(7).checked_rem(Number::Int32(3)),
             Some(Number::Int32(1))
         );
         assert_eq!(
-            Number::Int32(-7).rem(Number::Int32(3)),
+            Number::Int32(-7).checked_rem(Number::Int32(3)),
             Some(Number::Int32(-1))
         );
         assert_eq!(
-            Number::Int32(7).rem(Number::Int32(-3)),
+            Number::Int32(7).checked_rem(Number::Int32(-3)),
             Some(Number::Int32(1))
         );
         assert_eq!(
-            Number::Int64(7).rem(Number::Int32(3)),
+            Number::Int64(7).checked_rem(Number::Int32(3)),
             Some(Number::Int64(1))
         );
         assert_eq!(
-            Number::Int64(i64::MIN).rem(Number::Int64(-1)),
+            Number::Int64(i64::MIN).checked_rem(Number::Int64(-1)),
             Some(Number::Int64(0))
         );
         assert_eq!(
-            Number::Double(7.5).rem(Number::Int32(2)),
+            Number::Double(7.5).checked_rem(Number::Int32(2)),
             Some(Number::Double(1.5))
         );
-        assert_eq!(Number::Int32(1).rem(Number::Int32(0)), None);
-        assert_eq!(Number::Int32(1).rem(Number::Double(-0.0)), None);
-        assert_eq!(Number::Int32(1).rem(Number::Decimal(d("0E-5"))), None);
-        let dec_rem = |a: &str, b: &str| match Number::Decimal(d(a)).rem(Number::Decimal(d(b))) {
-            Some(Number::Decimal(r)) => r.to_decimal128().to_string(),
-            other => panic!("{other:?}"),
-        };
+        assert_eq!(Number::Int32(1).checked_rem(Number::Int32(0)), None);
+        assert_eq!(Number::Int32(1).checked_rem(Number::Double(-0.0)), None);
+        assert_eq!(
+            Number::Int32(1).checked_rem(Number::Decimal(d("0E-5"))),
+            None
+        );
+        let dec_rem =
+            |a: &str, b: &str| match Number::Decimal(d(a)).checked_rem(Number::Decimal(d(b))) {
+                Some(Number::Decimal(r)) => r.to_decimal128().to_string(),
+                other => panic!("{other:?}"),
+            };
         assert_eq!(dec_rem("7.5", "2"), "1.5");
         assert_eq!(dec_rem("-7.5", "2"), "-1.5");
         assert_eq!(dec_rem("10", "0.3"), "0.1");
@@ -1940,7 +1950,7 @@ mod tests {
         assert_eq!(dec_rem("Infinity", "7"), "NaN");
         assert_eq!(dec_rem("5", "-Infinity"), "5");
         assert_eq!(
-            Number::Int32(7).rem(Number::Decimal(d("2"))),
+            Number::Int32(7).checked_rem(Number::Decimal(d("2"))),
             Some(Number::Decimal(d("1")))
         );
     }

@@ -853,7 +853,7 @@ fn op_mod<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             ),
         ));
     };
-    let Some(result) = x.rem(y) else {
+    let Some(result) = x.checked_rem(y) else {
         return Err(expression_error(
             ErrorCode::ModByZero,
             "can't $mod by zero".to_string(),
