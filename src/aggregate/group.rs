@@ -299,133 +299,93 @@ fn parse_n(name: &str, n: Option<&Bson>) -> Result<usize> {
     Ok(usize::try_from(int).unwrap_or(usize::MAX))
 }
 
-/// A running `$sum`: ints widen to longs on overflow, longs to doubles,
-/// and any double or decimal makes the result one.
+/// A running `$sum` (and `$avg`'s sum), added up with [`Number::add_widening`]:
+/// integers are held as int64 and widen to a double when that overflows,
+/// and a double or decimal input makes the total one (decimals stay
+/// exact). Like MongoDB, the result is an int32 when every integer input
+/// was one and the total fits.
 #[derive(Debug, Clone, Copy)]
 struct SumAcc {
-    /// 0 int, 1 long, 2 double, 3 decimal.
-    kind: u8,
-    long: i64,
-    double: f64,
-    decimal: DecimalValue,
+    total: Number,
+    /// An int64 was added: an integer total stays an int64.
+    long_input: bool,
 }
 
 impl Default for SumAcc {
     fn default() -> Self {
         SumAcc {
-            kind: 0,
-            long: 0,
-            double: 0.0,
-            decimal: DecimalValue::from_i64(0),
+            total: Number::Int64(0),
+            long_input: false,
         }
     }
 }
 
 impl SumAcc {
-    fn current_decimal(&self) -> DecimalValue {
-        match self.kind {
-            0 | 1 => DecimalValue::from_i64(self.long),
-            2 => DecimalValue::from_f64(self.double),
-            _ => self.decimal,
-        }
-    }
-
     fn add(&mut self, n: Number) {
-        match n {
-            Number::Int32(_) | Number::Int64(_) => {
-                let i = match n {
-                    Number::Int32(i) => i64::from(i),
-                    Number::Int64(i) => {
-                        self.kind = self.kind.max(1);
-                        i
-                    }
-                    _ => 0,
-                };
-                match self.kind {
-                    0 | 1 => match self.long.checked_add(i) {
-                        Some(s) => self.long = s,
-                        None => {
-                            self.double = self.long as f64 + i as f64;
-                            self.kind = 2;
-                        }
-                    },
-                    2 => self.double += i as f64,
-                    _ => self.decimal = self.decimal.add(&DecimalValue::from_i64(i)),
-                }
+        let n = match n {
+            Number::Int32(i) => Number::Int64(i64::from(i)),
+            Number::Int64(i) => {
+                self.long_input = true;
+                Number::Int64(i)
             }
-            Number::Double(d) => match self.kind {
-                0 | 1 => {
-                    self.double = self.long as f64 + d;
-                    self.kind = 2;
-                }
-                2 => self.double += d,
-                _ => self.decimal = self.decimal.add(&DecimalValue::from_f64(d)),
-            },
-            Number::Decimal(d) => {
-                self.decimal = self.current_decimal().add(&d);
-                self.kind = 3;
-            }
-        }
+            other => other,
+        };
+        self.total = self.total.add_widening(n);
     }
 
-    /// Adds another running sum, keeping "all ints" when both were.
+    /// Adds another running sum.
     fn merge(&mut self, other: SumAcc) {
-        match other.kind {
-            0 | 1 => {
-                let was = self.kind;
-                self.add(Number::Int64(other.long));
-                if other.kind == 0 && was == 0 && self.kind == 1 {
-                    self.kind = 0;
-                }
-            }
-            2 => self.add(Number::Double(other.double)),
-            _ => self.add(Number::Decimal(other.decimal)),
+        self.long_input |= other.long_input;
+        self.total = self.total.add_widening(other.total);
+    }
+
+    /// The partial value's type tag: 0 int, 1 long, 2 double, 3 decimal.
+    fn kind(&self) -> i32 {
+        match self.total {
+            Number::Int32(_) => 0,
+            Number::Int64(_) if !self.long_input => 0,
+            Number::Int64(_) => 1,
+            Number::Double(_) => 2,
+            Number::Decimal(_) => 3,
         }
     }
 
     /// The running sum as a partial value: its type and value.
     fn partial(self) -> Bson {
-        let mut d = doc! {"t": i32::from(self.kind)};
-        match self.kind {
-            0 | 1 => d.insert("v", self.long),
-            2 => d.insert("v", self.double),
-            _ => d.insert("v", Bson::Decimal128(self.decimal.to_decimal128())),
+        let value = match self.total {
+            Number::Int32(i) => Bson::Int64(i64::from(i)),
+            other => other.into_bson(),
         };
-        Bson::Document(d)
+        Bson::Document(doc! {"t": self.kind(), "v": value})
     }
 
     fn from_partial(partial: &Bson) -> Option<SumAcc> {
         let Bson::Document(d) = partial else {
             return None;
         };
-        let kind = u8::try_from(d.get_i32("t").ok()?).ok()?;
-        let mut s = SumAcc {
-            kind,
-            ..SumAcc::default()
-        };
-        match (kind, d.get("v")?) {
-            (0 | 1, Bson::Int64(l)) => s.long = *l,
-            (2, Bson::Double(f)) => s.double = *f,
-            (3, Bson::Decimal128(x)) => s.decimal = DecimalValue::from_decimal128(x),
+        let kind = d.get_i32("t").ok()?;
+        let total = match (kind, d.get("v")?) {
+            (0 | 1, Bson::Int64(l)) => Number::Int64(*l),
+            (2, Bson::Double(f)) => Number::Double(*f),
+            (3, Bson::Decimal128(x)) => Number::Decimal(DecimalValue::from_decimal128(x)),
             _ => return None,
-        }
-        Some(s)
+        };
+        Some(SumAcc {
+            total,
+            long_input: kind == 1,
+        })
     }
 
     fn to_f64(self) -> f64 {
-        match self.kind {
-            0 | 1 => self.long as f64,
-            2 => self.double,
-            _ => self.decimal.to_f64(),
-        }
+        self.total.to_f64()
     }
 
     fn into_bson(self) -> Bson {
-        match self.kind {
-            0 => i32::try_from(self.long).map_or(Bson::Int64(self.long), Bson::Int32),
-            1 => Bson::Int64(self.long),
-            2 => Bson::Double(self.double),
-            _ => Bson::Decimal128(self.decimal.to_decimal128()),
+        match self.total {
+            Number::Int64(l) if !self.long_input => {
+                i32::try_from(l).map_or(Bson::Int64(l), Bson::Int32)
+            }
+            other => other.into_bson(),
         }
     }
 }
@@ -925,8 +885,8 @@ impl State {
             State::Avg(s, c) => {
                 if c == 0 {
                     Bson::Null
-                } else if s.kind == 3 {
-                    match s.decimal.div(&DecimalValue::from_i64(c)) {
+                } else if let Number::Decimal(sum) = s.total {
+                    match sum.div(&DecimalValue::from_i64(c)) {
                         Some(d) => Bson::Decimal128(d.to_decimal128()),
                         None => Bson::Null,
                     }

@@ -16,7 +16,6 @@
 //! deprecated `undefined` type is rare and queries treat the two alike.
 
 use std::cmp::Ordering;
-use std::str::FromStr;
 
 use bson::{Bson, Decimal128, Document};
 
@@ -337,6 +336,86 @@ impl Number {
     }
 }
 
+impl Number {
+    /// Addition as `$add`, `$sum` and `$avg` do it: the wider type wins,
+    /// two int32s give an int32 when the sum fits and an int64 otherwise,
+    /// and an int64 overflow gives the double sum.
+    pub fn add_widening(self, other: Number) -> Number {
+        self.combine_widening(other, i64::checked_add, |x, y| x + y, DecimalValue::add)
+    }
+
+    /// Addition as `$inc` does it: [`Number::add_widening`], except that an int64
+    /// overflow is `None` (updates refuse it rather than lose precision).
+    pub fn checked_add(self, other: Number) -> Option<Number> {
+        self.combine_checked(other, i64::checked_add, |x, y| x + y, DecimalValue::add)
+    }
+
+    /// True for every kind of zero, `-0.0` and `-0E+3` included.
+    pub fn is_zero(self) -> bool {
+        match self {
+            Number::Int32(i) => i == 0,
+            Number::Int64(i) => i == 0,
+            Number::Double(d) => d == 0.0,
+            Number::Decimal(d) => d.is_zero(),
+        }
+    }
+
+    /// The remainder of a truncating division, with the dividend's sign
+    /// (`$mod`): decimal when either side is one (exact, as MongoDB's
+    /// decimal `fmod`), else double when either is one, else int32 for
+    /// two int32s and int64 otherwise. `None` when the divisor is zero.
+    pub fn checked_rem(self, divisor: Number) -> Option<Number> {
+        if divisor.is_zero() {
+            return None;
+        }
+        Some(match (self, divisor) {
+            (Number::Decimal(_), _) | (_, Number::Decimal(_)) => {
+                Number::Decimal(self.to_decimal().rem(&divisor.to_decimal()))
+            }
+            (Number::Double(_), _) | (_, Number::Double(_)) => {
+                Number::Double(self.to_f64() % divisor.to_f64())
+            }
+            // wrapping_rem gives 0 for MIN % -1 instead of overflowing.
+            (Number::Int32(a), Number::Int32(b)) => Number::Int32(a.wrapping_rem(b)),
+            _ => Number::Int64(
+                self.integral()
+                    .unwrap_or(0)
+                    .wrapping_rem(divisor.integral().unwrap_or(1)),
+            ),
+        })
+    }
+
+    /// The number truncated toward zero to an int64, as MongoDB coerces
+    /// query arguments (`$mod`'s divisor and remainder).
+    pub fn truncate_to_i64(self) -> std::result::Result<i64, NotIntegral> {
+        match self {
+            Number::Int32(i) => Ok(i64::from(i)),
+            Number::Int64(i) => Ok(i),
+            other => {
+                let f = other.to_f64();
+                if !f.is_finite() {
+                    return Err(NotIntegral::NotFinite);
+                }
+                let whole = f.trunc();
+                if !f64_fits_i64(whole) {
+                    return Err(NotIntegral::OutOfRange);
+                }
+                // In range, so the cast is exact.
+                Ok(whole as i64)
+            }
+        }
+    }
+}
+
+/// Why a number has no int64 value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotIntegral {
+    /// NaN or an infinity.
+    NotFinite,
+    /// Beyond the int64 range.
+    OutOfRange,
+}
+
 /// Compares two numbers exactly across types. NaN equals NaN and is below
 /// every other number.
 pub fn compare_numbers(a: Number, b: Number) -> Ordering {
@@ -610,26 +689,56 @@ impl DecimalValue {
         }
     }
 
-    /// Packs the value into a Decimal128.
+    /// Packs the value into a Decimal128: the one encoder, the inverse of
+    /// [`DecimalValue::from_decimal128`].
     pub fn to_decimal128(&self) -> Decimal128 {
-        let text = match *self {
-            DecimalValue::NaN => "NaN".to_string(),
-            DecimalValue::Infinity { negative: true } => "-Infinity".to_string(),
-            DecimalValue::Infinity { negative: false } => "Infinity".to_string(),
+        Decimal128::from_bytes(self.to_bits().to_le_bytes())
+    }
+
+    /// Encodes as an IEEE 754-2008 decimal128 in binary integer decimal
+    /// (BID): sign bit, 14-bit exponent biased by 6176, 113-bit
+    /// coefficient. Every canonical coefficient (at most 34 digits) is
+    /// below 2^113, so the "large coefficient" form is never needed. A
+    /// value built outside Decimal128's range is rounded into it first.
+    pub fn to_bits(&self) -> u128 {
+        const EXPONENT_BIAS: i32 = 6176;
+        const SIGN: u128 = 1 << 127;
+        const INFINITY: u128 = 0b1_1110 << 122;
+        const NAN: u128 = 0b1_1111 << 122;
+        let (negative, coefficient, exponent) = match *self {
+            DecimalValue::NaN => return NAN,
+            DecimalValue::Infinity { negative } => {
+                return INFINITY | if negative { SIGN } else { 0 };
+            }
             DecimalValue::Finite {
                 negative,
                 coefficient,
                 exponent,
-            } => {
-                let sign = if negative { "-" } else { "" };
-                format!("{sign}{coefficient}E{exponent}")
-            }
+            } => (negative, coefficient, exponent),
         };
-        Decimal128::from_str(&text).unwrap_or_else(|_| {
-            // Only reachable for exponents beyond Decimal128's range, which
-            // `round_finite` already clamps to zero or infinity.
-            Decimal128::from_bytes([0; 16])
-        })
+        let in_range =
+            coefficient <= MAX_COEFFICIENT && (MIN_EXPONENT..=MAX_EXPONENT).contains(&exponent);
+        if !in_range {
+            let rounded = DecimalValue::round_finite(negative, coefficient, exponent, false);
+            return match rounded {
+                // `round_finite` always lands in range; the check keeps a
+                // bug there from recursing forever.
+                DecimalValue::Finite {
+                    coefficient,
+                    exponent,
+                    ..
+                } if coefficient > MAX_COEFFICIENT
+                    || !(MIN_EXPONENT..=MAX_EXPONENT).contains(&exponent) =>
+                {
+                    NAN
+                }
+                other => other.to_bits(),
+            };
+        }
+        // In range, so the biased exponent is within 0..=12287 (14 bits).
+        let biased = u128::from((exponent + EXPONENT_BIAS).unsigned_abs());
+        let sign = if negative { SIGN } else { 0 };
+        sign | (biased << 113) | coefficient
     }
 
     pub fn is_zero(&self) -> bool {
@@ -927,6 +1036,50 @@ impl DecimalValue {
         }
     }
 
+    /// The remainder of a truncating division, sign of the dividend
+    /// (IEEE 754 `fmod`): exact, at the smaller of the two exponents.
+    /// A zero divisor or an infinite dividend gives NaN; an infinite
+    /// divisor leaves the dividend as it is.
+    pub fn rem(&self, other: &DecimalValue) -> DecimalValue {
+        use DecimalValue::*;
+        match (self.normalized(), other.normalized()) {
+            (NaN, _) | (_, NaN) | (Infinity { .. }, _) => NaN,
+            (x, Infinity { .. }) => x,
+            (_, y) if y.is_zero() => NaN,
+            (
+                x @ Finite {
+                    negative,
+                    coefficient: ca,
+                    exponent: ea,
+                },
+                y @ Finite {
+                    coefficient: cb,
+                    exponent: eb,
+                    ..
+                },
+            ) => {
+                let exponent = ea.min(eb);
+                // The divisor at the common exponent; the dividend's
+                // extra digits are folded in one at a time, so no
+                // intermediate exceeds ten times the divisor.
+                let exact = pow10_u128(eb - exponent)
+                    .and_then(|scale| cb.checked_mul(scale))
+                    .and_then(|divisor| {
+                        let mut r = ca % divisor;
+                        for _ in 0..(ea - exponent) {
+                            r = r.checked_mul(10)? % divisor;
+                        }
+                        Some(r)
+                    });
+                match exact {
+                    Some(r) => DecimalValue::round_finite(negative, r, exponent, false),
+                    // Magnitudes too far apart for 128 bits: through doubles.
+                    None => DecimalValue::from_f64(x.to_f64() % y.to_f64()),
+                }
+            }
+        }
+    }
+
     /// Division; `None` when dividing by zero (callers report their own
     /// error, as `$divide` does).
     pub fn div(&self, other: &DecimalValue) -> Option<DecimalValue> {
@@ -1038,6 +1191,11 @@ impl DecimalValue {
         let exponent = exponent.clamp(i64::from(i32::MIN) / 2, i64::from(i32::MAX) / 2) as i32;
         DecimalValue::round_finite(negative, coefficient, exponent, sticky)
     }
+}
+
+/// 10^n, when it fits 128 bits.
+fn pow10_u128(n: i32) -> Option<u128> {
+    10u128.checked_pow(u32::try_from(n).ok()?)
 }
 
 fn signum(negative: bool, coefficient: u128) -> i8 {
@@ -1346,7 +1504,7 @@ pub fn number_as_i64(v: &Bson) -> Option<i64> {
         Bson::Int32(n) => Some(*n as i64),
         Bson::Int64(n) => Some(*n),
         Bson::Double(f) if f.fract() == 0.0 && f.is_finite() && f.abs() < 9.2e18 => Some(*f as i64),
-        Bson::Decimal128(d) => d.to_string().parse::<i64>().ok(),
+        Bson::Decimal128(d) => DecimalValue::from_decimal128(d).to_i64_exact(),
         _ => None,
     }
 }
@@ -1356,6 +1514,7 @@ mod tests {
     use super::*;
     use bson::{doc, oid::ObjectId, Binary, DateTime, Regex, Timestamp};
     use proptest::prelude::*;
+    use std::str::FromStr;
 
     fn dec(s: &str) -> Bson {
         Bson::Decimal128(Decimal128::from_str(s).unwrap())
@@ -1589,6 +1748,64 @@ mod tests {
         assert_eq!(type_code(&Bson::Int64(1)), 18);
     }
 
+    /// The encoder writes exactly the bytes `bson` parses a literal into,
+    /// and the decoder reads them back to the same value.
+    #[test]
+    fn decimal128_encoding_matches_bson_bytes() {
+        for text in [
+            "0",
+            "-0",
+            "1",
+            "-1",
+            "1.5",
+            "-1.5",
+            "0.001",
+            "1E+6144",
+            "1E-6176",
+            "-1E-6176",
+            "0E+6111",
+            "0E-6176",
+            "9999999999999999999999999999999999",
+            "-9999999999999999999999999999999999",
+            "9.999999999999999999999999999999999E+6144",
+            "1234567890123456789012345678901234E-6176",
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            "123.456E+20",
+            "18446744073709551616",
+        ] {
+            let bytes = Decimal128::from_str(text).unwrap();
+            let value = DecimalValue::from_decimal128(&bytes);
+            assert_eq!(value.to_decimal128().bytes(), bytes.bytes(), "{text}");
+            assert_eq!(DecimalValue::from_bits(value.to_bits()), value, "{text}");
+        }
+        // Out-of-range values round into range on the way out.
+        let clamped = DecimalValue::Finite {
+            negative: false,
+            coefficient: 1,
+            exponent: 6112,
+        };
+        assert_eq!(clamped.to_decimal128().to_string(), "1.0E+6112");
+        let tiny = DecimalValue::Finite {
+            negative: true,
+            coefficient: 1,
+            exponent: -6200,
+        };
+        assert_eq!(tiny.to_decimal128().to_string(), "-0E-6176");
+        let huge = DecimalValue::Finite {
+            negative: false,
+            coefficient: MAX_COEFFICIENT,
+            exponent: 6111,
+        };
+        assert_eq!(
+            huge.to_bits(),
+            DecimalValue::parse("9.999999999999999999999999999999999E+6144")
+                .unwrap()
+                .to_bits()
+        );
+    }
+
     fn d(s: &str) -> DecimalValue {
         DecimalValue::parse(s).unwrap()
     }
@@ -1630,6 +1847,112 @@ mod tests {
         assert!(matches!(widened, Number::Double(x) if x == 9_223_372_036_854_775_808.0));
         assert_eq!(Number::Int32(4).integral(), Some(4));
         assert_eq!(Number::Double(4.0).integral(), None);
+    }
+
+    #[test]
+    fn number_add_widens_and_checked_add_refuses_overflow() {
+        let int_max = Number::Int32(i32::MAX);
+        assert_eq!(
+            int_max.add_widening(Number::Int32(1)),
+            Number::Int64(2_147_483_648)
+        );
+        assert_eq!(
+            Number::Int32(1).add_widening(Number::Int32(2)),
+            Number::Int32(3)
+        );
+        assert_eq!(
+            Number::Int64(i64::MAX).add_widening(Number::Int64(1)),
+            Number::Double(9_223_372_036_854_775_808.0)
+        );
+        assert_eq!(
+            Number::Int64(1).add_widening(Number::Double(0.5)),
+            Number::Double(1.5)
+        );
+        assert_eq!(
+            Number::Decimal(d("0.1")).add_widening(Number::Int32(1)),
+            Number::Decimal(d("1.1"))
+        );
+        assert_eq!(
+            Number::Decimal(d("1")).add_widening(Number::Double(0.1)),
+            Number::Decimal(d("1.100000000000000"))
+        );
+        assert_eq!(Number::Int64(i64::MAX).checked_add(Number::Int32(1)), None);
+        assert_eq!(
+            Number::Int64(-1).checked_add(Number::Int32(1)),
+            Some(Number::Int64(0))
+        );
+    }
+
+    #[test]
+    fn number_zero_and_truncation() {
+        assert!(Number::Double(-0.0).is_zero());
+        assert!(Number::Decimal(d("-0E+3")).is_zero());
+        assert!(!Number::Int64(1).is_zero());
+        assert_eq!(Number::Double(-4.9).truncate_to_i64(), Ok(-4));
+        assert_eq!(Number::Decimal(d("7.99")).truncate_to_i64(), Ok(7));
+        assert_eq!(Number::Int64(i64::MIN).truncate_to_i64(), Ok(i64::MIN));
+        assert_eq!(
+            Number::Double(f64::NAN).truncate_to_i64(),
+            Err(NotIntegral::NotFinite)
+        );
+        assert_eq!(
+            Number::Decimal(DecimalValue::Infinity { negative: true }).truncate_to_i64(),
+            Err(NotIntegral::NotFinite)
+        );
+        assert_eq!(
+            Number::Double(1e19).truncate_to_i64(),
+            Err(NotIntegral::OutOfRange)
+        );
+    }
+
+    #[test]
+    fn number_rem_follows_the_dividend_and_the_wider_type() {
+        assert_eq!(
+            Number::Int32(7).checked_rem(Number::Int32(3)),
+            Some(Number::Int32(1))
+        );
+        assert_eq!(
+            Number::Int32(-7).checked_rem(Number::Int32(3)),
+            Some(Number::Int32(-1))
+        );
+        assert_eq!(
+            Number::Int32(7).checked_rem(Number::Int32(-3)),
+            Some(Number::Int32(1))
+        );
+        assert_eq!(
+            Number::Int64(7).checked_rem(Number::Int32(3)),
+            Some(Number::Int64(1))
+        );
+        assert_eq!(
+            Number::Int64(i64::MIN).checked_rem(Number::Int64(-1)),
+            Some(Number::Int64(0))
+        );
+        assert_eq!(
+            Number::Double(7.5).checked_rem(Number::Int32(2)),
+            Some(Number::Double(1.5))
+        );
+        assert_eq!(Number::Int32(1).checked_rem(Number::Int32(0)), None);
+        assert_eq!(Number::Int32(1).checked_rem(Number::Double(-0.0)), None);
+        assert_eq!(
+            Number::Int32(1).checked_rem(Number::Decimal(d("0E-5"))),
+            None
+        );
+        let dec_rem =
+            |a: &str, b: &str| match Number::Decimal(d(a)).checked_rem(Number::Decimal(d(b))) {
+                Some(Number::Decimal(r)) => r.to_decimal128().to_string(),
+                other => panic!("{other:?}"),
+            };
+        assert_eq!(dec_rem("7.5", "2"), "1.5");
+        assert_eq!(dec_rem("-7.5", "2"), "-1.5");
+        assert_eq!(dec_rem("10", "0.3"), "0.1");
+        assert_eq!(dec_rem("1E+20", "7"), "2");
+        assert_eq!(dec_rem("5", "7.00"), "5.00");
+        assert_eq!(dec_rem("Infinity", "7"), "NaN");
+        assert_eq!(dec_rem("5", "-Infinity"), "5");
+        assert_eq!(
+            Number::Int32(7).checked_rem(Number::Decimal(d("2"))),
+            Some(Number::Decimal(d("1")))
+        );
     }
 
     #[test]
@@ -1716,6 +2039,14 @@ mod tests {
             prop_assert_ne!(compare(&v[0], &v[1]), Ordering::Greater);
             prop_assert_ne!(compare(&v[1], &v[2]), Ordering::Greater);
             prop_assert_ne!(compare(&v[0], &v[2]), Ordering::Greater);
+        }
+
+        #[test]
+        fn decimal128_encoding_round_trips(c in any::<u128>(), e in -6176i32..=6111, negative in any::<bool>()) {
+            let text = format!("{}{}E{}", if negative { "-" } else { "" }, c % (MAX_COEFFICIENT + 1), e);
+            let bytes = Decimal128::from_str(&text).unwrap();
+            let value = DecimalValue::from_decimal128(&bytes);
+            prop_assert_eq!(value.to_decimal128().bytes(), bytes.bytes());
         }
 
         #[test]

@@ -30,8 +30,8 @@ use bson::{Bson, Document, RawBsonRef, RawDocument};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{
-    canonical_type_rank, compare, f64_fits_i64, is_nan, type_code, values_equal, Number,
-    NUMBER_RANK,
+    canonical_type_rank, compare, f64_fits_i64, is_nan, type_code, values_equal, NotIntegral,
+    Number, NUMBER_RANK,
 };
 use crate::query::expr::Expr;
 use crate::query::path::{parts, walk, Container, Part};
@@ -1240,28 +1240,18 @@ fn parse_mod(arg: &Bson) -> Result<(i64, i64)> {
         crate::bail!(BadValue, "malformed mod, too many elements");
     }
     let to_long = |n: Number, what: &str| -> Result<i64> {
-        match n {
-            Number::Int32(i) => Ok(i64::from(i)),
-            Number::Int64(i) => Ok(i),
-            other => {
-                let f = other.to_f64();
-                if !f.is_finite() {
-                    crate::bail!(
-                        BadValue,
-                        "malformed mod, {what} value is invalid :: caused by :: Unable to \
-                         coerce NaN/Inf to integral type"
-                    );
-                }
-                let t = f.trunc();
-                if !f64_fits_i64(t) {
-                    crate::bail!(
-                        BadValue,
-                        "malformed mod, {what} value is invalid :: caused by :: Out of bounds \
-                         coercing to integral value"
-                    );
-                }
-                Ok(t as i64)
-            }
+        match n.truncate_to_i64() {
+            Ok(i) => Ok(i),
+            Err(NotIntegral::NotFinite) => crate::bail!(
+                BadValue,
+                "malformed mod, {what} value is invalid :: caused by :: Unable to coerce \
+                 NaN/Inf to integral type"
+            ),
+            Err(NotIntegral::OutOfRange) => crate::bail!(
+                BadValue,
+                "malformed mod, {what} value is invalid :: caused by :: Out of bounds \
+                 coercing to integral value"
+            ),
         }
     };
     let divisor = to_long(divisor, "divisor")?;
@@ -1631,17 +1621,8 @@ fn compare_matches(op: CmpOp, value: Option<&Bson>, rhs: &Bson) -> bool {
 }
 
 fn mod_matches(value: &Bson, divisor: i64, remainder: i64) -> bool {
-    let dividend = match Number::of(value) {
-        None => return false,
-        Some(Number::Int32(i)) => i64::from(i),
-        Some(Number::Int64(i)) => i,
-        Some(other) => {
-            let f = other.to_f64();
-            if !f.is_finite() || !f64_fits_i64(f) {
-                return false;
-            }
-            f.trunc() as i64
-        }
+    let Some(Ok(dividend)) = Number::of(value).map(Number::truncate_to_i64) else {
+        return false;
     };
     // wrapping_rem gives 0 for i64::MIN % -1 instead of overflowing.
     dividend.wrapping_rem(divisor) == remainder

@@ -17,8 +17,14 @@
 //! - [`all_values`], `$lookup`'s `visitAllValuesAtPath`: arrays along the
 //!   way and at the end expand one level.
 //! - [`get_in_documents`]: documents only; an array on the way is missing.
-//! - [`get_positional`] and [`get_positional_mut`], updates': arrays are
-//!   entered only by a numeric component.
+//! - [`get_positional`], [`get_positional_mut`] and [`existing_prefix_len`],
+//!   updates': arrays are entered only by a numeric component.
+//! - [`element_at_path`], `$push`'s `$sort` keys (`extractElementAtPath`):
+//!   the rest of the path is first tried as one literal field name, and
+//!   arrays are entered only by a canonical index.
+//! - [`for_each_value_mut`] and [`first_array_mut`], projection's edits
+//!   of its output (`$slice`, the positional `$`): arrays along the way are
+//!   traversed, or the first one found is the target.
 //!
 //! The numeric-component rule differs too: queries and sorts take only the
 //! canonical form ([`array_index`]: `"0"`, `"12"`, not `"01"`), updates any
@@ -387,6 +393,116 @@ pub fn get_positional_mut<'a, S: AsRef<str>>(
     Some(current)
 }
 
+/// How many leading components of an update path exist in `doc`
+/// (arrays entered by index only): where creating the rest starts.
+pub fn existing_prefix_len<S: AsRef<str>>(doc: &Document, path: &[S]) -> usize {
+    let Some((first, rest)) = path.split_first() else {
+        return 0;
+    };
+    let Some(mut current) = doc.get(first.as_ref()) else {
+        return 0;
+    };
+    let mut found = 1;
+    for part in rest {
+        match child(current, part.as_ref()) {
+            Some(next) => {
+                current = next;
+                found += 1;
+            }
+            None => break,
+        }
+    }
+    found
+}
+
+/// The value at a dotted `path` below `doc` as `$push`'s `$sort` reads a
+/// sort field (MongoDB's `extractElementAtPath`): at each level the whole
+/// rest of the path is first looked up as one field name (`"a.b"` may
+/// be a field), then its first component is followed. Arrays are entered
+/// only by a canonical index (`"1"`, not `"01"`).
+pub fn element_at_path<'a>(doc: &'a Document, path: &str) -> Option<&'a Bson> {
+    let mut container = Container::Doc(doc);
+    let mut rest = path;
+    loop {
+        if let Some(value) = container.get_named(rest) {
+            return Some(value);
+        }
+        let (left, right) = rest.split_once('.')?;
+        container = match container.get_named(left)? {
+            Bson::Document(sub) => Container::Doc(sub),
+            Bson::Array(items) => Container::Arr(items),
+            _ => return None,
+        };
+        rest = right;
+    }
+}
+
+impl<'a> Container<'a> {
+    /// [`Container::get`] for a name not split into [`Part`]s.
+    fn get_named(self, name: &str) -> Option<&'a Bson> {
+        match self {
+            Container::Doc(d) => d.get(name),
+            Container::Arr(a) => array_index(name).and_then(|i| a.get(i)),
+        }
+    }
+}
+
+/// Offers every value at `path` in `doc` to `edit`, mutably, as
+/// projection's `$slice` finds its arrays: documents descend, an array
+/// along the way passes the rest of the path to each of its document
+/// elements (other elements are left alone), and a missing field or a
+/// scalar along the way ends that branch.
+pub fn for_each_value_mut<S: AsRef<str>>(
+    doc: &mut Document,
+    path: &[S],
+    edit: &mut dyn FnMut(&mut Bson),
+) {
+    let mut current = doc;
+    let mut parts = path;
+    while let Some((first, rest)) = parts.split_first() {
+        let Some(value) = current.get_mut(first.as_ref()) else {
+            return;
+        };
+        if rest.is_empty() {
+            edit(value);
+            return;
+        }
+        match value {
+            Bson::Document(sub) => {
+                current = sub;
+                parts = rest;
+            }
+            Bson::Array(items) => {
+                for item in items {
+                    if let Bson::Document(sub) = item {
+                        for_each_value_mut(sub, rest, edit);
+                    }
+                }
+                return;
+            }
+            _ => return,
+        }
+    }
+}
+
+/// The first array met along `path` in `doc`, following documents only
+/// (the positional `field.$` projection cuts that array); `None` when the
+/// path is missing, meets a scalar, or ends without an array.
+pub fn first_array_mut<'a, S: AsRef<str>>(
+    doc: &'a mut Document,
+    path: &[S],
+) -> Option<&'a mut Vec<Bson>> {
+    let mut current = doc;
+    for part in path {
+        match current.get_mut(part.as_ref())? {
+            Bson::Array(items) => return Some(items),
+            Bson::Document(sub) => current = sub,
+            _ => return None,
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,6 +607,65 @@ mod tests {
         let mut out = Vec::new();
         all_values(&bson!([{"b": [1, [2]]}, {"b": 3}, 4]), &["b"], &mut out);
         assert_eq!(out, vec![bson!(1), bson!([2]), bson!(3)]);
+    }
+
+    #[test]
+    fn existing_prefixes_enter_arrays_by_index() {
+        let d = doc! {"a": {"b": [10, {"c": 1}]}};
+        assert_eq!(existing_prefix_len(&d, &["a", "b", "1", "c"]), 4);
+        assert_eq!(existing_prefix_len(&d, &["a", "b", "01", "x"]), 3);
+        assert_eq!(existing_prefix_len(&d, &["a", "b", "c"]), 2);
+        assert_eq!(existing_prefix_len(&d, &["x", "y"]), 0);
+        assert_eq!(existing_prefix_len::<&str>(&d, &[]), 0);
+    }
+
+    #[test]
+    fn push_sort_keys_try_literal_names_first() {
+        let d = doc! {"a.b": 1, "a": {"b": 2, "c": [{"d": 3}, {"d": 4}]}};
+        assert_eq!(element_at_path(&d, "a.b"), Some(&bson!(1)));
+        assert_eq!(element_at_path(&d, "a.c.1.d"), Some(&bson!(4)));
+        // Arrays take only canonical indexes and never spread.
+        assert_eq!(element_at_path(&d, "a.c.01.d"), None);
+        assert_eq!(element_at_path(&d, "a.c.d"), None);
+        assert_eq!(element_at_path(&d, "a.b.x"), None);
+        let nested = doc! {"x": {"y.z": 5}};
+        assert_eq!(element_at_path(&nested, "x.y.z"), Some(&bson!(5)));
+    }
+
+    #[test]
+    fn mutable_walk_reaches_every_value_through_arrays() {
+        let mut d = doc! {"a": [{"b": [1, 2]}, 7, {"b": 3}, [{"b": 4}]], "c": {"b": 5}};
+        let mut seen = Vec::new();
+        for_each_value_mut(&mut d, &["a", "b"], &mut |v| {
+            seen.push(v.clone());
+            *v = bson!("x");
+        });
+        assert_eq!(seen, vec![bson!([1, 2]), bson!(3)]);
+        assert_eq!(
+            d,
+            doc! {"a": [{"b": "x"}, 7, {"b": "x"}, [{"b": 4}]], "c": {"b": 5}}
+        );
+        let mut count = 0;
+        for_each_value_mut(&mut d, &["c", "b", "z"], &mut |_| count += 1);
+        for_each_value_mut(&mut d, &["missing"], &mut |_| count += 1);
+        assert_eq!(count, 0);
+    }
+
+    #[test]
+    fn first_array_on_a_path() {
+        let mut d = doc! {"a": {"b": [1, 2], "s": 3}, "t": [[0]]};
+        assert_eq!(
+            first_array_mut(&mut d, &["a", "b", "c"]).map(|a| a.len()),
+            Some(2)
+        );
+        assert_eq!(first_array_mut(&mut d, &["t"]).map(|a| a.len()), Some(1));
+        assert!(first_array_mut(&mut d, &["a", "s"]).is_none());
+        assert!(first_array_mut(&mut d, &["a"]).is_none());
+        assert!(first_array_mut(&mut d, &["z"]).is_none());
+        if let Some(array) = first_array_mut(&mut d, &["a", "b"]) {
+            array.truncate(1);
+        }
+        assert_eq!(d, doc! {"a": {"b": [1], "s": 3}, "t": [[0]]});
     }
 
     #[test]

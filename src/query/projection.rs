@@ -14,7 +14,7 @@
 //!   evaluated by [`Expr`]) are computed fields, added after the included
 //!   ones in projection order.
 
-use crate::query::compare::type_name;
+use crate::query::compare::{type_name, DecimalValue};
 use std::sync::Arc;
 
 use bson::{Bson, Document};
@@ -22,6 +22,7 @@ use bson::{Bson, Document};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::expr::Expr;
 use crate::query::filter::{Filter, MatchDetails};
+use crate::query::path;
 use crate::query::size::SizeBudget;
 
 /// Recursion bound for walking documents and nested arrays; MongoDB's own
@@ -295,16 +296,7 @@ fn truthy(value: &Bson) -> bool {
         Bson::Int32(n) => *n != 0,
         Bson::Int64(n) => *n != 0,
         Bson::Double(d) => *d != 0.0,
-        Bson::Decimal128(d) => {
-            let text = d.to_string();
-            !text
-                .trim_start_matches('-')
-                .split(['E', 'e'])
-                .next()
-                .unwrap_or("")
-                .chars()
-                .all(|c| c == '0' || c == '.')
-        }
+        Bson::Decimal128(d) => !DecimalValue::from_decimal128(d).is_zero(),
         _ => false,
     }
 }
@@ -566,7 +558,7 @@ fn safe_number_int(value: &Bson) -> i32 {
         Bson::Int64(n) => i32::try_from(*n).unwrap_or(if *n < 0 { i32::MIN } else { i32::MAX }),
         // `as` saturates and maps NaN to 0.
         Bson::Double(d) => *d as i32,
-        Bson::Decimal128(d) => d.to_string().parse::<f64>().unwrap_or(0.0) as i32,
+        Bson::Decimal128(d) => DecimalValue::from_decimal128(d).to_f64() as i32,
         _ => 0,
     }
 }
@@ -798,7 +790,7 @@ fn add_computed_to_array(
 /// The first element of `doc[name]` matching the `$elemMatch`, as a
 /// one-element array; nothing when there is none.
 fn elem_match(doc: &Document, name: &str, filter: &Filter) -> Option<Bson> {
-    let Some(Bson::Array(array)) = doc.get(name) else {
+    let Some(Bson::Array(array)) = path::field(doc, name) else {
         return None;
     };
     array.iter().find_map(|element| {
@@ -864,7 +856,13 @@ fn apply_find_operators(
         path.push(name.clone());
         let result = match child {
             ProjNode::Slice { skip, limit } => {
-                slice_at(out, path, 0, *skip, *limit);
+                // Through documents and arrays of documents to each array
+                // at the end of the path.
+                path::for_each_value_mut(out, path, &mut |value| {
+                    if let Bson::Array(array) = value {
+                        slice_array(array, *skip, *limit);
+                    }
+                });
                 Ok(())
             }
             ProjNode::Positional => positional_at(out, path, details),
@@ -875,27 +873,6 @@ fn apply_find_operators(
         result?;
     }
     Ok(())
-}
-
-/// Find's `$slice` at `path[index..]`: through documents and arrays of
-/// documents, cutting the array at the end of the path.
-fn slice_at(doc: &mut Document, path: &[String], index: usize, skip: Option<i32>, limit: i32) {
-    let Some(value) = doc.get_mut(&path[index]) else {
-        return;
-    };
-    let last = index + 1 == path.len();
-    match value {
-        Bson::Array(array) if last => slice_array(array, skip, limit),
-        Bson::Array(array) => {
-            for element in array {
-                if let Bson::Document(sub) = element {
-                    slice_at(sub, path, index + 1, skip, limit);
-                }
-            }
-        }
-        Bson::Document(sub) if !last => slice_at(sub, path, index + 1, skip, limit),
-        _ => {}
-    }
 }
 
 fn slice_array(array: &mut Vec<Bson>, skip: Option<i32>, limit: i32) {
@@ -923,29 +900,22 @@ fn slice_array(array: &mut Vec<Bson>, skip: Option<i32>, limit: i32) {
 /// `field.$`: the first array on the path is cut to the element the query
 /// matched.
 fn positional_at(out: &mut Document, path: &[String], details: &MatchDetails) -> Result<()> {
-    let mut current = out;
-    for part in path {
-        match current.get_mut(part) {
-            Some(Bson::Array(array)) => {
-                let Some(position) = details.array_position else {
-                    return Err(proj_err(
-                        ErrorCode::PositionalNoMatchingElement,
-                        "positional operator '.$' couldn't find a matching element in the array",
-                    ));
-                };
-                let Some(element) = array.get(position).cloned() else {
-                    return Err(proj_err(
-                        ErrorCode::PositionalElementMismatch,
-                        "positional operator '.$' element mismatch",
-                    ));
-                };
-                *array = vec![element];
-                return Ok(());
-            }
-            Some(Bson::Document(sub)) => current = sub,
-            _ => return Ok(()),
-        }
-    }
+    let Some(array) = path::first_array_mut(out, path) else {
+        return Ok(());
+    };
+    let Some(position) = details.array_position else {
+        return Err(proj_err(
+            ErrorCode::PositionalNoMatchingElement,
+            "positional operator '.$' couldn't find a matching element in the array",
+        ));
+    };
+    let Some(element) = array.get(position).cloned() else {
+        return Err(proj_err(
+            ErrorCode::PositionalElementMismatch,
+            "positional operator '.$' element mismatch",
+        ));
+    };
+    *array = vec![element];
     Ok(())
 }
 

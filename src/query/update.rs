@@ -38,7 +38,9 @@ use bson::{Bson, DateTime, Document, Timestamp};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, values_equal, Canonical, Number};
 use crate::query::filter::{Filter, MatchDetails};
-use crate::query::path::{child, get_positional, get_positional_mut, update_index};
+use crate::query::path::{
+    element_at_path, existing_prefix_len, get_positional, get_positional_mut, update_index,
+};
 use crate::{bail, err};
 
 /// MongoDB refuses to pad an array by more than this many nulls
@@ -1384,7 +1386,7 @@ impl Applier<'_> {
             LeafOp::Rename { from } => return self.apply_rename(from, path),
             _ => {}
         }
-        let found = probe(&self.doc, path);
+        let found = existing_prefix_len(&self.doc, path);
         if found == path.len() {
             self.update_existing(op, path)
         } else {
@@ -1521,7 +1523,7 @@ impl Applier<'_> {
                 );
             }
         }
-        let found = probe(&self.doc, to);
+        let found = existing_prefix_len(&self.doc, to);
         let start = if found == to.len() { found - 1 } else { found };
         for k in (1..=start).rev() {
             if let Some(Bson::Array(_)) = get_positional(&self.doc, &to[..k]) {
@@ -1650,7 +1652,7 @@ fn modify_existing(op: &LeafOp, target: &mut Bson, env: &OpEnv) -> Result<Outcom
                 return Ok(Outcome::Unchanged);
             };
             let result = if is_inc {
-                current.combine_checked(operand, i64::checked_add, |a, b| a + b, DecimalValue::add)
+                current.checked_add(operand)
             } else {
                 current.combine_checked(operand, i64::checked_mul, |a, b| a * b, DecimalValue::mul)
             };
@@ -1939,51 +1941,13 @@ fn compare_for_push_sort(sort: &PushSort, a: &Bson, b: &Bson) -> Ordering {
     }
 }
 
-/// The value at `path` in a document element for a `$push` `$sort`
-/// (`extractElementAtPath`: a field literally named `path` first, then the
-/// first component; arrays are entered only by index). Non-documents have
-/// no keys.
+/// The value at `path` in a document element for a `$push` `$sort`;
+/// non-documents have no keys.
 fn sort_key<'a>(element: &'a Bson, path: &str) -> Option<&'a Bson> {
     let Bson::Document(doc) = element else {
         return None;
     };
-    extract_at_path(element_in(doc), path, 0)
-}
-
-#[derive(Clone, Copy)]
-enum Container<'a> {
-    Document(&'a Document),
-    Array(&'a [Bson]),
-}
-
-fn element_in(doc: &Document) -> Container<'_> {
-    Container::Document(doc)
-}
-
-fn extract_at_path<'a>(container: Container<'a>, path: &str, depth: usize) -> Option<&'a Bson> {
-    if depth > MAX_PATH_PARTS {
-        return None;
-    }
-    let field = |name: &str| -> Option<&'a Bson> {
-        match container {
-            Container::Document(doc) => doc.get(name),
-            Container::Array(array) => {
-                let index = update_index(name)?;
-                (index.to_string() == name)
-                    .then(|| array.get(index))
-                    .flatten()
-            }
-        }
-    };
-    if let Some(value) = field(path) {
-        return Some(value);
-    }
-    let (left, right) = path.split_once('.')?;
-    match field(left)? {
-        Bson::Document(doc) => extract_at_path(Container::Document(doc), right, depth + 1),
-        Bson::Array(array) => extract_at_path(Container::Array(array), right, depth + 1),
-        _ => None,
-    }
+    element_at_path(doc, path)
 }
 
 fn apply_bits(value: &Bson, ops: &[(BitOp, Bson)]) -> Bson {
@@ -2023,29 +1987,6 @@ where
 // ---------------------------------------------------------------------------
 // Paths in documents
 // ---------------------------------------------------------------------------
-
-/// An array index as MongoDB's update code reads one: digits only,
-/// fitting in 32 bits.
-/// How many leading parts of `path` exist in `doc`.
-fn probe(doc: &Document, path: &[String]) -> usize {
-    let Some((first, rest)) = path.split_first() else {
-        return 0;
-    };
-    let Some(mut current) = doc.get(first) else {
-        return 0;
-    };
-    let mut found = 1;
-    for part in rest {
-        match child(current, part) {
-            Some(next) => {
-                current = next;
-                found += 1;
-            }
-            None => break,
-        }
-    }
-    found
-}
 
 /// `$unset`: removes a field, or nulls an array element.
 fn remove_at(doc: &mut Document, path: &[String]) {

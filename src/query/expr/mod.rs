@@ -840,32 +840,11 @@ fn op_mod<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
             ),
         ));
     };
-    let (a, b) = (x, y);
-    let zero = match b {
-        Number::Int32(i) => i == 0,
-        Number::Int64(i) => i == 0,
-        Number::Double(d) => d == 0.0,
-        Number::Decimal(d) => d.is_zero(),
-    };
-    if zero {
+    let Some(result) = x.checked_rem(y) else {
         return Err(Error::new(
             ErrorCode::ModByZero,
             "can't $mod by zero".to_string(),
         ));
-    }
-    let result = match (a, b) {
-        // Decimal remainders go through doubles (exact for the common
-        // cases of small integral and short fractional values).
-        (Number::Decimal(_), _) | (_, Number::Decimal(_)) => {
-            Number::Decimal(DecimalValue::from_f64(a.to_f64() % b.to_f64()))
-        }
-        (Number::Double(_), _) | (_, Number::Double(_)) => Number::Double(a.to_f64() % b.to_f64()),
-        (Number::Int32(p), Number::Int32(q)) => Number::Int32(p.wrapping_rem(q)),
-        _ => Number::Int64(
-            a.integral()
-                .unwrap_or(0)
-                .wrapping_rem(b.integral().unwrap_or(1)),
-        ),
     };
     owned(result.into_bson())
 }
