@@ -451,14 +451,14 @@ fn the_reader_sees_imports_and_skips_comments_and_strings() {
 /// Module folders of `src/` whose files import each other without a cycle,
 /// `mod.rs` included: it is one file like the others, and a subfolder
 /// counts as one file. Add a folder here once its cycles are gone.
-const ACYCLIC_DIRS: &[&str] = &["base", "commands", "index", "partition"];
+const ACYCLIC_DIRS: &[&str] = &["base", "commands", "index", "partition", "query"];
 
 /// Folders whose `mod.rs` is still both the front that calls the other
 /// files and a base they take types from. Only the other files must be
 /// free of cycles: what they take from `mod.rs` counts, what `mod.rs`
 /// takes from them does not. Move a folder to [`ACYCLIC_DIRS`] once its
 /// `mod.rs` is only one of the two.
-const ACYCLIC_BESIDE_MOD_RS: &[&str] = &["aggregate", "router", "server", "wire"];
+const ACYCLIC_BESIDE_MOD_RS: &[&str] = &["aggregate", "query/expr", "router", "server", "wire"];
 
 /// A piece of code, as far as paths go.
 #[derive(Debug, Clone, PartialEq)]

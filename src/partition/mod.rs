@@ -12,6 +12,8 @@
 /// MongoDB's hash lives with the pure BSON logic; partitions keep the name.
 pub use crate::query::hash;
 
+pub mod throughput;
+
 use std::fmt;
 
 use bson::{doc, Bson, Document};

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, Document, Timestamp};
 use parking_lot::{Mutex, RwLock};
 
-use super::provision::{DatabaseSettings, Throughput};
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::Index;
+use crate::partition::throughput::{DatabaseSettings, Throughput};
 use crate::partition::{PartitionMap, ShardKey};
 use crate::storage::layout::{decode_counter, encode_counter, ONE_PARTITION};
 pub use crate::storage::Usage;
