@@ -144,3 +144,85 @@ impl DatabaseSettings {
 pub fn shared_rus(database_rus: u32, sharing: usize) -> u32 {
     database_rus / sharing.max(1) as u32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+
+    #[test]
+    fn manual_throughput_is_checked_as_cosmos_does() {
+        assert_eq!(Throughput::manual(400).unwrap(), Throughput::Manual(400));
+        assert_eq!(
+            Throughput::manual(1_000_000).unwrap(),
+            Throughput::Manual(1_000_000)
+        );
+        for bad in [0, 300, 399, 450, 1_000_100, -400] {
+            let e = Throughput::manual(bad).unwrap_err();
+            assert!(matches!(e.code, ErrorCode::BadValue), "{bad}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn autoscale_maximum_is_checked_in_thousands() {
+        assert_eq!(
+            Throughput::autoscale(4000).unwrap(),
+            Throughput::Autoscale { max: 4000 }
+        );
+        for bad in [400, 999, 1500, 2_000_000] {
+            assert!(Throughput::autoscale(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn budget_floor_and_partitions() {
+        let manual = Throughput::Manual(40_000);
+        assert_eq!((manual.budget(), manual.floor()), (40_000, 40_000));
+        assert_eq!(manual.partitions_needed(), 4);
+        assert_eq!(Throughput::Manual(10_100).partitions_needed(), 2);
+        assert_eq!(Throughput::Manual(400).partitions_needed(), 1);
+        let auto = Throughput::Autoscale { max: 20_000 };
+        assert_eq!((auto.budget(), auto.floor()), (20_000, 2_000));
+        assert_eq!(auto.partitions_needed(), 2);
+    }
+
+    #[test]
+    fn replies_show_floor_and_maximum() {
+        assert_eq!(
+            Throughput::Manual(1200).reply_fields(),
+            doc! {"provisionedThroughput": 1200}
+        );
+        assert_eq!(
+            Throughput::Autoscale { max: 10_000 }.reply_fields(),
+            doc! {"provisionedThroughput": 1000, "autoScaleSettings": {"maxThroughput": 10_000}}
+        );
+    }
+
+    #[test]
+    fn stored_forms_round_trip() {
+        for t in [Throughput::Manual(700), Throughput::Autoscale { max: 5000 }] {
+            assert_eq!(Throughput::from_document(&t.to_document()), Some(t));
+            let db = DatabaseSettings {
+                throughput: Some(t),
+            };
+            assert_eq!(DatabaseSettings::from_document(&db.to_document()), Some(db));
+        }
+        let none = DatabaseSettings::default();
+        assert_eq!(
+            DatabaseSettings::from_document(&none.to_document()),
+            Some(none)
+        );
+        assert_eq!(Throughput::from_document(&doc! {"manual": -1_i64}), None);
+        assert_eq!(
+            DatabaseSettings::from_document(&doc! {"throughput": 3}),
+            None
+        );
+    }
+
+    #[test]
+    fn shared_throughput_splits_evenly() {
+        assert_eq!(shared_rus(1000, 4), 250);
+        assert_eq!(shared_rus(1000, 3), 333);
+        assert_eq!(shared_rus(1000, 0), 1000);
+    }
+}
