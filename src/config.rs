@@ -93,6 +93,22 @@ pub struct Config {
     /// new cursor opens until some are read or closed.
     #[arg(long, default_value_t = crate::cursor::DEFAULT_MAX_CURSOR_MEMORY_BYTES)]
     pub max_cursor_memory_bytes: usize,
+
+    /// RU/s of every collection that has no throughput of its own,
+    /// divided evenly over its physical partitions; unset: such
+    /// collections are not throttled.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub default_throughput: Option<u32>,
+
+    /// An idle partition banks up to 300 s of its unused throughput and
+    /// spends it at up to 3,000 RU/s.
+    #[arg(long)]
+    pub burst_capacity: bool,
+
+    /// A throttled request waits on the server and retries, for up to
+    /// 60 s, instead of failing with 16500.
+    #[arg(long)]
+    pub server_side_retry: bool,
 }
 
 impl Config {
@@ -121,6 +137,11 @@ impl Config {
             split_bytes: self.partition_split_bytes,
             logical_max_bytes: self.logical_partition_max_bytes,
             host: self.bind.to_string(),
+            throughput: crate::router::throttle::ThroughputOptions {
+                default_rus: self.default_throughput,
+                burst_capacity: self.burst_capacity,
+                server_side_retry: self.server_side_retry,
+            },
         }
     }
 

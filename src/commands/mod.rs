@@ -21,6 +21,7 @@ pub mod handshake;
 pub mod indexes;
 pub mod insert;
 pub mod registry;
+pub mod request_statistics;
 pub mod retry;
 pub mod sharding;
 pub mod update;
@@ -39,6 +40,7 @@ use crate::config::Config;
 use crate::cursor::CursorRegistry;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::interrupt::{self, Operation, Probe};
+use crate::router::charge::{self, Meter};
 use crate::router::SharedRouter;
 use crate::wire::Command;
 
@@ -127,6 +129,8 @@ pub struct ConnectionInfo {
     /// Asks whether the client is still connected, so a command it
     /// abandoned stops (see [`crate::query::interrupt`]).
     pub probe: Option<Probe>,
+    /// What the last operation on it cost (`getLastRequestStatistics`).
+    last_request: parking_lot::Mutex<Option<request_statistics::LastRequest>>,
     state: ServerState,
 }
 
@@ -140,8 +144,14 @@ impl ConnectionInfo {
             id,
             peer,
             probe,
+            last_request: parking_lot::Mutex::new(None),
             state: state.clone(),
         }
+    }
+
+    /// What the last operation on this connection cost.
+    pub fn last_request(&self) -> Option<request_statistics::LastRequest> {
+        self.last_request.lock().clone()
     }
 }
 
@@ -185,7 +195,25 @@ pub type Handler = for<'a> fn(&'a Request<'a>) -> BoxFuture<'a, Result<Document>
 pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) -> Document {
     let name = cmd.body.keys().next().cloned().unwrap_or_default();
     let op = Operation::new(max_time_deadline(&cmd.body), conn.probe.clone());
-    let result = interrupt::scoped(&op, run(state, conn, name.clone(), cmd)).await;
+    let meter = Meter::new();
+    let started = Instant::now();
+    let result = charge::scoped(
+        &meter,
+        interrupt::scoped(&op, run(state, conn, name.clone(), cmd)),
+    )
+    .await;
+    let charges = meter.charges();
+    if !charges.is_empty() {
+        state.router.settle(&charges);
+    }
+    if request_statistics::replaces_last_request(&name) {
+        *conn.last_request.lock() = Some(request_statistics::LastRequest {
+            command: name.clone(),
+            charge: charges.iter().map(|c| c.micro).sum(),
+            millis: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            activity_id: bson::Uuid::new().to_string(),
+        });
+    }
     let result = result.and_then(|reply| {
         // A reply is one document: past what a reply may carry, the
         // client gets MongoDB's error instead of a message it drops.

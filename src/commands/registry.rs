@@ -3,7 +3,7 @@
 
 use super::{
     admin, aggregate, catalog, count, delete, distinct, explain, find, find_and_modify, handshake,
-    indexes, insert, sharding, update, Handler,
+    indexes, insert, request_statistics, sharding, update, Handler,
 };
 
 pub struct CommandEntry {
@@ -132,6 +132,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         admin::get_cmd_line_opts,
         true,
         "command-line options"
+    ),
+    command!(
+        "getLastRequestStatistics",
+        request_statistics::run,
+        false,
+        "the request charge of the last operation on this connection"
     ),
     command!("getLog", admin::get_log, true, "recent log lines"),
     command!("getMore", find::get_more, false, "next batch of a cursor"),
