@@ -771,8 +771,8 @@ fn scan_records(
 /// store so that a backend can drop records before they travel. Not when
 /// `explain` counts what a scan reads: it must see every record.
 /// The check charges each record it sees to `loaded`'s partition, on the
-/// meter of the operation that started the scan (the store may run it
-/// on a thread of its own).
+/// meter of the operation pulling the scan (a cursor's later pages are
+/// charged to their `getMore`): the stores run it as the scan is read.
 fn pushed_down(
     filter: Option<&Filter>,
     scanned: &Scanned,
@@ -782,15 +782,8 @@ fn pushed_down(
         return None;
     }
     let filter = filter?.clone();
-    let meter = charge::current();
     Some(Arc::new(move |raw: &bson::RawDocument| {
-        if let Some(m) = &meter {
-            m.add(
-                loaded.collection,
-                loaded.partition,
-                charge::doc_loaded(raw.as_bytes().len()),
-            );
-        }
+        loaded.charge(raw.as_bytes().len(), 0);
         filter.may_match_raw(raw)
     }))
 }
