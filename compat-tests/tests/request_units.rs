@@ -261,29 +261,31 @@ async fn get_last_request_statistics_has_cosmos_shape() {
 // throttling
 // ---------------------------------------------------------------------------
 
-/// Loads `n` documents of `bytes` with keys 0..n into `db.coll`.
+/// Loads `n` documents of `bytes` with keys 0..n into `c`, inserting
+/// again the documents a throttled partition refused.
 async fn load(c: &Collection<Document>, n: i64, bytes: usize) {
     let docs: Vec<Document> = (0..n).map(|i| sized(i, i, bytes)).collect();
     for chunk in docs.chunks(50) {
-        loop {
-            match c.insert_many(chunk.to_vec()).ordered(false).await {
+        let mut pending = chunk.to_vec();
+        while !pending.is_empty() {
+            let err = match c.insert_many(pending.clone()).ordered(false).await {
                 Ok(_) => break,
-                Err(e) => {
-                    // Throttled while loading: the rest is retried.
-                    if let ErrorKind::InsertMany(m) = &*e.kind {
-                        assert!(
-                            m.write_errors
-                                .iter()
-                                .flatten()
-                                .all(|w| w.code == 16500 || w.code == 11000),
-                            "{e:?}"
-                        );
-                    } else {
-                        panic!("{e:?}");
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
+                Err(e) => e,
+            };
+            let ErrorKind::InsertMany(m) = &*err.kind else {
+                panic!("{err:?}");
+            };
+            let refused: Vec<usize> = m
+                .write_errors
+                .iter()
+                .flatten()
+                .map(|w| {
+                    assert_eq!(w.code, 16500, "{w:?}");
+                    w.index
+                })
+                .collect();
+            pending = refused.iter().map(|&i| pending[i].clone()).collect();
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 }
