@@ -145,12 +145,18 @@ async fn charges_of_each_operation_kind_are_pinned() {
     assert_eq!(last_charge(&db).await, 10.0);
 
     // An update rewrites the document: about twice an insert.
-    c.update_one(doc! {"_id": 1, "k": 1}, doc! {"$set": {"pad": "y".repeat(980)}})
-        .await
-        .unwrap();
+    c.update_one(
+        doc! {"_id": 1, "k": 1},
+        doc! {"$set": {"pad": "y".repeat(980)}},
+    )
+    .await
+    .unwrap();
     let update = last_charge(&db).await;
     assert_eq!(update, 11.5, "point read 1 + replace 10.5");
-    assert!((1.8..=2.2).contains(&(update / insert)), "{update} vs {insert}");
+    assert!(
+        (1.8..=2.2).contains(&(update / insert)),
+        "{update} vs {insert}"
+    );
 
     // A delete is charged like an insert.
     c.insert_one(sized(3, 3, 1024)).await.unwrap();
@@ -166,15 +172,18 @@ async fn charges_of_each_operation_kind_are_pinned() {
     assert_eq!(n, 100);
     let mut charges = Vec::new();
     for _ in 0..2 {
-        let found: Vec<Document> = run(&db, doc! {"find": "c", "filter": fanned.clone(), "batchSize": 1000})
-            .await
-            .get_document("cursor")
-            .unwrap()
-            .get_array("firstBatch")
-            .unwrap()
-            .iter()
-            .map(|d| d.as_document().unwrap().clone())
-            .collect();
+        let found: Vec<Document> = run(
+            &db,
+            doc! {"find": "c", "filter": fanned.clone(), "batchSize": 1000},
+        )
+        .await
+        .get_document("cursor")
+        .unwrap()
+        .get_array("firstBatch")
+        .unwrap()
+        .iter()
+        .map(|d| d.as_document().unwrap().clone())
+        .collect();
         assert_eq!(found.len(), 100);
         charges.push(last_charge(&db).await);
     }
@@ -197,8 +206,13 @@ async fn pages_of_a_cursor_sum_to_the_charge_of_one_page() {
     let client = one_connection(&srv).await;
     let db = client.database("ru");
     shard(&srv, "ru", "p", 8).await;
-    let docs: Vec<Document> = (0..300).map(|i| sized(i, i, 300 + (i as usize % 7) * 50)).collect();
-    db.collection::<Document>("p").insert_many(docs).await.unwrap();
+    let docs: Vec<Document> = (0..300)
+        .map(|i| sized(i, i, 300 + (i as usize % 7) * 50))
+        .collect();
+    db.collection::<Document>("p")
+        .insert_many(docs)
+        .await
+        .unwrap();
 
     for sort in [None, Some(doc! {"pad": 1, "_id": 1})] {
         let mut find = doc! {"find": "p", "filter": {"_id": {"$gte": 0}}, "batchSize": 10_000};
@@ -206,7 +220,10 @@ async fn pages_of_a_cursor_sum_to_the_charge_of_one_page() {
             find.insert("sort", s.clone());
         }
         let whole = run(&db, find.clone()).await;
-        assert_eq!(whole.get_document("cursor").unwrap().get_i64("id").unwrap(), 0);
+        assert_eq!(
+            whole.get_document("cursor").unwrap().get_i64("id").unwrap(),
+            0
+        );
         let single = last_charge(&db).await;
 
         find.insert("batchSize", 7);
@@ -316,7 +333,11 @@ async fn a_provisioned_collection_serves_its_throughput_under_load() {
     let start = Instant::now();
     let mut clients = Vec::new();
     for seed in 0..8u64 {
-        let coll = srv.new_client().await.database("ru").collection::<Document>("t");
+        let coll = srv
+            .new_client()
+            .await
+            .database("ru")
+            .collection::<Document>("t");
         let (served, refused, measuring) = (served.clone(), refused.clone(), measuring.clone());
         clients.push(tokio::spawn(async move {
             let mut rng = Rng::new(seed + 1);
@@ -349,8 +370,14 @@ async fn a_provisioned_collection_serves_its_throughput_under_load() {
         "served {rate:.0} RU/s over {secs:.1} s; {} refusals",
         refused.load(Ordering::Relaxed)
     );
-    assert!(refused.load(Ordering::Relaxed) > 0, "the load never saturated");
-    assert!((900.0..=1100.0).contains(&rate), "served {rate:.0} RU/s of 1000");
+    assert!(
+        refused.load(Ordering::Relaxed) > 0,
+        "the load never saturated"
+    );
+    assert!(
+        (900.0..=1100.0).contains(&rate),
+        "served {rate:.0} RU/s of 1000"
+    );
 }
 
 #[tokio::test]
@@ -398,7 +425,11 @@ async fn a_hot_key_throttles_only_its_own_partition() {
     let hot_refused = Arc::new(AtomicU64::new(0));
     let mut hammers = Vec::new();
     for _ in 0..4 {
-        let coll = srv.new_client().await.database("ru").collection::<Document>("h");
+        let coll = srv
+            .new_client()
+            .await
+            .database("ru")
+            .collection::<Document>("h");
         let refused = hot_refused.clone();
         hammers.push(tokio::spawn(async move {
             while Instant::now() < until {
@@ -425,15 +456,25 @@ async fn a_hot_key_throttles_only_its_own_partition() {
         h.await.unwrap();
     }
     assert!(reads > 50, "{reads}");
-    assert!(hot_refused.load(Ordering::Relaxed) > 0, "the hot key was never throttled");
+    assert!(
+        hot_refused.load(Ordering::Relaxed) > 0,
+        "the hot key was never throttled"
+    );
 
     // collStats shows which partition was hot.
     let stats = run(&db, doc! {"collStats": "h"}).await;
     let shards = stats.get_document("shards").unwrap();
     for (name, s) in shards {
-        let units = s.as_document().unwrap().get_document("requestUnits").unwrap();
+        let units = s
+            .as_document()
+            .unwrap()
+            .get_document("requestUnits")
+            .unwrap();
         assert_eq!(num(units, "provisioned"), 250, "{stats}");
-        assert!(matches!(units.get("consumed"), Some(Bson::Double(_))), "{units}");
+        assert!(
+            matches!(units.get("consumed"), Some(Bson::Double(_))),
+            "{units}"
+        );
         if *name == hot {
             assert!(num(units, "throttled") > 0, "{name}: {units}");
         } else {
@@ -510,7 +551,10 @@ async fn bulk_inserts_are_partly_applied_with_one_16500_per_rejected_document() 
     point_read(&c, 200, cold[3]).await.unwrap();
     point_read(&c, 201, cold[4]).await.unwrap();
     let missing = c.find_one(doc! {"_id": 203, "k": cold[5]}).await.unwrap();
-    assert!(missing.is_none(), "a document after the refused one was written");
+    assert!(
+        missing.is_none(),
+        "a document after the refused one was written"
+    );
 }
 
 /// How many 1 KB point reads of one key succeed before the first 16500.
@@ -539,7 +583,10 @@ async fn burst_capacity_spends_banked_idle_throughput() {
         tokio::time::sleep(Duration::from_secs(3)).await;
         served.push(reads_until_throttled(&c).await);
     }
-    eprintln!("reads before the first 16500: without burst {}, with {}", served[0], served[1]);
+    eprintln!(
+        "reads before the first 16500: without burst {}, with {}",
+        served[0], served[1]
+    );
     assert!(served[0] < 200, "{served:?}");
     assert!(served[1] >= 350, "{served:?}");
 }
@@ -558,7 +605,10 @@ async fn server_side_retry_waits_instead_of_refusing() {
         .await
         .unwrap_or_else(|ms| panic!("refused ({ms} ms) despite server-side retry"));
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_secs(2), "answered after {waited:?}");
+    assert!(
+        waited >= Duration::from_secs(2),
+        "answered after {waited:?}"
+    );
 }
 
 #[tokio::test]

@@ -208,7 +208,11 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
         "scaleFactor": scale as i64,
     };
     let ids: Vec<u64> = match coll.sharding {
-        Some(_) => router.partition_stats(&coll).iter().map(|(p, _)| p.id).collect(),
+        Some(_) => router
+            .partition_stats(&coll)
+            .iter()
+            .map(|(p, _)| p.id)
+            .collect(),
         None => vec![0],
     };
     let units = router.partition_units(&coll, &ids);

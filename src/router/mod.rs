@@ -773,11 +773,7 @@ fn scan_records(
 /// The check charges each record it sees to `loaded`'s partition, on the
 /// meter of the operation pulling the scan (a cursor's later pages are
 /// charged to their `getMore`): the stores run it as the scan is read.
-fn pushed_down(
-    filter: Option<&Filter>,
-    scanned: &Scanned,
-    loaded: Loaded,
-) -> Option<RecordFilter> {
+fn pushed_down(filter: Option<&Filter>, scanned: &Scanned, loaded: Loaded) -> Option<RecordFilter> {
     if scanned.is_some() {
         return None;
     }

@@ -677,7 +677,9 @@ impl Router {
                 }
             }
         }
-        let prepared = self.admit_inserts(ns, prepared, ordered, &mut outcome).await?;
+        let prepared = self
+            .admit_inserts(ns, prepared, ordered, &mut outcome)
+            .await?;
         let first_error = outcome.errors.first().map(|(i, _)| *i);
         let result = maybe_blocking(prepared.len() <= INLINE_INSERTS, || {
             self.with_write_lock(ns, true, |coll| {
