@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::error::ErrorKind;
+use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::options::ClientOptions;
 use mongodb::Client;
 use rand::Rng;
@@ -37,6 +37,7 @@ fn document(i: i64) -> Document {
 fn retry_after(e: &mongodb::error::Error) -> Option<u64> {
     let message = match &*e.kind {
         ErrorKind::Command(c) if c.code == 16500 => c.message.clone(),
+        ErrorKind::Write(WriteFailure::WriteError(w)) if w.code == 16500 => w.message.clone(),
         ErrorKind::InsertMany(m) => m
             .write_errors
             .iter()
@@ -75,7 +76,6 @@ async fn fill(t: &Target, n: u32, docs: u64) -> Result<(), String> {
                 Ok(_) => break,
                 Err(e) => match retry_after(&e) {
                     Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-                    None if matches!(&*e.kind, ErrorKind::Write(_)) => break,
                     None => return Err(format!("loading {name}: {e}")),
                 },
             }
@@ -113,6 +113,21 @@ async fn read_charge(uri: &str, t: &Target, name: &str) -> Result<f64, String> {
     }
 }
 
+/// RU charged to `name` so far, from `collStats`.
+async fn consumed(t: &Target, name: &str) -> Result<f64, String> {
+    let stats = t
+        .client
+        .database(&t.db)
+        .run_command(doc! {"collStats": name})
+        .await
+        .map_err(|e| e.to_string())?;
+    stats
+        .get_document("requestUnits")
+        .ok()
+        .and_then(|u| u.get_f64("consumed").ok())
+        .ok_or_else(|| format!("no requestUnits.consumed in {stats}"))
+}
+
 pub async fn ru_enforcement(args: &Args, target: &Target) -> Result<Outcome, String> {
     let mut summary = vec![format!(
         "ru-enforcement: provisioned {} RU/s, {} clients, {}s",
@@ -140,7 +155,8 @@ pub async fn ru_enforcement(args: &Args, target: &Target) -> Result<Outcome, Str
                 while Instant::now() < end {
                     let k = rand::rng().random_range(0..docs);
                     match coll.find_one(doc! {"_id": k, "k": k}).await {
-                        Ok(_) => {
+                        Ok(None) => return Err(format!("document {k} is missing")),
+                        Ok(Some(_)) => {
                             if counting.load(Ordering::Relaxed) {
                                 served.fetch_add(1, Ordering::Relaxed);
                             }
@@ -160,14 +176,16 @@ pub async fn ru_enforcement(args: &Args, target: &Target) -> Result<Outcome, Str
         tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
         counting.store(true, Ordering::Relaxed);
         let from = Instant::now();
+        let consumed_before = consumed(target, &name).await?;
         for t in tasks {
             t.await.map_err(|e| e.to_string())??;
         }
         let secs = from.elapsed().as_secs_f64();
+        let server_rate = (consumed(target, &name).await? - consumed_before) / secs;
         let rate = served.load(Ordering::Relaxed) as f64 * charge / secs;
         let ratio = rate / args.ru_throughput as f64;
         let line = format!(
-            "RESULT workload=ru-enforcement partitions={n} provisioned={} served_rus={rate:.0} ratio={ratio:.3} read_charge={charge} refusals={}",
+            "RESULT workload=ru-enforcement partitions={n} provisioned={} served_rus={rate:.0} ratio={ratio:.3} read_charge={charge} server_consumed_rus={server_rate:.0} refusals={}",
             args.ru_throughput,
             refused.load(Ordering::Relaxed)
         );

@@ -262,16 +262,16 @@ impl Router {
         self.options.throughput.default_rus
     }
 
-    /// Each partition's share of `coll`'s throughput, with its partition
-    /// ids; `None` when it has none.
-    fn shares(&self, coll: &Collection) -> Option<(u32, Vec<u64>)> {
+    /// Each partition's share of `coll`'s throughput; `None` when it has
+    /// none.
+    fn share(&self, coll: &Collection) -> Option<u32> {
         let rus = self.provisioned_rus(coll)?;
-        let ids: Vec<u64> = match &coll.sharding {
-            Some(s) => s.map().partitions.iter().map(|p| p.id).collect(),
-            None => vec![0],
+        let partitions = match &coll.sharding {
+            Some(s) => s.map().partitions.len().max(1),
+            None => 1,
         };
-        let share = (rus / ids.len().max(1) as u32).clamp(1, MAX_PARTITION_RUS);
-        Some((share, ids))
+        let partitions = u32::try_from(partitions).unwrap_or(u32::MAX);
+        Some((rus / partitions).clamp(1, MAX_PARTITION_RUS))
     }
 
     /// Checks that every partition in `parts` may take an operation now,
@@ -283,7 +283,7 @@ impl Router {
         parts: &[u64],
         pending: impl Fn(u64) -> u64,
     ) -> Result<()> {
-        let Some((share, _)) = self.shares(coll) else {
+        let Some(share) = self.share(coll) else {
             return Ok(());
         };
         let burst = self.options.throughput.burst_capacity;
@@ -321,18 +321,19 @@ impl Router {
         if self.provisioned_rus(coll).is_none() {
             return Ok(());
         }
-        let started = Instant::now();
         // What this operation already owes each partition counts.
         let meter = super::charge::current();
         let owed = |p: u64| meter.as_ref().map_or(0, |m| m.of(coll.id, p));
+        let err = match self.admit_now(coll, parts, owed) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if !self.options.throughput.server_side_retry {
+            return Err(err);
+        }
+        let started = Instant::now();
+        let mut err = err;
         loop {
-            let err = match self.admit_now(coll, parts, owed) {
-                Ok(()) => return Ok(()),
-                Err(e) => e,
-            };
-            if !self.options.throughput.server_side_retry {
-                return Err(err);
-            }
             let wait = Duration::from_millis(retry_after_ms(&err.message).unwrap_or(10));
             if started.elapsed() + wait > SERVER_SIDE_RETRY_LIMIT {
                 // Code 50, which Cosmos DB calls ExceededTimeLimit and
@@ -346,6 +347,10 @@ impl Router {
                 ));
             }
             tokio::time::sleep(wait).await;
+            err = match self.admit_now(coll, parts, owed) {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
         }
     }
 
@@ -355,8 +360,12 @@ impl Router {
         let Some(coll) = self.catalog.get(ns) else {
             return Ok(());
         };
-        let Some((_, parts)) = self.shares(&coll) else {
+        if self.provisioned_rus(&coll).is_none() {
             return Ok(());
+        }
+        let parts: Vec<u64> = match &coll.sharding {
+            Some(s) => s.map().partitions.iter().map(|p| p.id).collect(),
+            None => vec![0],
         };
         self.admit(&coll, &parts).await
     }
@@ -415,7 +424,7 @@ impl Router {
     /// Each partition's share, consumption and throttles, in the order of
     /// `partitions`.
     pub fn partition_units(&self, coll: &Collection, partitions: &[u64]) -> Vec<PartitionUnits> {
-        let share = self.shares(coll).map_or(0, |(s, _)| s as u64);
+        let share = self.share(coll).map_or(0, u64::from);
         partitions
             .iter()
             .map(|&p| match self.budgets.parts.get(&(coll.id, p)) {
