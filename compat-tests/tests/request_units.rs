@@ -481,6 +481,26 @@ async fn a_hot_key_throttles_only_its_own_partition() {
             assert_eq!(num(units, "throttled"), 0, "{name}: {units}");
         }
     }
+    let reply = run(
+        &db,
+        doc! {"aggregate": "h", "pipeline": [{"$collStats": {"count": {}}}], "cursor": {}},
+    )
+    .await;
+    let per_partition = reply
+        .get_document("cursor")
+        .and_then(|c| c.get_array("firstBatch"))
+        .unwrap();
+    assert_eq!(per_partition.len(), 4, "{reply}");
+    for d in per_partition {
+        let d = d.as_document().unwrap();
+        let units = d.get_document("requestUnits").unwrap();
+        assert_eq!(num(units, "provisioned"), 250, "{d}");
+        assert_eq!(
+            num(units, "throttled") > 0,
+            d.get_str("shard") == Ok(hot.as_str()),
+            "{d}"
+        );
+    }
     let status = run(&srv.db("admin"), doc! {"serverStatus": 1}).await;
     let totals = status.get_document("requestUnits").unwrap();
     assert!(numf(totals, "consumed") > 100.0, "{totals}");
