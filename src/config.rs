@@ -104,6 +104,21 @@ pub struct Config {
     /// 16 MB document option) instead of 2 MB.
     #[arg(long, requires = "cosmos_strict")]
     pub cosmos_16mb_documents: bool,
+    /// RU/s of every collection that has no throughput of its own,
+    /// divided evenly over its physical partitions; unset: such
+    /// collections are not throttled.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub default_throughput: Option<u32>,
+
+    /// An idle partition banks up to 300 s of its unused throughput and
+    /// spends it at up to 3,000 RU/s.
+    #[arg(long)]
+    pub burst_capacity: bool,
+
+    /// A throttled request waits on the server and retries, for up to
+    /// 60 s, instead of failing with 16500.
+    #[arg(long)]
+    pub server_side_retry: bool,
 }
 
 impl Config {
@@ -141,6 +156,11 @@ impl Config {
                         crate::router::strict::COSMOS_MAX_DOCUMENT_BYTES
                     },
                 }),
+            throughput: crate::router::throttle::ThroughputOptions {
+                default_rus: self.default_throughput,
+                burst_capacity: self.burst_capacity,
+                server_side_retry: self.server_side_retry,
+            },
         }
     }
 

@@ -20,6 +20,7 @@ mod dataset;
 mod fanout;
 mod indexes;
 mod report;
+mod request_units;
 mod robustness;
 mod sharded;
 mod workload;
@@ -163,6 +164,17 @@ struct Args {
     /// cursor-memory: stop opening cursors once the server's RSS passes this (MiB).
     #[arg(long, default_value_t = 6144)]
     cursor_rss_cap_mb: u64,
+    /// ru-enforcement: partition counts, each in its own collection
+    /// `ru_<n>` sharded on `{k: "hashed"}`.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    ru_partitions: Vec<u32>,
+    /// ru-enforcement: the RU/s the server provisions each collection
+    /// with (its `--default-throughput`).
+    #[arg(long, default_value_t = 2000)]
+    ru_throughput: u64,
+    /// ru-enforcement: documents of about 10 KB in each collection.
+    #[arg(long, default_value_t = 2000)]
+    ru_docs: u64,
     /// Documents per insertMany during load.
     #[arg(long, default_value_t = 1000)]
     batch: usize,
@@ -201,6 +213,8 @@ impl Args {
             || self.fanout_partitions == 0
             || self.distribution_partitions == 0
             || self.agg_partitions == 0
+            || self.ru_partitions.contains(&0)
+            || self.ru_throughput == 0
         {
             return Err("partition counts must be at least 1".into());
         }
@@ -334,6 +348,7 @@ async fn run(args: Args) -> Result<(), String> {
             Workload::AggTopk => aggregate::agg_topk(&args, &targets[0]).await?,
             Workload::Unwind => robustness::unwind(&args, &targets[0]).await?,
             Workload::CursorMemory => robustness::cursor_memory(&args, &targets[0]).await?,
+            Workload::RuEnforcement => request_units::ru_enforcement(&args, &targets[0]).await?,
             _ => {
                 let data = dataset(&args, &mut usertable);
                 unsharded(&args, &targets, &data, w).await?

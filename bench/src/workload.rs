@@ -63,6 +63,9 @@ pub enum Workload {
     Unwind,
     /// Server RSS with hundreds of idle sorted cursors open.
     CursorMemory,
+    /// Served RU/s ÷ provisioned under saturating point reads, at
+    /// several partition counts (`request_units`).
+    RuEnforcement,
 }
 
 impl Workload {
@@ -84,6 +87,7 @@ impl Workload {
             Workload::Ping => "ping",
             Workload::Unwind => "unwind",
             Workload::CursorMemory => "cursor-memory",
+            Workload::RuEnforcement => "ru-enforcement",
         }
     }
 
@@ -101,6 +105,7 @@ impl Workload {
                 | Workload::Ping
                 | Workload::Unwind
                 | Workload::CursorMemory
+                | Workload::RuEnforcement
         )
     }
 }

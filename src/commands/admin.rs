@@ -120,6 +120,7 @@ pub async fn server_status(req: &Request<'_>) -> Result<Document> {
             "available": (req.state.config.max_connections as i64 - load(&c.connections_current)).max(0),
             "totalCreated": load(&c.connections_total),
         },
+        "requestUnits": request_units(&req.state.router),
         "opcounters": {
             "insert": load(&c.op_insert),
             "query": load(&c.op_query),
@@ -178,4 +179,15 @@ pub async fn start_session(_req: &Request<'_>) -> Result<Document> {
         "id": {"id": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: uuid.bytes().to_vec() }},
         "timeoutMinutes": 30,
     })
+}
+
+/// `serverStatus.requestUnits`: RU charged and requests throttled (16500)
+/// since the server started, over every collection.
+fn request_units(router: &crate::router::Router) -> Document {
+    let t = router.unit_totals();
+    doc! {
+        "consumed": t.consumed,
+        "throttled": t.throttled as i64,
+        "operationsCharged": t.operations as i64,
+    }
 }

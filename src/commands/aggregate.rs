@@ -269,6 +269,9 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         let explain = parse_explained(&req.db, body)?;
         return explain_render::explain(req, explain, Verbosity::QueryPlanner).await;
     }
+    if !agg.collectionless {
+        req.state.router.admit_namespace(&agg.ns).await?;
+    }
     let full = agg.ns.full();
     let (batch, stream) = req
         .state
@@ -304,16 +307,17 @@ fn coll_stats_documents(
             format!("Unable to retrieve storageStats in $collStats stage :: caused by :: Collection [{ns}] not found."),
         ));
     };
-    let parts: Vec<(String, crate::router::catalog::Usage)> = if coll.sharding.is_some() {
+    let parts: Vec<(String, u64, crate::router::catalog::Usage)> = if coll.sharding.is_some() {
         router
             .partition_stats(&coll)
             .into_iter()
-            .map(|(p, u)| (p.name().to_string(), u))
+            .map(|(p, u)| (p.name().to_string(), p.id, u))
             .collect()
     } else {
         let s = router.collection_stats_now(&coll)?;
         vec![(
             crate::router::PRIMARY_PARTITION.to_string(),
+            0,
             crate::router::catalog::Usage {
                 count: s.count,
                 bytes: s.size,
@@ -322,14 +326,18 @@ fn coll_stats_documents(
     };
     let now = bson::DateTime::now();
     let (nindexes, index_sizes) = super::indexes::index_counts(&coll);
+    let ids: Vec<u64> = parts.iter().map(|(_, id, _)| *id).collect();
+    let units = router.partition_units(&coll, &ids);
     Ok(parts
         .into_iter()
-        .map(|(shard, u)| {
+        .zip(units)
+        .map(|((shard, _, u), units)| {
             let mut d = doc! {
                 "ns": ns.full(),
                 "shard": shard,
                 "host": router.host(),
                 "localTime": now,
+                "requestUnits": super::catalog::request_units(&units),
             };
             if spec.contains_key("storageStats") {
                 d.insert(

@@ -207,11 +207,28 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
         "indexSizes": index_sizes.clone(),
         "scaleFactor": scale as i64,
     };
+    let ids: Vec<u64> = match coll.sharding {
+        Some(_) => router
+            .partition_stats(&coll)
+            .iter()
+            .map(|(p, _)| p.id)
+            .collect(),
+        None => vec![0],
+    };
+    let units = router.partition_units(&coll, &ids);
+    reply.insert(
+        "requestUnits",
+        doc! {
+            "provisioned": router.provisioned_rus(&coll).map_or(0, i64::from),
+            "consumed": units.iter().map(|u| u.consumed).sum::<f64>(),
+            "throttled": units.iter().map(|u| u.throttled as i64).sum::<i64>(),
+        },
+    );
     if coll.sharding.is_some() {
         // A mongos's shape: one entry per shard (partition).
         let mut shards = Document::new();
         let partitions = router.partition_stats(&coll);
-        for (p, usage) in &partitions {
+        for ((p, usage), units) in partitions.iter().zip(&units) {
             shards.insert(
                 p.name().to_string(),
                 doc! {
@@ -229,6 +246,7 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
                     "scaleFactor": scale as i64,
                     "ok": 1.0,
                     "hashRange": {"min": p.min, "max": p.max},
+                    "requestUnits": request_units(units),
                 },
             );
         }
@@ -261,4 +279,15 @@ pub async fn db_stats(req: &Request<'_>) -> Result<Document> {
         "totalSize": (size / scale) as f64,
         "scaleFactor": scale as i64,
     })
+}
+
+/// One partition's throughput figures, as `collStats` and `$collStats`
+/// show them: its share of the provisioned RU/s (0: not provisioned), the
+/// RU charged to it and the requests refused with 16500.
+pub fn request_units(u: &crate::router::throttle::PartitionUnits) -> Document {
+    doc! {
+        "provisioned": u.provisioned as i64,
+        "consumed": u.consumed,
+        "throttled": u.throttled as i64,
+    }
 }

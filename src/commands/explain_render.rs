@@ -16,6 +16,7 @@ use super::version::MONGODB_VERSION;
 use crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES;
 use crate::error::Result;
 use crate::query::sort::SortSpec;
+use crate::router::charge::request_charge;
 use crate::router::{
     Access, ChosenPlan, Explained, FindSpec, Namespace, PartitionPlan, QueryPlan, SortStrategy,
 };
@@ -282,11 +283,13 @@ fn render(
                     "executionTimeMillis": r.millis as i64,
                     "totalKeysExamined": r.keys_examined as i64,
                     "totalDocsExamined": r.examined as i64,
+                    "requestCharge": request_charge(r.request_charge),
                     "executionStages": stages,
                 })
             })
             .collect();
         let child_ms: i64 = runs.iter().map(|r| r.millis as i64).sum();
+        let charged: u64 = runs.iter().map(|r| r.request_charge).sum();
         reply.insert(
             "executionStats",
             doc! {
@@ -294,6 +297,7 @@ fn render(
                 "executionTimeMillis": total_ms,
                 "totalKeysExamined": keys_examined as i64,
                 "totalDocsExamined": examined as i64,
+                "requestCharge": request_charge(charged),
                 "executionStages": {
                     "stage": stage,
                     "nReturned": returned as i64,

@@ -32,6 +32,7 @@ pub mod indexes;
 pub mod insert;
 pub mod registry;
 pub mod request;
+pub mod request_statistics;
 pub mod retry;
 pub mod sharding;
 pub mod state;
@@ -46,6 +47,7 @@ use bson::{doc, Binary, Bson, Document};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::interrupt::{self, Operation};
+use crate::router::charge::{self, Meter};
 use crate::wire::Command;
 use request::Request;
 pub use state::{ConnectionInfo, ServerState};
@@ -54,7 +56,25 @@ pub use state::{ConnectionInfo, ServerState};
 pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) -> Document {
     let name = cmd.body.keys().next().cloned().unwrap_or_default();
     let op = Operation::new(max_time_deadline(&cmd.body), conn.probe.clone());
-    let result = interrupt::scoped(&op, run(state, conn, name.clone(), cmd)).await;
+    let meter = Meter::new();
+    let started = Instant::now();
+    let result = charge::scoped(
+        &meter,
+        interrupt::scoped(&op, run(state, conn, name.clone(), cmd)),
+    )
+    .await;
+    let charges = meter.charges();
+    if !charges.is_empty() {
+        state.router.settle(&charges);
+    }
+    if request_statistics::replaces_last_request(&name) {
+        conn.set_last_request(request_statistics::LastRequest {
+            command: name.clone(),
+            charge: charges.iter().map(|c| c.micro).sum(),
+            millis: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            activity_id: bson::Uuid::new().to_string(),
+        });
+    }
     let result = result.and_then(|reply| {
         // A reply is one document: past what a reply may carry, the
         // client gets MongoDB's error instead of a message it drops.

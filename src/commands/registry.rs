@@ -7,7 +7,7 @@ use bson::{doc, Document};
 use super::request::{Handler, Request};
 use super::{
     admin, aggregate, catalog, count, custom_action, delete, distinct, explain, find,
-    find_and_modify, handshake, indexes, insert, sharding, update,
+    find_and_modify, handshake, indexes, insert, request_statistics, sharding, update,
 };
 use crate::error::Result;
 
@@ -137,6 +137,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         admin::get_cmd_line_opts,
         true,
         "command-line options"
+    ),
+    command!(
+        "getLastRequestStatistics",
+        request_statistics::run,
+        false,
+        "the request charge of the last operation on this connection"
     ),
     command!("getLog", admin::get_log, true, "recent log lines"),
     command!("getMore", find::get_more, false, "next batch of a cursor"),

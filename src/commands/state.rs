@@ -101,6 +101,8 @@ pub struct ConnectionInfo {
     /// Asks whether the client is still connected, so a command it
     /// abandoned stops (see [`crate::query::interrupt`]).
     pub probe: Option<Probe>,
+    /// What the last operation on it cost (`getLastRequestStatistics`).
+    last_request: parking_lot::Mutex<Option<LastRequest>>,
     state: ServerState,
 }
 
@@ -114,8 +116,18 @@ impl ConnectionInfo {
             id,
             peer,
             probe,
+            last_request: parking_lot::Mutex::new(None),
             state: state.clone(),
         }
+    }
+
+    /// What the last operation on this connection cost.
+    pub fn last_request(&self) -> Option<LastRequest> {
+        self.last_request.lock().clone()
+    }
+
+    pub(super) fn set_last_request(&self, last: LastRequest) {
+        *self.last_request.lock() = Some(last);
     }
 }
 
@@ -126,4 +138,14 @@ impl Drop for ConnectionInfo {
             .connections_current
             .fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// What the last operation on a connection cost.
+#[derive(Debug, Clone)]
+pub struct LastRequest {
+    pub command: String,
+    /// In micro-RU.
+    pub charge: u64,
+    pub millis: i64,
+    pub activity_id: String,
 }

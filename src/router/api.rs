@@ -44,6 +44,10 @@ impl Router {
         };
         let reader = self.reader_for(&coll);
         let plan = self.plan(&coll, &spec, &reader)?;
+        if self.provisioned_rus(&coll).is_some() {
+            let parts: Vec<u64> = plan.parts.iter().map(|p| p.partition.id).collect();
+            self.admit(&coll, &parts).await?;
+        }
         maybe_blocking(plan.is_point_read(), || {
             read(self.execute(&coll, plan, spec, reader)?)
         })
@@ -57,6 +61,7 @@ impl Router {
 
     /// The number of documents matching `filter`.
     pub async fn count(&self, ns: &Namespace, filter: Option<&Filter>) -> Result<u64> {
+        self.admit_namespace(ns).await?;
         maybe_blocking(false, || self.count_now(ns, filter))
     }
 

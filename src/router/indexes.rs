@@ -64,6 +64,15 @@ impl Partitions {
         }
     }
 
+    /// The id of the partition holding `hash` (0 for the one partition
+    /// of an unsharded collection).
+    pub fn id_of(&self, hash: i64) -> u64 {
+        match self {
+            Partitions::One => 0,
+            Partitions::Map(map) => map.locate(hash).id,
+        }
+    }
+
     /// Every partition's start hash, in order.
     pub fn starts(&self) -> Vec<i64> {
         match self {

@@ -65,13 +65,17 @@ pub(crate) fn run_parallel<T: Send + 'static>(
     let (tx, rx) = mpsc::channel::<(usize, T)>();
     let mut pending = tasks.into_iter().enumerate();
     // The tasks work for the caller's operation: they stop with it.
+    // ... and are charged to it.
     let op = interrupt::current();
+    let meter = super::charge::current();
     let spawn = |pending: &mut dyn Iterator<Item = (usize, Box<dyn FnOnce() -> T + Send>)>| {
         if let Some((i, task)) = pending.next() {
             let tx = tx.clone();
             let op = op.clone();
+            let meter = meter.clone();
             handle.spawn_blocking(move || {
                 let _entered = interrupt::enter(op);
+                let _metered = super::charge::enter(meter);
                 let _ = tx.send((i, task()));
             });
         }

@@ -17,6 +17,7 @@
 pub mod aggregate;
 mod api;
 pub mod catalog;
+pub mod charge;
 pub mod config_db;
 pub mod indexes;
 mod merge;
@@ -25,6 +26,7 @@ pub mod provision;
 pub mod sharding;
 pub mod strict;
 mod tests;
+pub mod throttle;
 mod write;
 
 use std::sync::Arc;
@@ -100,6 +102,8 @@ pub struct PartitionOptions {
     pub host: String,
     /// Cosmos DB's limits, when `--cosmos-strict` asks for them.
     pub cosmos_strict: Option<strict::CosmosStrict>,
+    /// Default throughput, burst capacity and server-side retry.
+    pub throughput: throttle::ThroughputOptions,
 }
 
 impl Default for PartitionOptions {
@@ -111,6 +115,7 @@ impl Default for PartitionOptions {
             logical_max_bytes: 20 << 30,
             host: "127.0.0.1:27017".to_string(),
             cosmos_strict: None,
+            throughput: throttle::ThroughputOptions::default(),
         }
     }
 }
@@ -120,6 +125,7 @@ pub struct Router {
     catalog: Catalog,
     options: PartitionOptions,
     splits: sharding::SplitQueue,
+    budgets: throttle::Budgets,
 }
 
 /// One stored document and where it lives.
@@ -196,6 +202,7 @@ impl Router {
             catalog,
             options,
             splits: sharding::SplitQueue::default(),
+            budgets: throttle::Budgets::default(),
         })
     }
 
@@ -324,6 +331,9 @@ impl Router {
         let (skip, limit) = plan.window();
         if let (true, Some(reverse)) = (plan.sharded, plan.through_id_index()) {
             // Every partition reads the one `_id` index: read it once.
+            for part in &plan.parts {
+                charge::charge(coll.id, part.partition.id, charge::PARTITION_QUERY);
+            }
             return Ok(by_id_index(reader, coll.id, spec, reverse, skip, limit));
         }
         let keep = plan.keep();
@@ -424,25 +434,33 @@ impl Router {
         for part in &plan.parts {
             let examined = Arc::new(Examined::default());
             let started = std::time::Instant::now();
-            let records = access_records(
-                &reader,
-                coll.id,
-                &plan,
-                part,
-                spec.filter.as_ref(),
-                Some(examined.clone()),
-            );
-            let mut returned = 0u64;
-            for item in filter_records(records, spec.filter.clone()) {
-                item?;
-                returned += 1;
-                if in_order && keep.is_some_and(|k| returned as usize >= k) {
-                    break;
+            let (returned, request_charge) = charge::measured(|| -> Result<u64> {
+                let records = access_records(
+                    &reader,
+                    coll.id,
+                    &plan,
+                    part,
+                    spec.filter.as_ref(),
+                    Some(examined.clone()),
+                );
+                let returned_bytes = Returned::of(coll.id, &plan, part);
+                let mut returned = 0u64;
+                for item in filter_records(records, spec.filter.clone()) {
+                    let (rec, _) = item?;
+                    if keep.is_none_or(|k| (returned as usize) < k) {
+                        returned_bytes.charge(rec.len);
+                    }
+                    returned += 1;
+                    if in_order && keep.is_some_and(|k| returned as usize >= k) {
+                        break;
+                    }
                 }
-            }
-            if let Some(k) = keep {
-                returned = returned.min(k as u64);
-            }
+                if let Some(k) = keep {
+                    returned = returned.min(k as u64);
+                }
+                Ok(returned)
+            });
+            let returned = returned?;
             runs.push(PartitionRun {
                 name: part.name.clone(),
                 partition: plan.sharded.then_some(part.partition),
@@ -451,6 +469,7 @@ impl Router {
                 examined: examined.docs(),
                 returned,
                 millis: started.elapsed().as_millis() as u64,
+                request_charge,
             });
         }
         Ok(Explained { plan, runs })
@@ -503,16 +522,30 @@ fn by_id_index(
     skip: usize,
     limit: Option<usize>,
 ) -> DocStream {
+    let parts = reader.parts.clone();
     let records = id_index_records(reader, id, spec.filter.as_ref(), reverse, None, None);
+    let charged = move |hash: i64| Loaded {
+        collection: id,
+        partition: parts.id_of(hash),
+    };
+    let charged_out = charged.clone();
+    let records = records.inspect(move |r| {
+        if let Ok(rec) = r {
+            charged(rec.key.hash).charge(rec.len, charge::INDEX_LOOKUP);
+        }
+    });
     let projection = spec.projection;
-    let rows = filter_records(records, spec.filter)
+    let rows = filter_records(Box::new(records), spec.filter)
         .skip(skip)
         .map(move |item| {
             let (rec, details) = item?;
-            match &projection {
-                Some(p) => p.apply(&rec.doc, &details),
-                None => Ok(rec.doc),
-            }
+            let returned = Returned(Some(charged_out(rec.key.hash)));
+            let doc = match &projection {
+                Some(p) => p.apply(&rec.doc, &details)?,
+                None => rec.doc,
+            };
+            returned.charge(crate::query::size::document_size(&doc));
+            Ok(doc)
         });
     match limit {
         Some(l) => Box::new(rows.take(l)),
@@ -559,6 +592,11 @@ fn id_index_records(
 /// The records one partition's access path reads: every candidate the
 /// filter may match (scans skip, undecoded, those it certainly does not).
 /// The one place an access path becomes storage reads.
+///
+/// It is also where reads are charged ([`charge`]): a point lookup as a
+/// point read, any other access as a query on this partition (charged on
+/// the call, which a fan-out makes when it first reads the partition),
+/// plus each document it loads.
 fn access_records(
     reader: &Reader,
     id: u64,
@@ -567,6 +605,13 @@ fn access_records(
     filter: Option<&Filter>,
     examined: Option<Arc<Examined>>,
 ) -> RecordIter {
+    let loaded = Loaded {
+        collection: id,
+        partition: part.partition.id,
+    };
+    if !matches!(part.access, Access::IdPoints { .. }) {
+        charge::charge(id, loaded.partition, charge::PARTITION_QUERY);
+    }
     match &part.access {
         Access::IdPoints { keys, reverse } => {
             let view = reader.view.clone();
@@ -575,9 +620,13 @@ fn access_records(
                     if let Some(e) = &examined {
                         e.doc();
                     }
+                    charge::charge(id, loaded.partition, charge::point_read(Some(v.len())));
                     Some(decode_record(key, &v))
                 }
-                Ok(None) => None,
+                Ok(None) => {
+                    charge::charge(id, loaded.partition, charge::point_read(None));
+                    None
+                }
                 Err(e) => Some(Err(e.into())),
             };
             let keys = keys.clone();
@@ -595,6 +644,7 @@ fn access_records(
                     RecordScan::hashes(id, h, h),
                     filter.as_ref(),
                     examined.clone(),
+                    loaded,
                 )
             }))
         }
@@ -605,14 +655,17 @@ fn access_records(
                     .then_some((part.partition.min, part.partition.max)),
                 pinned: plan.key_hashes.clone(),
             };
-            index_records(
-                reader.view.clone(),
-                id,
-                vec![reader.parts.start_of(part.partition.min)],
-                &chosen.scan,
-                scope,
-                chosen.covered,
-                examined,
+            loaded.charging(
+                index_records(
+                    reader.view.clone(),
+                    id,
+                    vec![reader.parts.start_of(part.partition.min)],
+                    &chosen.scan,
+                    scope,
+                    chosen.covered,
+                    examined,
+                ),
+                charge::INDEX_LOOKUP,
             )
         }
         Access::IdRange { from, to, reverse } => {
@@ -621,22 +674,52 @@ fn access_records(
                 reverse: *reverse,
                 ..RecordScan::hashes(id, part.partition.min, part.partition.min)
             };
-            scan_records(&reader.view, scan, filter, examined)
+            scan_records(&reader.view, scan, filter, examined, loaded)
         }
-        Access::IdIndex { reverse } => id_index_records(
-            reader.clone(),
-            id,
-            filter,
-            *reverse,
-            Some(part.partition),
-            examined,
+        Access::IdIndex { reverse } => loaded.charging(
+            id_index_records(
+                reader.clone(),
+                id,
+                filter,
+                *reverse,
+                Some(part.partition),
+                examined,
+            ),
+            charge::INDEX_LOOKUP,
         ),
         Access::Scan => scan_records(
             &reader.view,
             RecordScan::hashes(id, part.partition.min, part.partition.max),
             filter,
             examined,
+            loaded,
         ),
+    }
+}
+
+/// The partition a read's loaded documents are charged to.
+#[derive(Debug, Clone, Copy)]
+struct Loaded {
+    collection: u64,
+    partition: u64,
+}
+
+impl Loaded {
+    fn charge(&self, bytes: usize, extra: u64) {
+        charge::charge(
+            self.collection,
+            self.partition,
+            charge::doc_loaded(bytes) + extra,
+        );
+    }
+
+    /// Charges each record `records` loads, with `extra` for each.
+    fn charging(self, records: RecordIter, extra: u64) -> RecordIter {
+        Box::new(records.inspect(move |r| {
+            if let Ok(rec) = r {
+                self.charge(rec.len, extra);
+            }
+        }))
     }
 }
 
@@ -660,6 +743,8 @@ pub struct PartitionRun {
     pub examined: u64,
     pub returned: u64,
     pub millis: u64,
+    /// What it was charged, in micro-RU ([`charge`]).
+    pub request_charge: u64,
 }
 
 /// Counts the records a scan reads, for `explain`.
@@ -667,29 +752,39 @@ type Scanned = Option<Arc<Examined>>;
 
 /// The records of `scan` that `filter` may match, decoded; the filter's
 /// pre-check goes down with the scan ([`pushed_down`]).
+///
+/// Every record the scan loads is charged to `loaded`'s partition: by
+/// the pre-check when it went down (it sees each one), else as decoded.
 fn scan_records(
     view: &SharedView,
     mut scan: RecordScan,
     filter: Option<&Filter>,
     examined: Scanned,
+    loaded: Loaded,
 ) -> RecordIter {
-    scan.filter = pushed_down(filter, &examined);
+    scan.filter = pushed_down(filter, &examined, loaded);
+    let charge_decoded = scan.filter.is_none().then_some(loaded);
     decode_scan(
         blocking::iter(view.scan_records(scan)),
         filter.cloned(),
         examined,
+        charge_decoded,
     )
 }
 
 /// The filter's raw pre-check ([`Filter::may_match_raw`]), handed to the
 /// store so that a backend can drop records before they travel. Not when
 /// `explain` counts what a scan reads: it must see every record.
-fn pushed_down(filter: Option<&Filter>, scanned: &Scanned) -> Option<RecordFilter> {
+/// The check charges each record it sees to `loaded`'s partition, on the
+/// meter of the operation pulling the scan (a cursor's later pages are
+/// charged to their `getMore`): the stores run it as the scan is read.
+fn pushed_down(filter: Option<&Filter>, scanned: &Scanned, loaded: Loaded) -> Option<RecordFilter> {
     if scanned.is_some() {
         return None;
     }
     let filter = filter?.clone();
     Some(Arc::new(move |raw: &bson::RawDocument| {
+        loaded.charge(raw.as_bytes().len(), 0);
         filter.may_match_raw(raw)
     }))
 }
@@ -702,6 +797,7 @@ fn decode_scan(
     scan: impl Iterator<Item = StorageResult<(RecordKey, Vec<u8>)>> + Send + 'static,
     filter: Option<Filter>,
     scanned: Scanned,
+    charged: Option<Loaded>,
 ) -> RecordIter {
     // Without a counter the check went down with the scan.
     let filter = filter.filter(|_| scanned.is_some());
@@ -715,6 +811,9 @@ fn decode_scan(
         };
         if let Some(n) = &scanned {
             n.doc();
+        }
+        if let Some(loaded) = &charged {
+            loaded.charge(v.len(), 0);
         }
         if let (Some(f), Ok(raw)) = (&filter, bson::RawDocument::from_bytes(&v)) {
             if !f.may_match_raw(raw) {
@@ -793,17 +892,29 @@ fn partition_rows_now(
     let records = access_records(reader, id, plan, part, spec.filter.as_ref(), None);
     let matching = filter_records(records, spec.filter.clone());
     let projection = spec.projection.clone();
+    let returned = Returned::of(id, plan, part);
     let project = move |key: Vec<Bson>, rec: Record, details: MatchDetails| {
-        let id = rec.doc.get("_id").cloned().unwrap_or(Bson::Null);
+        let row_id = rec.doc.get("_id").cloned().unwrap_or(Bson::Null);
         let doc = match &projection {
-            Some(p) => p.apply(&rec.doc, &details)?,
-            None => rec.doc,
+            Some(p) => {
+                let doc = p.apply(&rec.doc, &details)?;
+                returned.charge(crate::query::size::document_size(&doc));
+                doc
+            }
+            None => {
+                returned.charge(rec.len);
+                rec.doc
+            }
         };
-        Ok(Row { key, id, doc })
+        Ok(Row {
+            key,
+            id: row_id,
+            doc,
+        })
     };
     let rows: RowStream = match (&spec.sort, plan.sort) {
         (Some(sort), SortStrategy::TopK(_) | SortStrategy::Blocking { .. }) => {
-            return sorted_rows(matching, sort, spec, keep);
+            return sorted_rows(matching, sort, spec, keep, returned);
         }
         (Some(sort), _) => {
             let sort = sort.clone();
@@ -835,6 +946,7 @@ fn sorted_rows(
     sort: &SortSpec,
     spec: &FindSpec,
     keep: Option<usize>,
+    returned: Returned,
 ) -> Result<RowStream> {
     let limits = spec.sort_limits.clone().unwrap_or_else(|| Limits {
         max_blocking_bytes: DEFAULT_MAX_BLOCKING_BYTES,
@@ -868,8 +980,9 @@ fn sorted_rows(
         };
         sorter.push(Bson::Array(vec![Bson::Array(key), id]), doc)?;
     }
-    Ok(Box::new(sorter.finish()?.map(|item| {
+    Ok(Box::new(sorter.finish()?.map(move |item| {
         let (key, doc) = item?;
+        returned.charge(crate::query::size::document_size(&doc));
         let Bson::Array(mut parts) = key else {
             return Err(Error::internal("malformed sort key"));
         };
@@ -880,6 +993,27 @@ fn sorted_rows(
         };
         Ok(Row { key, id, doc })
     })))
+}
+
+/// Where a query charges the bytes it returns: the partition that
+/// produced them, unless the plan is a point read, whose charge covers
+/// what it returns.
+#[derive(Debug, Clone, Copy)]
+struct Returned(Option<Loaded>);
+
+impl Returned {
+    fn of(collection: u64, plan: &QueryPlan, part: &PartitionPlan) -> Returned {
+        Returned((!plan.is_point_read()).then_some(Loaded {
+            collection,
+            partition: part.partition.id,
+        }))
+    }
+
+    fn charge(&self, bytes: usize) {
+        if let Some(l) = self.0 {
+            charge::charge(l.collection, l.partition, charge::returned(bytes));
+        }
+    }
 }
 
 /// The sort key and `_id` of a row key made by [`sorted_rows`].

@@ -23,13 +23,20 @@ pub use crate::partition::throughput::{
 impl Router {
     /// The RU/s currently provisioned for `coll`: its own throughput's
     /// budget ([`Throughput::budget`]), else its even share of its
-    /// database's shared throughput ([`shared_rus`]); `None` when
-    /// neither is provisioned.
+    /// database's shared throughput ([`shared_rus`]), else
+    /// `--default-throughput`; `None` when none of them is set (the
+    /// collection is not throttled).
     pub fn provisioned_rus(&self, coll: &Collection) -> Option<u32> {
         if let Some(own) = coll.throughput() {
             return Some(own.budget());
         }
-        let shared = self.catalog.database(&coll.ns.db)?.throughput?;
+        let shared = self
+            .catalog
+            .database(&coll.ns.db)
+            .and_then(|d| d.throughput);
+        let Some(shared) = shared else {
+            return self.options.throughput.default_rus;
+        };
         let sharing = self
             .catalog
             .list_db(&coll.ns.db)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 
-use super::{FindSpec, Namespace, PartitionOptions, Router, UpdateStatement};
+use super::{charge, throttle, FindSpec, Namespace, PartitionOptions, Router, UpdateStatement};
 use crate::partition::ShardKey;
 use crate::query::filter::Filter;
 use crate::storage::kv::{KvStore, Space};
@@ -390,4 +390,94 @@ async fn a_version_one_data_directory_is_upgraded_on_open() {
     );
     let version = blocking::wait(reopened.store().meta().get(&CatalogKey::FormatVersion)).unwrap();
     assert_eq!(version.as_deref().and_then(layout::decode_counter), Some(2));
+}
+
+/// The partition of `db.s` holding shard-key value `k`.
+fn partition_of_key(router: &Router, k: i32) -> u64 {
+    let coll = router.collection(&ns("s")).unwrap();
+    let hash = crate::partition::hash::hash_value(&Bson::Int32(k));
+    Router::partition_of(&coll, hash)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_and_writes_are_charged_to_the_partition_that_did_them() {
+    let engine = MemoryEngine::new();
+    let router = sharded(&engine, 20).await;
+    let coll = router.collection(&ns("s")).unwrap();
+
+    // A point read by `_id` and shard key: one partition, a point read's
+    // charge (a document of under 1 KB: 1 RU).
+    let (_, micro) = charge::measured(|| find(&router, "s", doc! {"_id": 3, "k": 3}));
+    assert_eq!(micro, charge::MICRO);
+    let meter = charge::Meter::new();
+    {
+        let _in = charge::enter(Some(meter.clone()));
+        find(&router, "s", doc! {"_id": 3, "k": 3});
+    }
+    let charges = meter.charges();
+    assert_eq!(charges.len(), 1, "{charges:?}");
+    assert_eq!(charges[0].partition, partition_of_key(&router, 3));
+    assert_eq!(charges[0].collection, coll.id);
+
+    // A query without the shard key reads every partition: 2.5 RU each
+    // at least, and the same again when run again.
+    let (_, first) = charge::measured(|| find(&router, "s", doc! {"a": {"$gte": 0}}));
+    let (_, again) = charge::measured(|| find(&router, "s", doc! {"a": {"$gte": 0}}));
+    assert_eq!(first, again);
+    assert!(first >= 4 * charge::PARTITION_QUERY, "{first}");
+
+    // An insert is charged to the partition of its shard-key value: the
+    // write, its `_id` entry and its two secondary index entries.
+    let meter = charge::Meter::new();
+    let doc = doc! {"_id": 100, "k": 4, "u": 100, "a": 1};
+    let len = raw(doc.clone()).len();
+    charge::scoped(&meter, router.insert(&ns("s"), vec![raw(doc)], true))
+        .await
+        .unwrap();
+    let charges = meter.charges();
+    assert_eq!(charges.len(), 1, "{charges:?}");
+    assert_eq!(charges[0].partition, partition_of_key(&router, 4));
+    assert_eq!(charges[0].micro, charge::insert(len, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_over_its_share_refuses_only_its_own_operations() {
+    let engine = MemoryEngine::new();
+    let store = KvStore::new(Arc::new(engine.clone()));
+    let mut opts = options();
+    opts.split_bytes = 1 << 30;
+    opts.throughput.default_rus = Some(400);
+    let router = Arc::new(Router::open_with(store, opts).unwrap());
+    router
+        .shard_collection_now(
+            &ns("s"),
+            ShardKey::parse(&doc! {"k": "hashed"}).unwrap(),
+            None,
+        )
+        .unwrap();
+    let coll = router.collection(&ns("s")).unwrap();
+    let hot = partition_of_key(&router, 0);
+    let cold = (1..100)
+        .map(|k| partition_of_key(&router, k))
+        .find(|&p| p != hot)
+        .unwrap();
+    router.admit(&coll, &[hot, cold]).await.unwrap();
+    // 100 RU/s each; the hot partition spends 150.
+    router.settle(&[charge::PartitionCharge {
+        collection: coll.id,
+        partition: hot,
+        micro: 150 * charge::MICRO,
+    }]);
+    let err = router.admit(&coll, &[hot]).await.unwrap_err();
+    assert_eq!(err.code.number(), 16500);
+    let wait = throttle::retry_after_ms(&err.message).unwrap();
+    assert!((400..=501).contains(&wait), "{wait}");
+    router.admit(&coll, &[cold]).await.unwrap();
+    // A fan-out touching the hot partition fails whole.
+    assert!(router.admit(&coll, &[cold, hot]).await.is_err());
+    let units = router.partition_units(&coll, &[hot, cold]);
+    assert_eq!(units[0].provisioned, 100);
+    assert_eq!(units[0].consumed, 150.0);
+    assert_eq!(units[0].throttled, 2);
+    assert_eq!(units[1].throttled, 0);
 }

@@ -13,6 +13,7 @@ use bson::raw::{RawBsonRef, RawIter};
 use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 
 use super::catalog::Usage;
+use super::charge;
 use super::indexes::IndexWrites;
 use super::{Collection, Namespace, Record, Router, Sharding};
 use crate::base::limits::MAX_BSON_OBJECT_SIZE;
@@ -78,6 +79,18 @@ pub(crate) fn maybe_blocking<T>(inline: bool, f: impl FnOnce() -> T) -> T {
     } else {
         tokio::task::block_in_place(f)
     }
+}
+
+/// The partition of `coll` an encoded document goes to (where a key it
+/// cannot give would send it: the null key's).
+fn partition_of_raw(coll: &Collection, bytes: &[u8]) -> u64 {
+    let Some(sharding) = &coll.sharding else {
+        return 0;
+    };
+    let value = RawDocument::from_bytes(bytes)
+        .ok()
+        .and_then(|raw| sharding.key.raw_value(raw).ok().flatten());
+    Router::partition_of(coll, key_hash(value.as_ref()))
 }
 
 /// Encodes a document, refusing one over the BSON size limit or nested
@@ -326,13 +339,14 @@ impl<'a> PartitionedBatch<'a> {
     }
 
     /// Adds a new document, in BSON form (its `_id` checked unique by
-    /// the caller).
-    pub fn insert(&mut self, id: &Bson, bytes: Vec<u8>) -> Result<()> {
+    /// the caller); returns the hash it is stored under.
+    pub fn insert(&mut self, id: &Bson, bytes: Vec<u8>) -> Result<i64> {
         let raw = RawDocument::from_bytes(&bytes).map_err(raw_error)?;
         let value = self.sharding.key.raw_value(raw)?;
         let hash = key_hash(value.as_ref());
         self.check_cap(hash, value.as_ref(), bytes.len() as i64)?;
-        self.place(hash, keystring::encode_id(id), bytes)
+        self.place(hash, keystring::encode_id(id), bytes)?;
+        Ok(hash)
     }
 
     /// Stores a document under `hash`: its record, its `_id` entry and
@@ -354,8 +368,9 @@ impl<'a> PartitionedBatch<'a> {
 
     /// Replaces a stored document, moving it to the partition of its new
     /// shard-key value when that changed: the delete and the insert are
-    /// one atomic batch, so readers see it in exactly one place.
-    pub fn replace(&mut self, old: &Record, doc: &Document, bytes: Vec<u8>) -> Result<()> {
+    /// one atomic batch, so readers see it in exactly one place. Returns
+    /// the hash it is stored under.
+    pub fn replace(&mut self, old: &Record, doc: &Document, bytes: Vec<u8>) -> Result<i64> {
         let old_hash = old.key.hash;
         let value = self.sharding.key.value(doc)?;
         let hash = key_hash(value);
@@ -366,13 +381,14 @@ impl<'a> PartitionedBatch<'a> {
             usage.bytes = (usage.bytes as i64 + new_len - old.len as i64).max(0) as u64;
             self.partition_delta(hash, 0, new_len - old.len as i64);
             self.batch.push(WriteOp::PutRecord(old.key.clone(), bytes));
-            return Ok(());
+            return Ok(hash);
         }
         self.check_cap(hash, value, new_len)?;
         self.usage(old_hash)?.remove(old.len);
         self.partition_delta(old_hash, -1, -(old.len as i64));
         self.batch.push(WriteOp::DeleteRecord(old.key.clone()));
-        self.place(hash, old.key.id.clone(), bytes)
+        self.place(hash, old.key.id.clone(), bytes)?;
+        Ok(hash)
     }
 
     /// Removes a stored document.
@@ -508,14 +524,26 @@ impl<'a> CollectionBatch<'a> {
             self.indexes
                 .changes(&self.live, &self.coll.ns, &id_key, None, Some((&doc, hash)))?
         };
-        match &mut self.layout {
+        let len = bytes.len();
+        let hash = match &mut self.layout {
             Layout::Unsharded(batch) => {
-                batch.push(WriteOp::PutRecord(Router::id_key(self.coll, id), bytes))
+                batch.push(WriteOp::PutRecord(Router::id_key(self.coll, id), bytes));
+                super::UNSHARDED_HASH
             }
             Layout::Partitioned(pb) => pb.insert(id, bytes)?,
-        }
+        };
+        self.charge(hash, charge::insert(len, 1 + index_ops.len()));
         self.indexes.apply(index_ops, &mut self.index_batch);
         Ok(())
+    }
+
+    /// Charges a write to the partition holding `hash`.
+    fn charge(&self, hash: i64, micro: u64) {
+        let partition = match &self.layout {
+            Layout::Unsharded(_) => 0,
+            Layout::Partitioned(pb) => pb.map.locate(hash).id,
+        };
+        charge::charge(self.coll.id, partition, micro);
     }
 
     /// Replaces a stored document with `doc`, encoded as `bytes`.
@@ -532,10 +560,15 @@ impl<'a> CollectionBatch<'a> {
                 Some((doc, hash)),
             )?
         };
-        match &mut self.layout {
-            Layout::Unsharded(batch) => batch.push(WriteOp::PutRecord(old.key.clone(), bytes)),
+        let len = bytes.len();
+        let hash = match &mut self.layout {
+            Layout::Unsharded(batch) => {
+                batch.push(WriteOp::PutRecord(old.key.clone(), bytes));
+                old.key.hash
+            }
             Layout::Partitioned(pb) => pb.replace(old, doc, bytes)?,
-        }
+        };
+        self.charge(hash, charge::replace(len, index_ops.len()));
         self.indexes.apply(index_ops, &mut self.index_batch);
         Ok(())
     }
@@ -557,6 +590,7 @@ impl<'a> CollectionBatch<'a> {
             Layout::Unsharded(batch) => batch.push(WriteOp::DeleteRecord(old.key.clone())),
             Layout::Partitioned(pb) => pb.delete(old)?,
         }
+        self.charge(old.key.hash, charge::insert(old.len, 1 + index_ops.len()));
         self.indexes.apply(index_ops, &mut self.index_batch);
         Ok(())
     }
@@ -649,6 +683,9 @@ impl Router {
                 }
             }
         }
+        let prepared = self
+            .admit_inserts(ns, prepared, ordered, &mut outcome)
+            .await?;
         let first_error = outcome.errors.first().map(|(i, _)| *i);
         let result = maybe_blocking(prepared.len() <= INLINE_INSERTS, || {
             self.with_write_lock(ns, true, |coll| {
@@ -695,8 +732,74 @@ impl Router {
         Ok(outcome)
     }
 
+    /// The documents of an insert whose partitions may take them: each
+    /// one bound for a throttled partition gets a 16500 write error
+    /// (ordered: the first, and nothing after it is tried). Each admitted
+    /// document counts against its partition's budget for the ones after
+    /// it, at what inserting it will cost.
+    async fn admit_inserts(
+        &self,
+        ns: &Namespace,
+        prepared: Vec<(usize, Bson, Vec<u8>)>,
+        ordered: bool,
+        outcome: &mut InsertOutcome,
+    ) -> Result<Vec<(usize, Bson, Vec<u8>)>> {
+        let Some(coll) = self.catalog.get(ns) else {
+            return Ok(prepared);
+        };
+        if self.provisioned_rus(&coll).is_none() {
+            return Ok(prepared);
+        }
+        let meter = charge::current();
+        let mut owed: HashMap<u64, u64> = HashMap::new();
+        let mut admitted = Vec::with_capacity(prepared.len());
+        let mut stop_at = outcome.errors.first().map(|(i, _)| *i);
+        for (i, id, bytes) in prepared {
+            if stop_at.is_some_and(|s| i > s) {
+                break;
+            }
+            let partition = partition_of_raw(&coll, &bytes);
+            let already = owed.get(&partition).copied().unwrap_or(0)
+                + meter.as_ref().map_or(0, |m| m.of(coll.id, partition));
+            let result = match self.admit_now(&coll, &[partition], |_| already) {
+                Err(_) if self.retries_on_server() => {
+                    // Wait for the partition, then go on from a clean slate.
+                    owed.remove(&partition);
+                    self.admit(&coll, &[partition]).await
+                }
+                other => other,
+            };
+            match result {
+                Ok(()) => {
+                    *owed.entry(partition).or_default() += charge::insert(bytes.len(), 1);
+                    admitted.push((i, id, bytes));
+                }
+                Err(e) => {
+                    outcome.errors.push((i, e));
+                    if ordered {
+                        stop_at = Some(i);
+                    }
+                }
+            }
+        }
+        outcome.errors.sort_by_key(|(i, _)| *i);
+        Ok(admitted)
+    }
+
+    /// Admits a statement that writes where `filter` matches.
+    async fn admit_write(&self, ns: &Namespace, filter: &Filter) -> Result<()> {
+        let Some(coll) = self.catalog.get(ns) else {
+            return Ok(());
+        };
+        match self.throttled_targets(&coll, filter)? {
+            Some(parts) => self.admit(&coll, &parts).await,
+            None => Ok(()),
+        }
+    }
+
     /// Applies one update statement.
     pub async fn update(&self, ns: &Namespace, stmt: &UpdateStatement) -> Result<ModifyOutcome> {
+        self.admit_write(ns, &stmt.filter).await?;
         let point = super::plan::pinned_ids(Some(&stmt.filter)).is_some();
         let result = maybe_blocking(point, || {
             self.with_write_lock(ns, stmt.upsert, |coll| self.update_locked(ns, coll, stmt))
@@ -801,6 +904,7 @@ impl Router {
         multi: bool,
         sort: Option<&SortSpec>,
     ) -> Result<(u64, Option<Document>)> {
+        self.admit_write(ns, filter).await?;
         let point = super::plan::pinned_ids(Some(filter)).is_some();
         let result = maybe_blocking(point, || {
             self.with_write_lock(ns, false, |coll| {
