@@ -138,11 +138,13 @@ async fn throughput_needs_partitions_of_ten_thousand_rus() {
     assert!(config_chunks(&srv.client, "big.c").await.len() >= 4);
 
     // Raising the throughput of a collection with data splits it at once,
-    // and every document stays where a read finds it.
+    // and every document stays where a read finds it. (10,000 RU/s is
+    // one partition's most, and enough to load 300 documents at once
+    // without being throttled.)
     run(
         &srv,
         "big",
-        doc! {"customAction": "CreateCollection", "collection": "grow", "shardKey": "k", "offerThroughput": 1000},
+        doc! {"customAction": "CreateCollection", "collection": "grow", "shardKey": "k", "offerThroughput": 10000},
     )
     .await;
     assert_eq!(

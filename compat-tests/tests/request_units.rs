@@ -661,3 +661,50 @@ async fn explain_shows_the_charge_per_partition_and_in_total() {
     assert!(total >= 4.0 * 2.5, "{total}");
     assert!((sum - total).abs() < 0.05, "{sum} vs {total}");
 }
+
+/// Throughput set with Cosmos DB's custom commands is what throttles: a
+/// collection created at 400 RU/s refuses point reads once its second's
+/// budget is spent, one raised to 10,000 RU/s serves that many reads, and
+/// a collection without throughput on a server without
+/// `--default-throughput` is never throttled.
+#[tokio::test]
+async fn throughput_from_custom_commands_is_enforced() {
+    let srv = TestServer::start().await;
+    let db = srv.db("ru");
+    run(
+        &db,
+        doc! {"customAction": "CreateCollection", "collection": "slow", "shardKey": "k", "offerThroughput": 400},
+    )
+    .await;
+    let slow = db.collection::<Document>("slow");
+    slow.insert_one(sized(0, 0, 1024)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let started = Instant::now();
+    let served = reads_until_throttled(&slow).await;
+    // One second of the share, plus what refilled while reading.
+    let most = 400.0 + 400.0 * started.elapsed().as_secs_f64() + 5.0;
+    assert!(
+        served >= 395 && (served as f64) <= most,
+        "{served} reads at 400 RU/s, at most {most:.0} expected"
+    );
+
+    run(
+        &db,
+        doc! {"customAction": "UpdateCollection", "collection": "slow", "offerThroughput": 10000},
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    for _ in 0..2_000 {
+        point_read(&slow, 0, 0)
+            .await
+            .expect("2,000 reads fit in 10,000 RU/s");
+    }
+
+    let free = db.collection::<Document>("free");
+    free.insert_one(sized(0, 0, 1024)).await.unwrap();
+    for _ in 0..2_000 {
+        point_read(&free, 0, 0)
+            .await
+            .expect("a collection without throughput is not throttled");
+    }
+}
