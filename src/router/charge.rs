@@ -159,8 +159,26 @@ impl Meter {
     }
 }
 
+/// The thread's current meter, and the charge it has not yet handed to
+/// it: a scan charges every record it reads, so charges to the same
+/// partition add up here, without the meter's lock, until the partition
+/// changes, the meter is read on this thread, or it stops being current.
+#[derive(Default)]
+struct Current {
+    meter: Option<Arc<Meter>>,
+    pending: Option<PartitionCharge>,
+}
+
+impl Current {
+    fn flush(&mut self) {
+        if let (Some(p), Some(m)) = (self.pending.take(), &self.meter) {
+            m.add(p.collection, p.partition, p.micro);
+        }
+    }
+}
+
 thread_local! {
-    static CURRENT: RefCell<Option<Arc<Meter>>> = const { RefCell::new(None) };
+    static CURRENT: RefCell<Current> = RefCell::new(Current::default());
 }
 
 /// Charges `micro` to `partition` of `collection` on the current
@@ -168,27 +186,51 @@ thread_local! {
 #[inline]
 pub fn charge(collection: u64, partition: u64, micro: u64) {
     CURRENT.with(|c| {
-        if let Some(m) = c.borrow().as_ref() {
-            m.add(collection, partition, micro);
+        let mut c = c.borrow_mut();
+        if c.meter.is_none() {
+            return;
+        }
+        match &mut c.pending {
+            Some(p) if p.partition == partition && p.collection == collection => {
+                p.micro = p.micro.saturating_add(micro);
+            }
+            _ => {
+                c.flush();
+                c.pending = Some(PartitionCharge {
+                    collection,
+                    partition,
+                    micro,
+                });
+            }
         }
     });
 }
 
-/// The meter the current thread charges, to take to another thread.
+/// The meter the current thread charges, with everything charged on
+/// this thread so far, to read or to take to another thread.
 pub fn current() -> Option<Arc<Meter>> {
-    CURRENT.with(|c| c.borrow().clone())
+    CURRENT.with(|c| {
+        let mut c = c.borrow_mut();
+        c.flush();
+        c.meter.clone()
+    })
 }
 
 /// Makes `meter` the current thread's meter until the guard drops.
 pub fn enter(meter: Option<Arc<Meter>>) -> Entered {
-    let previous = CURRENT.with(|c| c.replace(meter));
+    let previous = CURRENT.with(|c| {
+        let mut c = c.borrow_mut();
+        c.flush();
+        std::mem::replace(&mut c.meter, meter)
+    });
     Entered {
         previous,
         _not_send: std::marker::PhantomData,
     }
 }
 
-/// Restores the thread's previous meter when dropped.
+/// Hands the thread's pending charge to its meter and restores the
+/// previous meter when dropped.
 pub struct Entered {
     previous: Option<Arc<Meter>>,
     _not_send: std::marker::PhantomData<*const ()>,
@@ -197,7 +239,11 @@ pub struct Entered {
 impl Drop for Entered {
     fn drop(&mut self) {
         let previous = self.previous.take();
-        CURRENT.with(|c| *c.borrow_mut() = previous);
+        CURRENT.with(|c| {
+            let mut c = c.borrow_mut();
+            c.flush();
+            c.meter = previous;
+        });
     }
 }
 

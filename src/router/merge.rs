@@ -75,8 +75,13 @@ pub(crate) fn run_parallel<T: Send + 'static>(
             let meter = meter.clone();
             handle.spawn_blocking(move || {
                 let _entered = interrupt::enter(op);
-                let _metered = super::charge::enter(meter);
-                let _ = tx.send((i, task()));
+                let value = {
+                    // Leaving the meter hands it what the task charged,
+                    // before the caller can read it.
+                    let _metered = super::charge::enter(meter);
+                    task()
+                };
+                let _ = tx.send((i, value));
             });
         }
     };
