@@ -91,6 +91,26 @@ fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
+/// The Rust files under `src/<dir>` (all of `src` for ""), sorted, each
+/// with its path relative to `src` in `/` form.
+fn source_files(dir: &str) -> Vec<(PathBuf, String)> {
+    let src = src_dir();
+    let mut files = Vec::new();
+    rust_files(&src.join(dir), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let rel = path
+                .strip_prefix(&src)
+                .expect("under src")
+                .to_string_lossy()
+                .replace('\\', "/");
+            (path, rel)
+        })
+        .collect()
+}
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).expect("src is readable") {
         let path = entry.expect("directory entry").path();
@@ -261,17 +281,8 @@ fn crate_paths(code: &str) -> Vec<String> {
 
 /// Every (file, imported module) pair that crosses a module boundary.
 fn imports() -> BTreeMap<(String, String), String> {
-    let src = src_dir();
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
     let mut out = BTreeMap::new();
-    for path in files {
-        let rel = path
-            .strip_prefix(&src)
-            .expect("under src")
-            .to_string_lossy()
-            .replace('\\', "/");
+    for (path, rel) in source_files("") {
         // The binary and the crate root sit above every layer.
         if rel == "main.rs" || rel == "lib.rs" {
             continue;
@@ -692,17 +703,8 @@ fn node_in(dir: &[String], kids: &BTreeSet<String>, path: &[String]) -> Option<S
 fn folder_imports(dir: &str, with_mod_rs: bool) -> BTreeMap<(String, String), String> {
     let dir_path: Vec<String> = dir.split('/').map(str::to_string).collect();
     let kids = children(&dir_path);
-    let src = src_dir();
-    let mut files = Vec::new();
-    rust_files(&src.join(dir), &mut files);
-    files.sort();
     let mut out = BTreeMap::new();
-    for path in files {
-        let rel = path
-            .strip_prefix(&src)
-            .expect("under src")
-            .to_string_lossy()
-            .replace('\\', "/");
+    for (path, rel) in source_files(dir) {
         let module = module_path(&rel);
         let Some(from) = node_in(&dir_path, &kids, &module) else {
             continue;
