@@ -57,10 +57,8 @@ fn ids(docs: &[Document]) -> Vec<i32> {
     docs.iter().map(|d| d.get_i32("_id").unwrap()).collect()
 }
 
-/// A sharded collection `db.s` on `k` with an index on `a` and a unique
-/// index on `{k, u}`, holding `_id` 1..=n.
-async fn sharded(engine: &MemoryEngine, n: i32) -> Arc<Router> {
-    let router = open(engine);
+/// Shards `db.s` on `{k: "hashed"}`.
+fn shard_on_k(router: &Router) {
     router
         .shard_collection_now(
             &ns("s"),
@@ -68,6 +66,13 @@ async fn sharded(engine: &MemoryEngine, n: i32) -> Arc<Router> {
             None,
         )
         .unwrap();
+}
+
+/// A sharded collection `db.s` on `k` with an index on `a` and a unique
+/// index on `{k, u}`, holding `_id` 1..=n.
+async fn sharded(engine: &MemoryEngine, n: i32) -> Arc<Router> {
+    let router = open(engine);
+    shard_on_k(&router);
     router
         .create_indexes_now(
             &ns("s"),
@@ -448,13 +453,7 @@ async fn a_partition_over_its_share_refuses_only_its_own_operations() {
     opts.split_bytes = 1 << 30;
     opts.throughput.default_rus = Some(400);
     let router = Arc::new(Router::open_with(store, opts).unwrap());
-    router
-        .shard_collection_now(
-            &ns("s"),
-            ShardKey::parse(&doc! {"k": "hashed"}).unwrap(),
-            None,
-        )
-        .unwrap();
+    shard_on_k(&router);
     let coll = router.collection(&ns("s")).unwrap();
     let hot = partition_of_key(&router, 0);
     let cold = (1..100)
