@@ -179,12 +179,12 @@ fn version_op() -> KvOp {
 
 /// The raw changes of a typed batch.
 pub fn raw_ops(batch: WriteBatch) -> Vec<KvOp> {
-    let put = |space, key, value| KvOp::Put { space, key, value };
-    let delete = |space, key| KvOp::Delete { space, key };
+    let put = |space, key, value| Some(KvOp::Put { space, key, value });
+    let delete = |space, key| Some(KvOp::Delete { space, key });
     batch
         .ops
         .into_iter()
-        .map(|op| match op {
+        .filter_map(|op| match op {
             WriteOp::PutRecord(k, v) => put(Space::Records, k.encode(), v),
             WriteOp::DeleteRecord(k) => delete(Space::Records, k.encode()),
             WriteOp::PutIdEntry {
@@ -231,6 +231,8 @@ pub fn raw_ops(batch: WriteBatch) -> Vec<KvOp> {
             ),
             WriteOp::PutMeta(k, v) => put(Space::Catalog, k.encode(), v),
             WriteOp::DeleteMeta(k) => delete(Space::Catalog, k.encode()),
+            // One engine holds every partition: nothing to place.
+            WriteOp::PutPartition { .. } | WriteOp::DeletePartition { .. } => None,
         })
         .collect()
 }

@@ -56,13 +56,26 @@ pub enum StorageError {
     Corrupt(String),
     #[error("{0}")]
     Format(String),
+    /// A server holding the data could not be reached; the operation
+    /// may succeed once it is back.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A concurrent change got there first (a key written meanwhile);
+    /// the operation may be retried from its reads.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 pub type StorageResult<T> = std::result::Result<T, StorageError>;
 
 impl From<StorageError> for crate::error::Error {
     fn from(e: StorageError) -> Self {
-        crate::error::Error::internal(e.to_string())
+        use crate::error::{Error, ErrorCode};
+        match e {
+            StorageError::Unavailable(why) => Error::new(ErrorCode::HostUnreachable, why),
+            StorageError::Conflict(why) => Error::new(ErrorCode::WriteConflict, why),
+            other => Error::internal(other.to_string()),
+        }
     }
 }
 
@@ -272,7 +285,26 @@ pub enum WriteOp {
     },
     PutMeta(CatalogKey, Vec<u8>),
     DeleteMeta(CatalogKey),
+    /// Physical partition `partition` of `collection` holds the hashes
+    /// `min..=max`. A backend that keeps partitions on several servers
+    /// places a new one (a partition inside a removed one stays on its
+    /// server); one that keeps them all together ignores it.
+    PutPartition {
+        collection: u64,
+        partition: u64,
+        min: i64,
+        max: i64,
+    },
+    /// Physical partition `partition` of `collection` is gone (split).
+    DeletePartition {
+        collection: u64,
+        partition: u64,
+    },
 }
+
+/// The partition id of an unsharded collection's one partition in
+/// [`WriteOp::PutPartition`]: it holds every hash.
+pub const WHOLE_COLLECTION: u64 = u64::MAX;
 
 /// Changes applied all together or not at all.
 #[derive(Debug, Default, Clone)]
