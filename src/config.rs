@@ -12,6 +12,8 @@ pub enum Backend {
     Embedded,
     /// In memory, gone at exit.
     Memory,
+    /// Partitions on a fleet of PostgreSQL servers (`--postgres`).
+    Postgres,
 }
 
 /// Shardgate: a MongoDB wire-protocol server that partitions collections
@@ -36,10 +38,24 @@ pub struct Config {
     #[arg(long, default_value_t = 10_000)]
     pub max_connections: usize,
 
-    /// Where the data lives: `embedded` (on disk in --data-dir) or
-    /// `memory` (lost at exit; for tests).
+    /// Where the data lives: `embedded` (on disk in --data-dir),
+    /// `postgres` (on the --postgres servers) or `memory` (lost at exit;
+    /// for tests).
     #[arg(long, value_enum, default_value_t = Backend::Embedded)]
     pub backend: Backend,
+
+    /// A PostgreSQL server of the fleet, as libpq takes it (a URL or
+    /// `key=value` pairs; several hosts with
+    /// `target_session_attrs=read-write` follow a replicated server's
+    /// primary). Repeat once per server; the first also holds the
+    /// metadata. Keep the order: a server's place in it is its identity.
+    #[arg(long = "postgres", value_name = "URL")]
+    pub postgres: Vec<String>,
+
+    /// The schema the fleet's tables live in, on every server; fleets in
+    /// different schemas of the same servers are independent.
+    #[arg(long, default_value = "shardgate")]
+    pub postgres_schema: String,
 
     /// Block cache of the embedded engine, in MiB.
     #[arg(long, default_value_t = 256)]
@@ -137,6 +153,12 @@ impl Config {
                 self.cache_mb * 1024 * 1024,
             )?,
             Backend::Memory => crate::storage::memory::MemoryEngine::store().0,
+            Backend::Postgres => {
+                crate::storage::postgres::PgFleet::open(&crate::storage::postgres::PgOptions {
+                    urls: self.postgres.clone(),
+                    schema: self.postgres_schema.clone(),
+                })?
+            }
         })
     }
 

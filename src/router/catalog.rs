@@ -21,7 +21,9 @@ use crate::partition::throughput::{DatabaseSettings, Throughput};
 use crate::partition::{PartitionMap, ShardKey};
 use crate::storage::layout::{decode_counter, encode_counter, ONE_PARTITION};
 pub use crate::storage::Usage;
-use crate::storage::{blocking, CatalogKey, SharedStore, SharedView, WriteBatch, WriteOp};
+use crate::storage::{
+    blocking, CatalogKey, SharedStore, SharedView, WriteBatch, WriteOp, WHOLE_COLLECTION,
+};
 
 pub use crate::base::namespace::{validate_db_name, Namespace};
 /// Number of a collection's first secondary index: 0 is the `_id` index
@@ -467,6 +469,7 @@ impl Catalog {
             options,
             sharding,
         ));
+        place_partitions(&coll, &mut batch);
         batch.put_meta(ns_key(ns), encode(&coll.meta_document())?);
         batch.put_meta(CatalogKey::NextCollectionId, encode_counter(*next_id + 1));
         let seq = self.commit(batch)?;
@@ -582,6 +585,29 @@ impl Catalog {
         map.remove(from);
         map.insert(to.clone(), renamed);
         Ok(seq)
+    }
+}
+
+/// Adds to `batch` where each physical partition of a new collection
+/// lies: an unsharded collection is one partition holding every hash.
+pub fn place_partitions(coll: &Collection, batch: &mut WriteBatch) {
+    match &coll.sharding {
+        None => batch.push(WriteOp::PutPartition {
+            collection: coll.id,
+            partition: WHOLE_COLLECTION,
+            min: i64::MIN,
+            max: i64::MAX,
+        }),
+        Some(s) => {
+            for p in &s.map().partitions {
+                batch.push(WriteOp::PutPartition {
+                    collection: coll.id,
+                    partition: p.id,
+                    min: p.min,
+                    max: p.max,
+                });
+            }
+        }
     }
 }
 

@@ -106,7 +106,9 @@ impl Router {
             ));
             coll.adopt_indexes(&old);
             coll.set_throughput(old.throughput());
-            // The reserved ids are durable before any record uses them.
+            super::catalog::place_partitions(&coll, &mut batch);
+            // The reserved ids and the placement are durable before any
+            // record uses them.
             let mut seq = self.commit(std::mem::take(&mut batch))?;
             // Copy every record under its hash, with its `_id` index entry
             // and logical-partition size; nobody reads the new id until
@@ -322,6 +324,18 @@ impl Router {
             }
         }
         batch.push(WriteOp::DeletePartitionTotal {
+            collection: coll.id,
+            partition: id,
+        });
+        for (i, (min, max)) in [(part.min, at - 1), (at, part.max)].into_iter().enumerate() {
+            batch.push(WriteOp::PutPartition {
+                collection: coll.id,
+                partition: first + i as u64,
+                min,
+                max,
+            });
+        }
+        batch.push(WriteOp::DeletePartition {
             collection: coll.id,
             partition: id,
         });

@@ -28,13 +28,16 @@
 //!   byte layout of [`layout`] (the only module that knows bytes);
 //! - [`embedded`] is that engine on `fjall`, the default backend;
 //! - [`memory`] is that engine in memory, for tests: it can fail a batch
-//!   at any step and lose what was not yet durable.
+//!   at any step and lose what was not yet durable;
+//! - [`postgres`] keeps each partition on one server of a PostgreSQL
+//!   fleet, with the metadata on the first.
 
 pub mod durability;
 pub mod embedded;
 pub mod kv;
 pub mod layout;
 pub mod memory;
+pub mod postgres;
 /// The key-string encoding lives with the pure BSON logic; storage keeps the name.
 pub use crate::query::keystring;
 
