@@ -17,6 +17,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::query::expr::Expr;
 use crate::query::sort::SortSpec;
 use crate::router::aggregate::{leading_match, RouterContext, SplitPipeline};
+use crate::router::throttle::PartitionUnits;
 use crate::router::{DocStream, FindSpec, Namespace};
 
 /// What an `aggregate` command asks for, parsed.
@@ -311,12 +312,12 @@ fn coll_stats_documents(
         router
             .partition_stats(&coll)
             .into_iter()
-            .map(|(p, u)| (p.name().to_string(), p.id, u))
+            .map(|(p, u)| (router.shard_of(&coll, Some(&p)), p.id, u))
             .collect()
     } else {
         let s = router.collection_stats_now(&coll)?;
         vec![(
-            crate::router::PRIMARY_PARTITION.to_string(),
+            router.shard_of(&coll, None),
             0,
             crate::router::catalog::Usage {
                 count: s.count,
@@ -328,14 +329,27 @@ fn coll_stats_documents(
     let (nindexes, index_sizes) = super::indexes::index_counts(&coll);
     let ids: Vec<u64> = parts.iter().map(|(_, id, _)| *id).collect();
     let units = router.partition_units(&coll, &ids);
-    Ok(parts
+    // Partitions shown on one shard (a server holding several) add up.
+    let mut shards: Vec<(String, crate::router::catalog::Usage, PartitionUnits)> = Vec::new();
+    for ((shard, _, u), units) in parts.into_iter().zip(units) {
+        match shards.iter_mut().find(|(name, _, _)| *name == shard) {
+            Some((_, total, sum)) => {
+                total.count += u.count;
+                total.bytes += u.bytes;
+                sum.provisioned += units.provisioned;
+                sum.consumed += units.consumed;
+                sum.throttled += units.throttled;
+            }
+            None => shards.push((shard, u, units)),
+        }
+    }
+    Ok(shards
         .into_iter()
-        .zip(units)
-        .map(|((shard, _, u), units)| {
+        .map(|(shard, u, units)| {
             let mut d = doc! {
                 "ns": ns.full(),
+                "host": router.shard_host(&shard),
                 "shard": shard,
-                "host": router.host(),
                 "localTime": now,
                 "requestUnits": super::catalog::request_units(&units),
             };

@@ -11,7 +11,9 @@ use bson::{doc, oid::ObjectId, Bson, Document, Timestamp};
 
 use super::{Collection, FindSpec, Router, PRIMARY_PARTITION};
 use crate::error::Result;
+use crate::partition::Partition;
 use crate::query::filter::MatchDetails;
+use crate::storage::WHOLE_COLLECTION;
 
 /// The `config` collections generated here.
 pub const COLLECTIONS: &[&str] = &["chunks", "collections", "databases", "shards", "version"];
@@ -34,9 +36,54 @@ fn stable_uuid(name: &str) -> bson::Binary {
     }
 }
 
-/// One document per partition of every sharded collection, and one for
-/// the partition that holds unsharded collections.
+/// The name of the shard a server of the store is shown as.
+fn server_shard(server: usize) -> String {
+    format!("shard{server}")
+}
+
+impl Router {
+    /// The shard partition `partition` of `coll` is shown on (`None`: an
+    /// unsharded collection's one partition): the server holding it when
+    /// the store places partitions on servers, else the partition itself.
+    pub fn shard_of(&self, coll: &Collection, partition: Option<&Partition>) -> String {
+        if self.store.servers().is_some() {
+            let id = partition.map_or(WHOLE_COLLECTION, |p| p.id);
+            return server_shard(self.store.server_of(coll.id, id).unwrap_or(0));
+        }
+        match partition {
+            Some(p) => p.name().to_string(),
+            None => PRIMARY_PARTITION.to_string(),
+        }
+    }
+
+    /// The address shard `name` answers at.
+    pub fn shard_host(&self, name: &str) -> String {
+        let servers = self.store.servers().unwrap_or_default();
+        name.strip_prefix("shard")
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| servers.get(n).cloned())
+            .unwrap_or_else(|| self.options.host.clone())
+    }
+}
+
+/// One document per shard: a server of the store when it places
+/// partitions on servers; otherwise one per partition of every sharded
+/// collection, and one for the partition that holds unsharded collections.
 pub fn shards(router: &Router, host: &str) -> Vec<Document> {
+    if let Some(servers) = router.store.servers() {
+        return servers
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                doc! {
+                    "_id": server_shard(i),
+                    "host": name,
+                    "state": 1,
+                    "topologyTime": Timestamp { time: 0, increment: 1 },
+                }
+            })
+            .collect();
+    }
     let mut out = vec![doc! {
         "_id": PRIMARY_PARTITION,
         "host": host,
@@ -71,7 +118,7 @@ fn collection_entry(coll: &Collection) -> Option<Document> {
     })
 }
 
-fn chunks_of(coll: &Collection) -> Vec<Document> {
+fn chunks_of(router: &Router, coll: &Collection) -> Vec<Document> {
     let Some(s) = &coll.sharding else {
         return Vec::new();
     };
@@ -94,7 +141,7 @@ fn chunks_of(coll: &Collection) -> Vec<Document> {
                 time: map.version as u32,
                 increment: i as u32,
             };
-            let name = p.name().to_string();
+            let name = router.shard_of(coll, Some(p));
             doc! {
                 "_id": object_id(1, coll.id, p.id),
                 "uuid": coll.uuid.clone(),
@@ -115,7 +162,7 @@ pub fn documents(router: &Router, name: &str, host: &str) -> Option<Vec<Document
     let colls = router.catalog.list();
     Some(match name {
         "collections" => colls.iter().filter_map(|c| collection_entry(c)).collect(),
-        "chunks" => colls.iter().flat_map(|c| chunks_of(c)).collect(),
+        "chunks" => colls.iter().flat_map(|c| chunks_of(router, c)).collect(),
         "shards" => shards(router, host),
         "databases" => {
             let mut dbs: Vec<&str> = colls

@@ -75,7 +75,9 @@ impl From<StorageError> for crate::error::Error {
     fn from(e: StorageError) -> Self {
         use crate::error::{Error, ErrorCode};
         match e {
-            StorageError::Unavailable(why) => Error::new(ErrorCode::HostUnreachable, why),
+            // Retrying is safe and may succeed once the server is back.
+            StorageError::Unavailable(why) => Error::new(ErrorCode::HostUnreachable, why)
+                .with_extra(bson::doc! {"errorLabels": ["RetryableWriteError"]}),
             StorageError::Conflict(why) => Error::new(ErrorCode::WriteConflict, why),
             other => Error::internal(other.to_string()),
         }
@@ -245,6 +247,19 @@ pub trait Store: Send + Sync + 'static {
 
     /// Bytes the backend uses on disk (approximate).
     fn disk_bytes(&self) -> u64;
+
+    /// The servers partitions are placed on, by name (`host:port`), when
+    /// the store places them on servers; `None` when it holds them all.
+    fn servers(&self) -> Option<Vec<String>> {
+        None
+    }
+
+    /// The server (a position in [`Store::servers`]) holding partition
+    /// `partition` of `collection` ([`WHOLE_COLLECTION`] for an unsharded
+    /// one).
+    fn server_of(&self, _collection: u64, _partition: u64) -> Option<usize> {
+        None
+    }
 
     /// Syncs everything and stops background work; called at shutdown.
     fn close(&self) -> StorageResult<()>;

@@ -707,6 +707,17 @@ impl Store for PgFleet {
         super::blocking::wait(sizes).unwrap_or(0).max(0) as u64
     }
 
+    fn servers(&self) -> Option<Vec<String>> {
+        Some(self.server_names())
+    }
+
+    fn server_of(&self, collection: u64, partition: u64) -> Option<usize> {
+        self.fleet
+            .placement()
+            .of_partition(collection, partition)
+            .map(|p| p.server)
+    }
+
     fn close(&self) -> StorageResult<()> {
         for server in &self.fleet.servers {
             server.pool.close();
