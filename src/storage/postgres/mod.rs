@@ -80,6 +80,8 @@ struct Server {
 }
 
 struct Fleet {
+    /// The metadata server's session holding the gateway lease.
+    _lease: deadpool_postgres::Client,
     sql: Sql,
     servers: Vec<Server>,
     /// Which server holds each partition. Changed only by a batch that
@@ -255,7 +257,16 @@ async fn init(sql: Sql, servers: Vec<Server>) -> StorageResult<Fleet> {
             fleet
         }
     };
-    drop(meta);
+    // One gateway serves a fleet: its partition maps and usage counters
+    // are cached in memory and written from there.
+    if !sql.take_lease(&meta).await? {
+        return Err(StorageError::Format(format!(
+            "another Shardgate gateway is serving the fleet in schema {} on {}; one gateway per fleet",
+            sql.schema(),
+            servers[0].name
+        )));
+    }
+    let lease = meta;
     for (i, server) in servers.iter().enumerate().skip(1) {
         let client = match server.client().await {
             Ok(c) => c,
@@ -298,6 +309,7 @@ async fn init(sql: Sql, servers: Vec<Server>) -> StorageResult<Fleet> {
     let placement = Placement::from_rows(sql.placement(&meta).await?);
     drop(meta);
     let fleet = Fleet {
+        _lease: lease,
         gid_prefix: format!("{}:{fleet_id}:", sql.schema()),
         sql,
         servers,

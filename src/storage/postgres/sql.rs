@@ -132,6 +132,19 @@ impl Sql {
         Ok(())
     }
 
+    /// Takes the fleet's gateway lease for as long as this session
+    /// lives; false when another gateway's session holds it.
+    pub async fn take_lease(&self, c: &impl GenericClient) -> StorageResult<bool> {
+        let row = c
+            .query_one(
+                "SELECT pg_try_advisory_lock(hashtext('shardgate gateway ' || $1))",
+                &[&self.schema],
+            )
+            .await
+            .map_err(engine)?;
+        Ok(row.get(0))
+    }
+
     /// `max_prepared_transactions` of a server: 0 means no two-phase
     /// commit there.
     pub async fn max_prepared(&self, c: &impl GenericClient) -> StorageResult<i64> {
