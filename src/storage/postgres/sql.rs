@@ -68,6 +68,7 @@ impl Sql {
         let s = &self.s;
         let mut ddl = format!(
             "BEGIN;
+             SET LOCAL client_min_messages = warning;
              SELECT pg_advisory_xact_lock(hashtext('shardgate schema {schema}'));
              CREATE SCHEMA IF NOT EXISTS {s};
              CREATE TABLE IF NOT EXISTS {s}.identity (fleet text NOT NULL, server integer NOT NULL);
