@@ -12,6 +12,13 @@
 //!
 //! The binary is `$SHARDGATE_BIN`, else `<workspace>/target/release/shardgate`,
 //! else `<workspace>/target/debug/shardgate` (`$CARGO_TARGET_DIR` is honoured).
+//!
+//! With `$SHARDGATE_TEST_POSTGRES` set to the URLs of a fleet of PostgreSQL
+//! servers (`scripts/pg-fleet start`), the same tests run on the postgres
+//! backend: each server keeps its data in a schema of its own on every
+//! PostgreSQL server (dropped when the test ends), and with
+//! `$SHARDGATE_TEST_GATEWAYS=2` two gateway processes serve it, the driver
+//! spreading operations over both (see [`fleet`] and [`gateways`]).
 
 use std::{
     fs::{File, OpenOptions},
@@ -42,17 +49,144 @@ const DEFAULT_WATCHDOG_SECS: u64 = 240;
 /// How long to wait for a freshly started server to answer `ping`.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A running `shardgate` process owned by one test.
+/// A running `shardgate` process owned by one test — or, on a PostgreSQL
+/// fleet with `SHARDGATE_TEST_GATEWAYS` > 1, several gateway processes
+/// serving the same data.
 pub struct TestServer {
-    /// A driver client connected with `directConnection=true`.
+    /// A driver client connected with `directConnection=true`; with several
+    /// gateways, a client that knows them all and spreads operations over
+    /// them (see [`TestServer::uri`]).
     pub client: Client,
-    /// `127.0.0.1:PORT`.
+    /// `127.0.0.1:PORT` of the (first) gateway.
     pub addr: SocketAddr,
     child: Arc<Mutex<Option<Child>>>,
-    /// Holds `data/` and `server.log`; removed on drop.
+    /// Holds `data/` and `server.log` (and `dataN/`, `serverN.log` of further
+    /// gateways); removed on drop.
     root: tempfile::TempDir,
     log_path: PathBuf,
     watchdog: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
+    /// The gateways after the first.
+    more: Vec<Gateway>,
+    /// This test's schema on the PostgreSQL fleet, when it runs on one.
+    fleet: Option<FleetSchema>,
+}
+
+/// A further gateway process in front of the same fleet.
+struct Gateway {
+    addr: SocketAddr,
+    child: Arc<Mutex<Option<Child>>>,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+}
+
+/// The PostgreSQL servers the driver tests run against instead of the
+/// embedded store: `$SHARDGATE_TEST_POSTGRES`, URLs separated by spaces
+/// (`scripts/pg-fleet start` prints them). `None` when unset or empty.
+pub fn fleet() -> Option<Vec<String>> {
+    let urls: Vec<String> = std::env::var("SHARDGATE_TEST_POSTGRES")
+        .ok()?
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    (!urls.is_empty()).then_some(urls)
+}
+
+/// How many gateways a test server on the fleet runs:
+/// `$SHARDGATE_TEST_GATEWAYS` (default 1), and always 1 without a fleet (the
+/// embedded store belongs to one process). A test that picks its own
+/// `--backend` gets one gateway whatever this says; `srv.addrs().len()` is
+/// the count for a given server.
+pub fn gateways() -> usize {
+    if fleet().is_none() {
+        return 1;
+    }
+    std::env::var("SHARDGATE_TEST_GATEWAYS")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// One test's share of the fleet: a schema of its own on every server, so
+/// tests on the same servers are independent fleets.
+struct FleetSchema {
+    urls: Vec<String>,
+    name: String,
+}
+
+impl FleetSchema {
+    fn new(urls: Vec<String>) -> FleetSchema {
+        use std::hash::{BuildHasher, Hasher};
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        // RandomState is seeded randomly per process; the pid, the time and a
+        // counter keep names apart across test binaries run at once.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.write_u64(SEQ.fetch_add(1, Ordering::Relaxed));
+        if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            h.write_u128(t.as_nanos());
+        }
+        FleetSchema {
+            urls,
+            name: format!("sgt_{:016x}", h.finish()),
+        }
+    }
+
+    fn args(&self) -> Vec<String> {
+        let mut args = vec!["--backend".to_string(), "postgres".to_string()];
+        for url in &self.urls {
+            args.push("--postgres".into());
+            args.push(url.clone());
+        }
+        args.push("--postgres-schema".into());
+        args.push(self.name.clone());
+        args
+    }
+
+    /// Removes what the test left on every server, best effort: first the
+    /// prepared transactions of this schema (the backend names them
+    /// `<schema>:...`; they hold locks the drop would wait for), then the
+    /// schema. Errors are ignored: a server may be down, psql missing.
+    fn drop_all(&self) {
+        let schema = &self.name;
+        for url in &self.urls {
+            let gids = psql(
+                url,
+                &[format!(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() \
+                     AND left(gid, {}) = '{schema}'",
+                    schema.len()
+                )],
+            );
+            let mut commands = vec![
+                "SET lock_timeout = '10s'".to_string(),
+                "SET statement_timeout = '30s'".to_string(),
+            ];
+            for gid in gids.lines().filter(|l| !l.is_empty()) {
+                commands.push(format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''")));
+            }
+            commands.push(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+            psql(url, &commands);
+        }
+    }
+}
+
+/// Runs `commands` (each its own transaction) through `psql` on `url` and
+/// returns what they printed, unaligned and without headers; "" on failure.
+fn psql(url: &str, commands: &[String]) -> String {
+    let mut cmd = Command::new("psql");
+    cmd.args(["-X", "-q", "-A", "-t", "-d", url]);
+    for c in commands {
+        cmd.arg("-c").arg(c);
+    }
+    cmd.env("PGCONNECT_TIMEOUT", "5")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    match cmd.output() {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Err(_) => String::new(),
+    }
 }
 
 /// Where the server binary is.
@@ -103,6 +237,10 @@ impl TestServer {
     }
 
     /// Like [`TestServer::start`], with extra command-line arguments.
+    ///
+    /// With `$SHARDGATE_TEST_POSTGRES` set (see [`fleet`]) and no
+    /// `--backend` in `extra`, the server keeps its data on that fleet in a
+    /// fresh schema, and [`gateways`] processes serve it.
     pub async fn start_with_args(extra: &[&str]) -> TestServer {
         let root = tempfile::Builder::new()
             .prefix("shardgate-test-")
@@ -110,30 +248,130 @@ impl TestServer {
             .expect("create temp dir");
         std::fs::create_dir_all(root.path().join("data")).expect("create data dir");
         let log_path = root.path().join("server.log");
+        let own_backend = extra
+            .iter()
+            .any(|a| *a == "--backend" || a.starts_with("--backend="));
+        let fleet = if own_backend {
+            None
+        } else {
+            fleet().map(FleetSchema::new)
+        };
+        let count = if fleet.is_some() { gateways() } else { 1 };
         let child = Arc::new(Mutex::new(None));
-        let watchdog = spawn_watchdog(child.clone());
-        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let more: Vec<Gateway> = (2..=count)
+            .map(|n| Gateway {
+                addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+                child: Arc::new(Mutex::new(None)),
+                data_dir: root.path().join(format!("data{n}")),
+                log_path: root.path().join(format!("server{n}.log")),
+            })
+            .collect();
+        let slots = std::iter::once(child.clone())
+            .chain(more.iter().map(|g| g.child.clone()))
+            .collect();
+        let watchdog = spawn_watchdog(slots);
+        let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        if let Some(f) = &fleet {
+            args.extend(f.args());
+        }
         let mut last_err = String::new();
         // A port picked as free may be taken before the server binds it;
         // try a few ports before giving up.
         for _attempt in 0..4 {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            match launch(&child, root.path(), &log_path, addr, &extra).await {
+            let data_dir = root.path().join("data");
+            match launch(&child, &data_dir, &log_path, addr, &args).await {
                 Ok(client) => {
-                    return TestServer {
+                    let mut srv = TestServer {
                         client,
                         addr,
                         child,
                         root,
                         log_path,
                         watchdog: Some(watchdog),
+                        more,
+                        fleet,
                     };
+                    // One after the other: the first has set up the schema
+                    // by the time the next starts.
+                    srv.launch_more(&args, false).await;
+                    return srv;
                 }
                 Err(e) => last_err = e,
             }
         }
+        if let Some(f) = &fleet {
+            f.drop_all();
+        }
         let log = read_tail(&log_path, 64 * 1024);
         panic!("shardgate did not start: {last_err}\n---- server log ----\n{log}");
+    }
+
+    /// Starts the gateways after the first (on their old ports if `reuse`)
+    /// and points `self.client` at all of them. Panics (and `Drop` cleans
+    /// up) if one does not start.
+    async fn launch_more(&mut self, args: &[String], reuse: bool) {
+        if self.more.is_empty() {
+            return;
+        }
+        for i in 0..self.more.len() {
+            let g = &self.more[i];
+            std::fs::create_dir_all(&g.data_dir).expect("create data dir");
+            let mut ports = Vec::new();
+            if reuse {
+                ports.push(g.addr.port());
+            }
+            while ports.len() < 4 {
+                ports.push(free_port());
+            }
+            let mut last_err = String::new();
+            let mut started = None;
+            for port in ports {
+                let addr = SocketAddr::from(([127, 0, 0, 1], port));
+                match launch(&g.child, &g.data_dir, &g.log_path, addr, args).await {
+                    Ok(_) => {
+                        started = Some(addr);
+                        break;
+                    }
+                    Err(e) => last_err = e,
+                }
+            }
+            match started {
+                Some(addr) => self.more[i].addr = addr,
+                None => panic!("shardgate gateway {} did not start: {last_err}", i + 2),
+            }
+        }
+        self.client = Client::with_uri_str(self.uri())
+            .await
+            .expect("client to every gateway");
+    }
+
+    /// The connection string for this server: [`uri`] of its address, or,
+    /// with several gateways, one naming them all (without
+    /// `directConnection`, so the driver sees several mongos, spreads
+    /// operations over them and keeps each cursor on the one that opened it).
+    pub fn uri(&self) -> String {
+        if self.more.is_empty() {
+            return uri(self.addr);
+        }
+        let hosts: Vec<String> = self.addrs().iter().map(|a| a.to_string()).collect();
+        format!(
+            "mongodb://{}/?serverSelectionTimeoutMS=10000&connectTimeoutMS=5000\
+             &appname=shardgate-compat-tests",
+            hosts.join(",")
+        )
+    }
+
+    /// Every gateway's address, the first being [`TestServer::addr`].
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        std::iter::once(self.addr)
+            .chain(self.more.iter().map(|g| g.addr))
+            .collect()
+    }
+
+    /// The schema this server's data lives in on the PostgreSQL fleet.
+    pub fn postgres_schema(&self) -> Option<&str> {
+        self.fleet.as_ref().map(|f| f.name.as_str())
     }
 
     /// The data directory this server uses (kept across restarts).
@@ -164,9 +402,7 @@ impl TestServer {
     /// A new client to this server with options adjusted by `f`
     /// (e.g. to install a command event handler).
     pub async fn client_with(&self, f: impl FnOnce(&mut ClientOptions)) -> Client {
-        let mut opts = ClientOptions::parse(uri(self.addr))
-            .await
-            .expect("parse uri");
+        let mut opts = ClientOptions::parse(self.uri()).await.expect("parse uri");
         f(&mut opts);
         Client::with_options(opts).expect("build client")
     }
@@ -176,46 +412,54 @@ impl TestServer {
         self.client_with(|_| {}).await
     }
 
-    /// Kills the server with SIGKILL (no chance to flush anything) and waits
-    /// for it to be gone.
-    pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.lock().unwrap().take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+    /// Every gateway's process slot, the first one first.
+    fn slots(&self) -> Vec<&Arc<Mutex<Option<Child>>>> {
+        std::iter::once(&self.child)
+            .chain(self.more.iter().map(|g| &g.child))
+            .collect()
     }
 
-    /// Sends SIGTERM and waits up to `timeout` for the server to exit; kills
-    /// it with SIGKILL after that. Returns the exit status if it exited by
-    /// itself.
-    pub fn stop(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let mut guard = self.child.lock().unwrap();
-        let mut c = guard.take()?;
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(c.id().to_string())
-            .status();
-        let deadline = Instant::now() + timeout;
-        loop {
-            match c.try_wait() {
-                Ok(Some(status)) => return Some(status),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                _ => {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    return None;
-                }
+    /// Kills the server (every gateway) with SIGKILL (no chance to flush
+    /// anything) and waits for it to be gone.
+    pub fn kill9(&mut self) {
+        for slot in self.slots() {
+            if let Some(mut c) = slot.lock().unwrap().take() {
+                let _ = c.kill();
+                let _ = c.wait();
             }
         }
     }
 
+    /// Sends SIGTERM (to every gateway) and waits up to `timeout` for the
+    /// server to exit; kills it with SIGKILL after that. Returns the exit
+    /// status of the (first) gateway if it exited by itself.
+    pub fn stop(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let first = self.child.lock().unwrap().take();
+        let others: Vec<Child> = self
+            .more
+            .iter()
+            .filter_map(|g| g.child.lock().unwrap().take())
+            .collect();
+        for c in first.iter().chain(&others) {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+        }
+        let status = first.and_then(|c| exit_by(c, deadline));
+        for c in others {
+            exit_by(c, deadline);
+        }
+        status
+    }
+
     /// Stops the server (gracefully if it is still running) and starts it
-    /// again on the same data directory. `self.client` is replaced with a
-    /// client to the new process.
+    /// again on the same data directory (and the same fleet schema).
+    /// `self.client` is replaced with a client to the new process(es).
     pub async fn restart(&mut self) {
         self.stop(Duration::from_secs(15));
+        let args = self.fleet.as_ref().map(|f| f.args()).unwrap_or_default();
         let mut last_err = String::new();
         // Prefer the same port; fall back to a new one if it is taken.
         let mut ports = vec![self.addr.port()];
@@ -224,10 +468,12 @@ impl TestServer {
         }
         for port in ports {
             let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-            match launch(&self.child, self.root.path(), &self.log_path, addr, &[]).await {
+            let data_dir = self.data_dir();
+            match launch(&self.child, &data_dir, &self.log_path, addr, &args).await {
                 Ok(client) => {
                     self.client = client;
                     self.addr = addr;
+                    self.launch_more(&args, true).await;
                     return;
                 }
                 Err(e) => last_err = e,
@@ -242,20 +488,47 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.lock().map(|mut g| g.take()).unwrap_or(None) {
-            let _ = c.kill();
-            let _ = c.wait();
+        for slot in self.slots() {
+            if let Some(mut c) = slot.lock().map(|mut g| g.take()).unwrap_or(None) {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
         }
         if let Some((stop, handle)) = self.watchdog.take() {
             let _ = stop.send(());
             let _ = handle.join();
         }
+        if let Some(f) = &self.fleet {
+            f.drop_all();
+        }
         if std::thread::panicking() {
-            eprintln!(
-                "---- shardgate log ({}) ----\n{}\n---- end of shardgate log ----",
-                self.log_path.display(),
-                read_tail(&self.log_path, 64 * 1024)
-            );
+            if let Some(schema) = self.postgres_schema() {
+                eprintln!("(data was in PostgreSQL schema {schema}, now dropped)");
+            }
+            let logs = std::iter::once(&self.log_path).chain(self.more.iter().map(|g| &g.log_path));
+            for path in logs {
+                eprintln!(
+                    "---- shardgate log ({}) ----\n{}\n---- end of shardgate log ----",
+                    path.display(),
+                    read_tail(path, 64 * 1024)
+                );
+            }
+        }
+    }
+}
+
+/// Waits until `deadline` for `c` to exit; kills it with SIGKILL after
+/// that. The exit status if it exited by itself.
+fn exit_by(mut c: Child, deadline: Instant) -> Option<ExitStatus> {
+    loop {
+        match c.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = c.kill();
+                let _ = c.wait();
+                return None;
+            }
         }
     }
 }
@@ -264,7 +537,7 @@ impl Drop for TestServer {
 /// child is killed and the reason returned.
 async fn launch(
     slot: &Arc<Mutex<Option<Child>>>,
-    root: &Path,
+    data_dir: &Path,
     log_path: &Path,
     addr: SocketAddr,
     extra: &[String],
@@ -281,7 +554,7 @@ async fn launch(
         .arg("--bind")
         .arg(addr.to_string())
         .arg("--data-dir")
-        .arg(root.join("data"))
+        .arg(data_dir)
         .arg("--log-level")
         .arg(&log_level)
         .args(extra)
@@ -355,7 +628,7 @@ async fn ping(addr: SocketAddr) -> Result<Client, String> {
     }
 }
 
-fn spawn_watchdog(child: Arc<Mutex<Option<Child>>>) -> (mpsc::Sender<()>, JoinHandle<()>) {
+fn spawn_watchdog(children: Vec<Arc<Mutex<Option<Child>>>>) -> (mpsc::Sender<()>, JoinHandle<()>) {
     let secs = std::env::var("SHARDGATE_TEST_TIMEOUT_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -363,13 +636,15 @@ fn spawn_watchdog(child: Arc<Mutex<Option<Child>>>) -> (mpsc::Sender<()>, JoinHa
     let (tx, rx) = mpsc::channel::<()>();
     let handle = std::thread::spawn(move || {
         if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
-            if let Some(mut c) = child.lock().unwrap().take() {
-                eprintln!(
-                    "watchdog: test ran over {secs}s; killing shardgate pid {}",
-                    c.id()
-                );
-                let _ = c.kill();
-                let _ = c.wait();
+            for child in children {
+                if let Some(mut c) = child.lock().unwrap().take() {
+                    eprintln!(
+                        "watchdog: test ran over {secs}s; killing shardgate pid {}",
+                        c.id()
+                    );
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
             }
         }
     });
