@@ -91,6 +91,19 @@ pub fn fleet() -> Option<Vec<String>> {
     (!urls.is_empty()).then_some(urls)
 }
 
+/// True, after saying why on stderr, when the tests run on a PostgreSQL
+/// fleet and this test checks what only the embedded backend shows: each
+/// partition presented as a shard of its own (a fleet shows one shard per
+/// server), or one snapshot over every partition (a fleet reads each
+/// server at its own moment). Such a test returns at once.
+pub fn embedded_only(why: &str) -> bool {
+    let fleet = fleet().is_some();
+    if fleet {
+        eprintln!("not on a PostgreSQL fleet: {why}");
+    }
+    fleet
+}
+
 /// How many gateways a test server on the fleet runs:
 /// `$SHARDGATE_TEST_GATEWAYS` (default 1), and always 1 without a fleet (the
 /// embedded store belongs to one process). A test that picks its own

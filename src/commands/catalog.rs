@@ -225,30 +225,66 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
         },
     );
     if coll.sharding.is_some() {
-        // A mongos's shape: one entry per shard (partition).
-        let mut shards = Document::new();
+        // A mongos's shape: one entry per shard (a partition, or a
+        // server holding several).
         let partitions = router.partition_stats(&coll);
-        for ((p, usage), units) in partitions.iter().zip(&units) {
-            shards.insert(
-                p.name().to_string(),
+        let mut by_shard: Vec<(String, Vec<usize>)> = Vec::new();
+        for (i, (p, _)) in partitions.iter().enumerate() {
+            let name = router.shard_of(&coll, Some(p));
+            match by_shard.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, members)) => members.push(i),
+                None => by_shard.push((name, vec![i])),
+            }
+        }
+        let mut shards = Document::new();
+        for (name, members) in by_shard {
+            let (mut count, mut bytes, mut consumed, mut throttled) = (0u64, 0u64, 0f64, 0u64);
+            for &i in &members {
+                count += partitions[i].1.count;
+                bytes += partitions[i].1.bytes;
+                if let Some(u) = units.get(i) {
+                    consumed += u.consumed;
+                    throttled += u.throttled;
+                }
+            }
+            let mut entry = doc! {
+                "ns": ns.full(),
+                "count": count as i64,
+                "size": (bytes / scale) as i64,
+                "avgObjSize": bytes.checked_div(count).unwrap_or(0) as i64,
+                "storageSize": (bytes / scale) as i64,
+                "freeStorageSize": 0i64,
+                "capped": false,
+                "nindexes": nindexes,
+                "totalIndexSize": 0i64,
+                "totalSize": (bytes / scale) as i64,
+                "indexSizes": index_sizes.clone(),
+                "scaleFactor": scale as i64,
+                "ok": 1.0,
+            };
+            let range = |i: usize| doc! {"min": partitions[i].0.min, "max": partitions[i].0.max};
+            match members.as_slice() {
+                [one] => entry.insert("hashRange", range(*one)),
+                many => entry.insert(
+                    "hashRanges",
+                    many.iter()
+                        .map(|&i| Bson::Document(range(i)))
+                        .collect::<Vec<_>>(),
+                ),
+            };
+            entry.insert(
+                "requestUnits",
                 doc! {
-                    "ns": ns.full(),
-                    "count": usage.count as i64,
-                    "size": (usage.bytes / scale) as i64,
-                    "avgObjSize": usage.bytes.checked_div(usage.count).unwrap_or(0) as i64,
-                    "storageSize": (usage.bytes / scale) as i64,
-                    "freeStorageSize": 0i64,
-                    "capped": false,
-                    "nindexes": nindexes,
-                    "totalIndexSize": 0i64,
-                    "totalSize": (usage.bytes / scale) as i64,
-                    "indexSizes": index_sizes.clone(),
-                    "scaleFactor": scale as i64,
-                    "ok": 1.0,
-                    "hashRange": {"min": p.min, "max": p.max},
-                    "requestUnits": request_units(units),
+                    "provisioned": members
+                        .iter()
+                        .filter_map(|&i| units.get(i))
+                        .map(|u| u.provisioned as i64)
+                        .sum::<i64>(),
+                    "consumed": consumed,
+                    "throttled": throttled as i64,
                 },
             );
+            shards.insert(name, entry);
         }
         reply.insert("nchunks", partitions.len() as i64);
         reply.insert("shards", shards);

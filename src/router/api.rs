@@ -38,7 +38,7 @@ impl Router {
             _ => self.catalog.get(ns),
         };
         let Some(coll) = coll else {
-            return maybe_blocking(coll_is_missing(self, ns), || {
+            return maybe_blocking(self.inline(coll_is_missing(self, ns)), || {
                 read(self.find_stream(ns, spec)?)
             });
         };
@@ -48,7 +48,7 @@ impl Router {
             let parts: Vec<u64> = plan.parts.iter().map(|p| p.partition.id).collect();
             self.admit(&coll, &parts).await?;
         }
-        maybe_blocking(plan.is_point_read(), || {
+        maybe_blocking(self.inline(plan.is_point_read()), || {
             read(self.execute(&coll, plan, spec, reader)?)
         })
     }

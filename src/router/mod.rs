@@ -233,6 +233,12 @@ impl Router {
         &self.store
     }
 
+    /// Whether work that is cheap when the store answers at once may run
+    /// on an async worker: not when every read is a network round trip.
+    pub(crate) fn inline(&self, cheap: bool) -> bool {
+        cheap && self.store.answers_at_once()
+    }
+
     /// Applies a batch; returns its commit.
     pub(crate) fn commit(&self, batch: WriteBatch) -> Result<u64> {
         Ok(blocking::wait(self.store.apply(batch))?)
@@ -462,7 +468,8 @@ impl Router {
             });
             let returned = returned?;
             runs.push(PartitionRun {
-                name: part.name.clone(),
+                // The shard it is on: the partition, or its server.
+                name: self.shard_of(&coll, plan.sharded.then_some(&part.partition)),
                 partition: plan.sharded.then_some(part.partition),
                 plan: plan.index.clone(),
                 keys_examined: examined.keys(),

@@ -687,7 +687,7 @@ impl Router {
             .admit_inserts(ns, prepared, ordered, &mut outcome)
             .await?;
         let first_error = outcome.errors.first().map(|(i, _)| *i);
-        let result = maybe_blocking(prepared.len() <= INLINE_INSERTS, || {
+        let result = maybe_blocking(self.inline(prepared.len() <= INLINE_INSERTS), || {
             self.with_write_lock(ns, true, |coll| {
                 let mut writes = CollectionBatch::new(self, coll);
                 let mut seen = HashSet::new();
@@ -801,7 +801,7 @@ impl Router {
     pub async fn update(&self, ns: &Namespace, stmt: &UpdateStatement) -> Result<ModifyOutcome> {
         self.admit_write(ns, &stmt.filter).await?;
         let point = super::plan::pinned_ids(Some(&stmt.filter)).is_some();
-        let result = maybe_blocking(point, || {
+        let result = maybe_blocking(self.inline(point), || {
             self.with_write_lock(ns, stmt.upsert, |coll| self.update_locked(ns, coll, stmt))
         })?;
         match result {
@@ -906,7 +906,7 @@ impl Router {
     ) -> Result<(u64, Option<Document>)> {
         self.admit_write(ns, filter).await?;
         let point = super::plan::pinned_ids(Some(filter)).is_some();
-        let result = maybe_blocking(point, || {
+        let result = maybe_blocking(self.inline(point), || {
             self.with_write_lock(ns, false, |coll| {
                 let targets = self.write_targets(coll, filter, multi, sort)?;
                 let n = targets.len() as u64;

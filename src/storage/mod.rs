@@ -248,6 +248,12 @@ pub trait Store: Send + Sync + 'static {
     /// Bytes the backend uses on disk (approximate).
     fn disk_bytes(&self) -> u64;
 
+    /// Whether reads and writes are answered without waiting on another
+    /// server, so a point operation may run on an async worker.
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+
     /// The servers partitions are placed on, by name (`host:port`), when
     /// the store places them on servers; `None` when it holds them all.
     fn servers(&self) -> Option<Vec<String>> {

@@ -719,6 +719,10 @@ impl Store for PgFleet {
         super::blocking::wait(sizes).unwrap_or(0).max(0) as u64
     }
 
+    fn answers_at_once(&self) -> bool {
+        false
+    }
+
     fn servers(&self) -> Option<Vec<String>> {
         Some(self.server_names())
     }
