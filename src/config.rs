@@ -57,6 +57,11 @@ pub struct Config {
     #[arg(long, default_value = "shardgate")]
     pub postgres_schema: String,
 
+    /// Test hook: `2pc-after-prepare` or `2pc-after-decision` ends the
+    /// process at that step of the next cross-server commit.
+    #[arg(long, hide = true)]
+    pub postgres_failpoint: Option<String>,
+
     /// Block cache of the embedded engine, in MiB.
     #[arg(long, default_value_t = 256)]
     pub cache_mb: u64,
@@ -157,6 +162,7 @@ impl Config {
                 crate::storage::postgres::PgFleet::open(&crate::storage::postgres::PgOptions {
                     urls: self.postgres.clone(),
                     schema: self.postgres_schema.clone(),
+                    failpoint: self.postgres_failpoint.clone(),
                 })?
             }
         })

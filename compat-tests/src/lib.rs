@@ -471,8 +471,15 @@ impl TestServer {
     /// again on the same data directory (and the same fleet schema).
     /// `self.client` is replaced with a client to the new process(es).
     pub async fn restart(&mut self) {
+        self.restart_with_args(&[]).await
+    }
+
+    /// [`TestServer::restart`] with extra command-line arguments (the
+    /// fleet's are added as at start).
+    pub async fn restart_with_args(&mut self, extra: &[&str]) {
         self.stop(Duration::from_secs(15));
-        let args = self.fleet.as_ref().map(|f| f.args()).unwrap_or_default();
+        let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        args.extend(self.fleet.as_ref().map(|f| f.args()).unwrap_or_default());
         let mut last_err = String::new();
         // Prefer the same port; fall back to a new one if it is taken.
         let mut ports = vec![self.addr.port()];

@@ -332,10 +332,16 @@ impl<'a> PartitionedBatch<'a> {
         Ok(())
     }
 
-    /// True when a document with this `_id` is stored.
-    pub fn id_exists(&self, id: &Bson) -> Result<bool> {
-        let found = self.live.id_entry(self.coll.id, &keystring::encode_id(id));
-        Ok(blocking::wait(found)?.is_some())
+    /// True when a document with this `_id` is stored where the document
+    /// `bytes` would go (the whole collection, unless the store keeps
+    /// `_id`s unique per server).
+    pub fn id_exists(&self, id: &Bson, bytes: &[u8]) -> Result<bool> {
+        let raw = RawDocument::from_bytes(bytes).map_err(raw_error)?;
+        let hash = key_hash(self.sharding.key.raw_value(raw)?.as_ref());
+        let found = self
+            .live
+            .id_taken(self.coll.id, &keystring::encode_id(id), hash);
+        Ok(blocking::wait(found)?)
     }
 
     /// Adds a new document, in BSON form (its `_id` checked unique by
@@ -492,14 +498,15 @@ impl<'a> CollectionBatch<'a> {
         }
     }
 
-    /// True when a document with this `_id` is stored.
-    pub fn id_exists(&self, id: &Bson) -> Result<bool> {
+    /// True when a document with this `_id` is stored (see
+    /// [`PartitionedBatch::id_exists`] for a sharded collection).
+    pub fn id_exists(&self, id: &Bson, bytes: &[u8]) -> Result<bool> {
         match &self.layout {
             Layout::Unsharded(_) => {
                 let found = self.live.record(&Router::id_key(self.coll, id));
                 Ok(blocking::wait(found)?.is_some())
             }
-            Layout::Partitioned(pb) => pb.id_exists(id),
+            Layout::Partitioned(pb) => pb.id_exists(id, bytes),
         }
     }
 
@@ -698,7 +705,7 @@ impl Router {
                         break;
                     }
                     let id_key = keystring::encode_id(id);
-                    let result = if seen.contains(&id_key) || writes.id_exists(id)? {
+                    let result = if seen.contains(&id_key) || writes.id_exists(id, &bytes)? {
                         Err(duplicate_key_error(ns, id))
                     } else {
                         writes.insert(id, bytes.clone())
@@ -885,7 +892,7 @@ impl Router {
             }
             let bytes = encode_document(&new_doc)?;
             let id = new_doc.get("_id").cloned().unwrap_or(Bson::Null);
-            if writes.id_exists(&id)? {
+            if writes.id_exists(&id, &bytes)? {
                 return Err(duplicate_key_error(ns, &id));
             }
             writes.insert(&id, bytes)?;

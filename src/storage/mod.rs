@@ -181,6 +181,15 @@ pub trait View: Send + Sync + 'static {
         reverse: bool,
     ) -> StoreStream<(Vec<u8>, i64)>;
 
+    /// Whether an insert of `keystring(_id)` under `hash` would repeat a
+    /// stored `_id`: anywhere in the collection for a store that holds
+    /// every partition; on the server that would hold it for one that
+    /// spreads partitions over servers (MongoDB's rule: unique per shard).
+    fn id_taken(&self, collection: u64, id: &[u8], _hash: i64) -> StoreFuture<bool> {
+        let found = self.id_entry(collection, id);
+        Box::pin(async move { Ok(found.await?.is_some()) })
+    }
+
     fn scan_index(&self, scan: IndexScan) -> StoreStream<(IndexEntryKey, Vec<u8>)>;
 
     /// The usage of one logical partition (one hash).

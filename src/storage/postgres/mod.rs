@@ -70,6 +70,9 @@ pub struct PgOptions {
     pub urls: Vec<String>,
     /// The schema the fleet's tables live in, on every server.
     pub schema: String,
+    /// A step of two-phase commit at which to end the process (crash
+    /// tests): `2pc-after-prepare` or `2pc-after-decision`.
+    pub failpoint: Option<String>,
 }
 
 /// One server of the fleet.
@@ -92,6 +95,7 @@ struct Fleet {
     gid_prefix: String,
     next_gid: AtomicU64,
     seq: AtomicU64,
+    failpoint: Option<String>,
 }
 
 /// The [`Store`] over a fleet of PostgreSQL servers.
@@ -131,7 +135,8 @@ impl PgFleet {
             servers.push(connect(i, url, &handle)?);
         }
         let sql = Sql::new(&options.schema);
-        let fleet = runtime.block_on(init(sql, servers))?;
+        let mut fleet = runtime.block_on(init(sql, servers))?;
+        fleet.failpoint = options.failpoint.clone();
         let fleet = Arc::new(fleet);
         let store = Arc::new(PgFleet {
             fleet: fleet.clone(),
@@ -317,6 +322,7 @@ async fn init(sql: Sql, servers: Vec<Server>) -> StorageResult<Fleet> {
         placing: tokio::sync::Mutex::new(()),
         next_gid: AtomicU64::new(0),
         seq: AtomicU64::new(0),
+        failpoint: None,
     };
     tracing::info!(
         "PostgreSQL fleet {fleet_id}: {} server(s), schema {}",
@@ -488,9 +494,11 @@ impl Fleet {
             self.settle(&gid, &servers, false).await;
             return Err(e);
         }
+        self.fail_at("2pc-after-prepare");
         let meta = self.servers[0].client().await?;
         let outcome = self.sql.decide(&meta, &gid, "commit").await;
         drop(meta);
+        self.fail_at("2pc-after-decision");
         match outcome.as_deref() {
             Ok("commit") => {
                 if self.settle(&gid, &servers, true).await {
@@ -511,6 +519,14 @@ impl Fleet {
             Err(e) => Err(StorageError::Unavailable(format!(
                 "the outcome of a cross-server write could not be recorded ({e}); it will be finished by recovery"
             ))),
+        }
+    }
+
+    /// Ends the process here when the crash tests ask for it.
+    fn fail_at(&self, step: &str) {
+        if self.failpoint.as_deref() == Some(step) {
+            tracing::error!("failpoint {step}: ending the process");
+            std::process::abort();
         }
     }
 

@@ -65,6 +65,25 @@ impl Sql {
     /// Creates the data tables (and, on the first server, the metadata
     /// tables) unless they exist. Gateways starting together take turns.
     pub async fn create_tables(&self, c: &impl GenericClient, metadata: bool) -> StorageResult<()> {
+        // The tables are made in one transaction, the last one last: when
+        // it is there, all are. Asking first matters: `CREATE INDEX IF NOT
+        // EXISTS` locks its table, and would wait for a prepared
+        // transaction that only this gateway's recovery will finish.
+        let last = if metadata {
+            "decisions"
+        } else {
+            "partition_totals"
+        };
+        let found = c
+            .query_one(
+                "SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL",
+                &[&self.schema, &last],
+            )
+            .await
+            .map_err(engine)?;
+        if found.get::<_, bool>(0) {
+            return Ok(());
+        }
         let s = &self.s;
         let mut ddl = format!(
             "BEGIN;

@@ -322,6 +322,27 @@ impl View for PgView {
         })
     }
 
+    fn id_taken(&self, collection: u64, id: &[u8], hash: i64) -> StoreFuture<bool> {
+        let server = self
+            .fleet
+            .placement()
+            .of_hash(collection, hash)
+            .map(|p| p.server);
+        let id = id.to_vec();
+        let found = self.one(server, move |fleet, server| {
+            Box::pin(async move {
+                let s = fleet.server(server)?;
+                let client = s.client().await?;
+                fleet
+                    .sql
+                    .id_hash(&client, collection, &id)
+                    .await
+                    .map_err(|e| super::at(s, e))
+            })
+        });
+        Box::pin(async move { Ok(found.await?.is_some()) })
+    }
+
     fn scan_id_entries(
         &self,
         collection: u64,

@@ -1,0 +1,354 @@
+//! The postgres backend as a fleet of servers: where partitions go and how
+//! the sharding helpers show it, one gateway per fleet, a gateway that dies
+//! in the middle of a commit across servers, and a server that stops.
+//!
+//! These run only against PostgreSQL (`$SHARDGATE_TEST_POSTGRES`, set by
+//! `scripts/test`); without it each test says so and returns.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use compat_tests::{fleet, num, server_binary, TestServer};
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::error::{Error, ErrorKind};
+use mongodb::Collection;
+
+fn on_fleet() -> bool {
+    let on = fleet().is_some();
+    if !on {
+        eprintln!("needs a PostgreSQL fleet: set SHARDGATE_TEST_POSTGRES (scripts/test does)");
+    }
+    on
+}
+
+/// `host:port` of a `postgresql://user@host:port/db` URL.
+fn host_of(url: &str) -> String {
+    let rest = url.split_once('@').map_or(url, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest).to_string()
+}
+
+async fn shard(srv: &TestServer, ns: &str, chunks: i32) {
+    srv.db("admin")
+        .run_command(
+            doc! {"shardCollection": ns, "key": {"k": "hashed"}, "numInitialChunks": chunks},
+        )
+        .await
+        .unwrap();
+}
+
+/// The shard the query `{k: value}` is routed to, from explain.
+async fn shard_of(srv: &TestServer, db: &str, coll: &str, value: &str) -> String {
+    let explain = srv
+        .db(db)
+        .run_command(doc! {"explain": {"find": coll, "filter": {"k": value}}})
+        .await
+        .unwrap();
+    let shards = explain
+        .get_document("queryPlanner")
+        .and_then(|q| q.get_document("winningPlan"))
+        .and_then(|w| w.get_array("shards"))
+        .unwrap_or_else(|_| panic!("no shards in {explain}"));
+    assert_eq!(shards.len(), 1, "{explain}");
+    let Some(Bson::Document(s)) = shards.first() else {
+        panic!("{explain}");
+    };
+    s.get_str("shardName").unwrap().to_string()
+}
+
+/// A key value whose documents live on a server other than `not`'s.
+async fn key_elsewhere(srv: &TestServer, db: &str, coll: &str, not: &[&str]) -> (String, String) {
+    for i in 0..200 {
+        let k = format!("key{i}");
+        let s = shard_of(srv, db, coll, &k).await;
+        if !not.contains(&s.as_str()) {
+            return (k, s);
+        }
+    }
+    panic!("no key lands outside {not:?}");
+}
+
+fn code_of(e: &Error) -> Option<i32> {
+    match &*e.kind {
+        ErrorKind::Command(c) => Some(c.code),
+        ErrorKind::Write(mongodb::error::WriteFailure::WriteError(w)) => Some(w.code),
+        ErrorKind::InsertMany(m) => m
+            .write_errors
+            .as_ref()
+            .and_then(|w| w.first())
+            .map(|w| w.code),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_are_spread_over_the_servers_and_shown_as_shards() {
+    if !on_fleet() {
+        return;
+    }
+    let urls = fleet().unwrap_or_default();
+    let mut srv = TestServer::start().await;
+    shard(&srv, "f.c", 6).await;
+    let c: Collection<Document> = srv.db("f").collection("c");
+    c.insert_many((0..300).map(|i| doc! {"_id": i, "k": format!("key{i}")}))
+        .await
+        .unwrap();
+
+    // One shard per server, at the server's address.
+    let config = srv.db("config");
+    let shards: Vec<Document> = futures::TryStreamExt::try_collect(
+        config
+            .collection::<Document>("shards")
+            .find(doc! {})
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let hosts: Vec<String> = shards
+        .iter()
+        .map(|s| s.get_str("host").unwrap().to_string())
+        .collect();
+    let want: Vec<String> = urls.iter().map(|u| host_of(u)).collect();
+    assert_eq!(hosts, want, "{shards:?}");
+
+    // Six partitions, placed two on each server.
+    let chunks = compat_tests::config_chunks(&srv.client, "f.c").await;
+    assert_eq!(chunks.len(), 6, "{chunks:?}");
+    let on: BTreeSet<String> = chunks.iter().map(|c| c.shard.clone()).collect();
+    let all: BTreeSet<String> = (0..urls.len()).map(|i| format!("shard{i}")).collect();
+    assert_eq!(on, all, "{chunks:?}");
+
+    // $collStats (getShardDistribution) counts each server's documents.
+    let stats: Vec<Document> = futures::TryStreamExt::try_collect(
+        c.aggregate(vec![doc! {"$collStats": {"count": {}}}])
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(stats.len(), urls.len(), "{stats:?}");
+    assert_eq!(stats.iter().map(|d| num(d, "count")).sum::<i64>(), 300);
+
+    // A key's documents are where explain says, and a restarted gateway
+    // finds everything where it was.
+    let (k, s) = key_elsewhere(&srv, "f", "c", &[]).await;
+    assert!(all.contains(&s), "{s}");
+    assert_eq!(c.count_documents(doc! {"k": &k}).await.unwrap(), 1);
+    srv.restart().await;
+    let c: Collection<Document> = srv.db("f").collection("c");
+    assert_eq!(c.count_documents(doc! {}).await.unwrap(), 300);
+    assert_eq!(shard_of(&srv, "f", "c", &k).await, s);
+    let again = compat_tests::config_chunks(&srv.client, "f.c").await;
+    let shards_of =
+        |cs: &[compat_tests::Chunk]| cs.iter().map(|c| c.shard.clone()).collect::<Vec<_>>();
+    assert_eq!(shards_of(&again), shards_of(&chunks));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_gateway_on_the_same_fleet_is_refused() {
+    if !on_fleet() {
+        return;
+    }
+    let srv = TestServer::start().await;
+    let schema = srv
+        .postgres_schema()
+        .expect("a schema of its own")
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(server_binary());
+    cmd.args(["--bind", "127.0.0.1:0", "--backend", "postgres"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--postgres-schema", &schema]);
+    for url in fleet().unwrap_or_default() {
+        cmd.args(["--postgres", &url]);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("another Shardgate gateway"), "{said}");
+    // The first one still serves.
+    srv.db("f")
+        .collection::<Document>("c")
+        .insert_one(doc! {"_id": 1})
+        .await
+        .unwrap();
+}
+
+/// Moves a document to a partition on another server (a commit across two
+/// servers) through a gateway that ends itself at `failpoint`; restarts it
+/// and waits until recovery has finished the commit one way or the other.
+async fn die_between_the_phases(failpoint: &str) -> (Document, String, String) {
+    let mut srv = TestServer::start_with_args(&["--postgres-failpoint", failpoint]).await;
+    shard(&srv, "f.c", 6).await;
+    let c: Collection<Document> = srv.db("f").collection("c");
+    c.insert_one(doc! {"_id": 1, "k": "key0", "n": 0})
+        .await
+        .unwrap();
+    let from = shard_of(&srv, "f", "c", "key0").await;
+    let (to_key, to) = key_elsewhere(&srv, "f", "c", &[&from]).await;
+    let moved = c
+        .update_one(doc! {"_id": 1}, doc! {"$set": {"k": &to_key}})
+        .await;
+    assert!(moved.is_err(), "the gateway should have ended: {moved:?}");
+
+    srv.restart().await;
+    let c: Collection<Document> = srv.db("f").collection("c");
+    // A write to the document waits for its rows' prepared transactions,
+    // so once one succeeds, recovery has finished the commit.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let wrote = tokio::time::timeout(
+            Duration::from_secs(20),
+            c.update_one(doc! {"_id": 1}, doc! {"$inc": {"n": 1}}),
+        )
+        .await;
+        if let Ok(Ok(r)) = wrote {
+            assert_eq!(r.matched_count, 1, "{r:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "recovery did not finish: {wrote:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let all: Vec<Document> = futures::TryStreamExt::try_collect(c.find(doc! {}).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 1, "exactly one copy: {all:?}");
+    (all[0].clone(), to_key, to)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_dying_after_prepare_leaves_the_document_where_it_was() {
+    if !on_fleet() {
+        return;
+    }
+    let (doc, _, _) = die_between_the_phases("2pc-after-prepare").await;
+    assert_eq!(doc.get_str("k"), Ok("key0"), "{doc}");
+    assert_eq!(num(&doc, "n"), 1, "{doc}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_dying_after_the_decision_finishes_the_move() {
+    if !on_fleet() {
+        return;
+    }
+    let (doc, to_key, _) = die_between_the_phases("2pc-after-decision").await;
+    assert_eq!(doc.get_str("k"), Ok(to_key.as_str()), "{doc}");
+    assert_eq!(num(&doc, "n"), 1, "{doc}");
+}
+
+/// Servers of a fleet of this test's own, stopped when dropped.
+struct OwnFleet {
+    dir: tempfile::TempDir,
+    urls: Vec<String>,
+}
+
+fn pg_fleet() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/pg-fleet")
+}
+
+impl OwnFleet {
+    fn start(n: usize) -> OwnFleet {
+        let dir = tempfile::Builder::new().prefix("fleet-").tempdir().unwrap();
+        let out = Command::new(pg_fleet())
+            .args(["start", &n.to_string()])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let urls = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        OwnFleet { dir, urls }
+    }
+
+    fn run(&self, verb: &str, server: usize) {
+        let out = Command::new(pg_fleet())
+            .arg(verb)
+            .arg(self.dir.path())
+            .arg(server.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for OwnFleet {
+    fn drop(&mut self) {
+        let _ = Command::new(pg_fleet())
+            .arg("stop")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_fails_only_what_needs_it_until_it_is_back() {
+    if !on_fleet() {
+        return;
+    }
+    let pg = tokio::task::spawn_blocking(|| OwnFleet::start(3))
+        .await
+        .unwrap();
+    let mut args = vec!["--backend", "postgres"];
+    for url in &pg.urls {
+        args.extend(["--postgres", url.as_str()]);
+    }
+    let srv = TestServer::start_with_args(&args).await;
+    shard(&srv, "f.c", 6).await;
+    let c: Collection<Document> = srv.db("f").collection("c");
+    c.insert_many((0..60).map(|i| doc! {"_id": i, "k": format!("key{i}")}))
+        .await
+        .unwrap();
+    // The metadata server (shard0) stays up; shard2 stops.
+    let (down_key, _) = key_elsewhere(&srv, "f", "c", &["shard0", "shard1"]).await;
+    let (up_key, _) = key_elsewhere(&srv, "f", "c", &["shard0", "shard2"]).await;
+    pg.run("kill", 2);
+
+    let read = c.find_one(doc! {"k": &down_key}).await;
+    let e = read.expect_err("its server is down");
+    assert_eq!(code_of(&e), Some(6), "HostUnreachable: {e:?}");
+    let write = c
+        .insert_one(doc! {"_id": "w1", "k": &down_key})
+        .await
+        .expect_err("its server is down");
+    assert_eq!(code_of(&write), Some(6), "HostUnreachable: {write:?}");
+    assert!(
+        write.contains_label("RetryableWriteError"),
+        "retryable: {write:?}"
+    );
+    // What lives elsewhere keeps working.
+    assert!(c.find_one(doc! {"k": &up_key}).await.unwrap().is_some());
+    c.insert_one(doc! {"_id": "w2", "k": &up_key})
+        .await
+        .unwrap();
+
+    pg.run("restart", 2);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match c.insert_one(doc! {"_id": "w1", "k": &down_key}).await {
+            Ok(_) => break,
+            Err(e) => assert!(Instant::now() < deadline, "still failing: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(c.count_documents(doc! {"k": &down_key}).await.unwrap(), 2);
+    assert_eq!(c.count_documents(doc! {}).await.unwrap(), 62);
+}
