@@ -705,7 +705,7 @@ impl Router {
                         break;
                     }
                     let id_key = keystring::encode_id(id);
-                    let result = if seen.contains(&id_key) || writes.id_exists(id, &bytes)? {
+                    let result = if seen.contains(&id_key) || writes.id_exists(id, bytes)? {
                         Err(duplicate_key_error(ns, id))
                     } else {
                         writes.insert(id, bytes.clone())
