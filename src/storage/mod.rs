@@ -63,6 +63,11 @@ pub enum StorageError {
     /// may succeed once it is back.
     #[error("{0}")]
     Unavailable(String),
+    /// A server stopped answering after a commit was asked of it: the
+    /// write may or may not have been applied, so a blind retry is not
+    /// safe.
+    #[error("{0}")]
+    OutcomeUnknown(String),
     /// A concurrent change got there first (a key written meanwhile);
     /// the operation may be retried from its reads.
     #[error("{0}")]
@@ -78,6 +83,7 @@ impl From<StorageError> for crate::error::Error {
             // Retrying is safe and may succeed once the server is back.
             StorageError::Unavailable(why) => Error::new(ErrorCode::HostUnreachable, why)
                 .with_extra(bson::doc! {"errorLabels": ["RetryableWriteError"]}),
+            StorageError::OutcomeUnknown(why) => Error::new(ErrorCode::HostUnreachable, why),
             StorageError::Conflict(why) => Error::new(ErrorCode::WriteConflict, why),
             other => Error::internal(other.to_string()),
         }

@@ -447,10 +447,13 @@ impl Fleet {
             .map_err(sql::engine)
             .map_err(|e| at(s, e))?;
         self.sql.write(&txn, share).await.map_err(|e| at(s, e))?;
-        txn.commit()
-            .await
-            .map_err(sql::engine)
-            .map_err(|e| at(s, e))
+        txn.commit().await.map_err(|e| match sql::engine(e) {
+            StorageError::Unavailable(why) => StorageError::OutcomeUnknown(format!(
+                "{why} (server {}) while committing: the write may have been applied",
+                s.name
+            )),
+            other => other,
+        })
     }
 
     /// Writes and prepares one server's share under `gid`.
@@ -516,8 +519,8 @@ impl Fleet {
             }
             // Whether the outcome was recorded is unknown: recovery
             // finishes the batch either way.
-            Err(e) => Err(StorageError::Unavailable(format!(
-                "the outcome of a cross-server write could not be recorded ({e}); it will be finished by recovery"
+            Err(e) => Err(StorageError::OutcomeUnknown(format!(
+                "the outcome of a cross-server write could not be recorded ({e}); recovery finishes it one way or the other"
             ))),
         }
     }
@@ -644,6 +647,7 @@ fn clone_error(e: &StorageError) -> StorageError {
         StorageError::Format(s) => StorageError::Format(s.clone()),
         StorageError::Unavailable(s) => StorageError::Unavailable(s.clone()),
         StorageError::Conflict(s) => StorageError::Conflict(s.clone()),
+        StorageError::OutcomeUnknown(s) => StorageError::OutcomeUnknown(s.clone()),
     }
 }
 
