@@ -16,6 +16,13 @@ pub enum Backend {
     Postgres,
 }
 
+/// A feature turned on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
 /// Shardgate: a MongoDB wire-protocol server that partitions collections
 /// the way Azure Cosmos DB does.
 #[derive(Debug, Clone, Parser)]
@@ -56,6 +63,11 @@ pub struct Config {
     /// different schemas of the same servers are independent.
     #[arg(long, default_value = "shardgate")]
     pub postgres_schema: String,
+
+    /// Whether the balancer moves partitions between the --postgres
+    /// servers to even their number per server.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub balancer: Switch,
 
     /// Test hook: `2pc-after-prepare` or `2pc-after-decision` ends the
     /// process at that step of the next cross-server commit.
@@ -163,6 +175,7 @@ impl Config {
                     urls: self.postgres.clone(),
                     schema: self.postgres_schema.clone(),
                     failpoint: self.postgres_failpoint.clone(),
+                    balancer: self.balancer == Switch::On,
                 })?
             }
         })

@@ -131,6 +131,7 @@ error_codes! {
     ShardKeyNotFound = 61,
     ImmutableField = 66,
     CannotCreateIndex = 67,
+    ShardNotFound = 70,
     InvalidOptions = 72,
     InvalidNamespace = 73,
     UnknownReplWriteConcern = 79,

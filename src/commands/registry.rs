@@ -180,6 +180,18 @@ pub static COMMANDS: &[CommandEntry] = &[
         "list partitions as shards"
     ),
     command!("logout", admin::ok, false, "log out"),
+    command!(
+        "moveChunk",
+        sharding::move_chunk,
+        true,
+        "move a partition to another server"
+    ),
+    command!(
+        "moveRange",
+        sharding::move_range,
+        true,
+        "move a partition to another server"
+    ),
     command!("ping", admin::ok, false, "check the server answers"),
     command!("refreshSessions", admin::ok, false, "keep sessions alive"),
     command!(

@@ -1,4 +1,5 @@
-//! Sharding commands: `enableSharding`, `shardCollection`, and the
+//! Sharding commands: `enableSharding`, `shardCollection`, moving a
+//! partition to another server (`moveChunk`, `moveRange`), and the
 //! cluster views mongosh's `sh.*` helpers read (`listShards`,
 //! `balancerStatus`). Cosmos DB's `customAction` commands are in
 //! [`super::custom_action`].
@@ -124,4 +125,121 @@ pub async fn list_shards(req: &Request<'_>) -> Result<Document> {
 /// balancer round to report.
 pub async fn balancer_status(_req: &Request<'_>) -> Result<Document> {
     Ok(doc! {"mode": "full", "inBalancerRound": false, "numBalancerRounds": 0_i64})
+}
+
+/// The namespace a sharding command names in its first field.
+fn named_namespace(req: &Request<'_>) -> Result<Namespace> {
+    match req.body.get(&req.name) {
+        Some(Bson::String(s)) => Namespace::parse(s),
+        Some(other) => bail!(
+            TypeMismatch,
+            "BSON field '{0}.{0}' is the wrong type '{1}', expected type 'string'",
+            req.name,
+            args::type_name(other)
+        ),
+        None => bail!(FailedToParse, "{} needs a namespace", req.name),
+    }
+}
+
+/// The hash a chunk bound `{key: NumberLong(h)}` starts at.
+fn bound_hash(cmd: &str, bound: &Document) -> Result<i64> {
+    match bound.iter().next().map(|(_, v)| v) {
+        Some(Bson::MinKey) => Ok(i64::MIN),
+        Some(v) => match args::number_as_i64(v) {
+            Some(h) => Ok(h),
+            None => bail!(
+                InvalidOptions,
+                "{cmd}: a bound of a hashed shard key is a NumberLong hash, got {bound}"
+            ),
+        },
+        None => bail!(InvalidOptions, "{cmd}: an empty bound"),
+    }
+}
+
+/// The shard a move goes to, from `field`.
+fn destination<'a>(req: &'a Request<'_>, field: &str) -> Result<&'a str> {
+    match args::opt_str(&req.name, &req.body, field)? {
+        Some(to) => Ok(to),
+        None => Err(Error::new(
+            ErrorCode::MissingField,
+            format!(
+                "BSON field '{}.{field}' is missing but a required field",
+                req.name
+            ),
+        )),
+    }
+}
+
+/// `moveChunk`: `{moveChunk: "db.coll", find: {key: value} | bounds:
+/// [{key: min}, {key: max}], to: "shard<N>"}`: moves the partition
+/// holding that key value (or starting at that bound) to server N.
+pub async fn move_chunk(req: &Request<'_>) -> Result<Document> {
+    args::check_fields(
+        req,
+        &[
+            "find",
+            "bounds",
+            "to",
+            "_secondaryThrottle",
+            "writeConcern",
+            "_waitForDelete",
+            "forceJumbo",
+        ],
+    )?;
+    let ns = named_namespace(req)?;
+    let to = destination(req, "to")?.to_string();
+    let router = req.state.router.clone();
+    let hash = match (req.body.get("find"), req.body.get("bounds")) {
+        (Some(Bson::Document(find)), None) => {
+            let Some(coll) = router.collection(&ns) else {
+                bail!(NamespaceNotFound, "Collection {ns} not found");
+            };
+            let Some(sharding) = &coll.sharding else {
+                bail!(NamespaceNotSharded, "Collection {ns} is not sharded");
+            };
+            match sharding.key.value(find)? {
+                Some(v) => crate::partition::hash::hash_value(v),
+                None => crate::partition::hash::hash_missing(),
+            }
+        }
+        (None, Some(Bson::Array(bounds))) => match bounds.first() {
+            Some(Bson::Document(min)) => bound_hash("moveChunk", min)?,
+            _ => bail!(InvalidOptions, "moveChunk: bounds is [{{key: min}}, {{key: max}}]"),
+        },
+        _ => bail!(
+            InvalidOptions,
+            "moveChunk needs exactly one of find and bounds"
+        ),
+    };
+    let started = std::time::Instant::now();
+    router.move_range(&ns, hash, &to).await?;
+    Ok(doc! {"millis": started.elapsed().as_millis() as i64})
+}
+
+/// `moveRange`: `{moveRange: "db.coll", min: {key: NumberLong(h)},
+/// toShard: "shard<N>"}`: moves the partition starting at `min`.
+pub async fn move_range(req: &Request<'_>) -> Result<Document> {
+    args::check_fields(
+        req,
+        &[
+            "min",
+            "max",
+            "toShard",
+            "secondaryThrottle",
+            "waitForDelete",
+            "forceJumbo",
+            "writeConcern",
+        ],
+    )?;
+    let ns = named_namespace(req)?;
+    let to = destination(req, "toShard")?.to_string();
+    let hash = match opt_document("moveRange", &req.body, "min")? {
+        Some(min) => bound_hash("moveRange", min)?,
+        None => match opt_document("moveRange", &req.body, "max")? {
+            Some(max) => bound_hash("moveRange", max)?.saturating_sub(1),
+            None => bail!(InvalidOptions, "moveRange needs min or max"),
+        },
+    };
+    req.state.router.move_range(&ns, hash, &to).await?;
+    Ok(Document::new())
 }

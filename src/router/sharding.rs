@@ -394,3 +394,34 @@ impl Router {
         Ok(Some(seq))
     }
 }
+
+impl Router {
+    /// Moves the partition of `ns` holding `hash` to shard `to` (a
+    /// server of the store, `shard<N>`), online.
+    pub async fn move_range(&self, ns: &Namespace, hash: i64, to: &str) -> Result<()> {
+        let Some(coll) = self.catalog.get(ns) else {
+            bail!(NamespaceNotFound, "Collection {ns} not found");
+        };
+        let Some(sharding) = &coll.sharding else {
+            bail!(NamespaceNotSharded, "Collection {ns} is not sharded");
+        };
+        let Some(servers) = self.store.servers() else {
+            bail!(
+                IllegalOperation,
+                "partitions move between servers only on a fleet (--backend postgres); here each partition is its own shard"
+            );
+        };
+        let server = to
+            .strip_prefix("shard")
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n < servers.len());
+        let Some(server) = server else {
+            bail!(ShardNotFound, "Shard {to} not found");
+        };
+        let partition = *sharding.map().locate(hash);
+        self.store
+            .move_partition(coll.id, partition.id, server)
+            .await?;
+        Ok(())
+    }
+}

@@ -282,6 +282,19 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Moves partition `partition` of `collection` (its hash range
+    /// `min..=max`) to server `to`, online: reads and writes go on, and
+    /// every write is on the new server once the move returns.
+    fn move_partition(&self, collection: u64, partition: u64, to: usize) -> StoreFuture<()> {
+        let _ = (collection, partition, to);
+        Box::pin(async {
+            Err(StorageError::Format(
+                "this backend keeps every partition in one place: there is nowhere to move one"
+                    .into(),
+            ))
+        })
+    }
+
     /// Syncs everything and stops background work; called at shutdown.
     fn close(&self) -> StorageResult<()>;
 }

@@ -28,6 +28,7 @@
 //! The futures of the seam run on the backend's own runtime, so a router
 //! thread can wait on them without a runtime of its own.
 
+mod moves;
 pub mod placement;
 pub mod sql;
 mod view;
@@ -73,6 +74,8 @@ pub struct PgOptions {
     /// A step of two-phase commit at which to end the process (crash
     /// tests): `2pc-after-prepare` or `2pc-after-decision`.
     pub failpoint: Option<String>,
+    /// Whether partitions move by themselves to even the servers' loads.
+    pub balancer: bool,
 }
 
 /// One server of the fleet.
@@ -96,6 +99,13 @@ struct Fleet {
     next_gid: AtomicU64,
     seq: AtomicU64,
     failpoint: Option<String>,
+    /// Partitions being moved, noting the keys batches write to them.
+    moves: parking_lot::Mutex<Vec<Arc<moves::MoveLog>>>,
+    /// Held (shared) by every batch while it writes, and (exclusive) by a
+    /// move for its last catch-up and the switch.
+    gate: tokio::sync::RwLock<()>,
+    /// One move at a time.
+    moving: tokio::sync::Mutex<()>,
 }
 
 /// The [`Store`] over a fleet of PostgreSQL servers.
@@ -143,6 +153,17 @@ impl PgFleet {
             runtime: Some(runtime),
             handle: handle.clone(),
         });
+        if options.balancer {
+            let fleet = fleet.clone();
+            handle.spawn(async move {
+                loop {
+                    tokio::time::sleep(moves::BALANCE_INTERVAL).await;
+                    if let Err(e) = fleet.balance_once().await {
+                        tracing::info!("balancer: {e}");
+                    }
+                }
+            });
+        }
         handle.spawn(async move {
             loop {
                 tokio::time::sleep(RECOVERY_INTERVAL).await;
@@ -323,6 +344,9 @@ async fn init(sql: Sql, servers: Vec<Server>) -> StorageResult<Fleet> {
         next_gid: AtomicU64::new(0),
         seq: AtomicU64::new(0),
         failpoint: None,
+        moves: parking_lot::Mutex::new(Vec::new()),
+        gate: tokio::sync::RwLock::new(()),
+        moving: tokio::sync::Mutex::new(()),
     };
     tracing::info!(
         "PostgreSQL fleet {fleet_id}: {} server(s), schema {}",
@@ -373,6 +397,13 @@ impl Fleet {
     /// Applies a batch: one transaction on one server, two-phase commit
     /// across several.
     async fn apply(&self, batch: WriteBatch) -> StorageResult<CommitSeq> {
+        let _writing = self.gate.read().await;
+        let moving = self.moves.lock().clone();
+        for log in &moving {
+            for op in &batch.ops {
+                log.note(op);
+            }
+        }
         let placing = batch.ops.iter().any(|op| {
             matches!(
                 op,
@@ -737,6 +768,11 @@ impl Store for PgFleet {
             Ok(total)
         });
         super::blocking::wait(sizes).unwrap_or(0).max(0) as u64
+    }
+
+    fn move_partition(&self, collection: u64, partition: u64, to: usize) -> StoreFuture<()> {
+        let fleet = self.fleet.clone();
+        self.spawn(async move { fleet.move_partition(collection, partition, to).await })
     }
 
     fn answers_at_once(&self) -> bool {

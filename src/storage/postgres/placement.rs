@@ -46,6 +46,23 @@ impl Placement {
         placement
     }
 
+    /// Places (or re-places) one partition.
+    pub fn place(&mut self, collection: u64, placed: Placed) {
+        self.insert(collection, placed);
+    }
+
+    /// The partitions on `server`, by collection and start hash.
+    pub fn on_server(&self, server: ServerId) -> Vec<(u64, Placed)> {
+        let mut out: Vec<(u64, Placed)> = self
+            .collections
+            .iter()
+            .flat_map(|(&c, parts)| parts.values().map(move |p| (c, *p)))
+            .filter(|(_, p)| p.server == server)
+            .collect();
+        out.sort_by_key(|(c, p)| (*c, p.min));
+        out
+    }
+
     fn insert(&mut self, collection: u64, placed: Placed) {
         self.collections
             .entry(collection)

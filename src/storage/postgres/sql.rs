@@ -424,6 +424,81 @@ impl Sql {
         q
     }
 
+    /// One page of every index entry of one partition, in `(idx,
+    /// entry)` order, after `after`.
+    pub fn partition_entries_page(
+        &self,
+        coll: u64,
+        part: i64,
+        after: &Option<(i64, Vec<u8>)>,
+        limit: i64,
+    ) -> Query {
+        let mut q = Query::new(format!(
+            "SELECT idx, entry, value FROM {}.index_entries WHERE coll = ",
+            self.s
+        ));
+        q.param(coll as i64);
+        q.sql.push_str(" AND part = ");
+        q.param(part);
+        if let Some((idx, entry)) = after {
+            q.sql.push_str(" AND (idx, entry) > (");
+            q.param(*idx);
+            q.sql.push_str(", ");
+            q.param(entry.clone());
+            q.sql.push(')');
+        }
+        q.sql.push_str(" ORDER BY idx, entry LIMIT ");
+        q.param(limit);
+        q
+    }
+
+    pub async fn entry(
+        &self,
+        c: &impl GenericClient,
+        coll: u64,
+        idx: i64,
+        part: i64,
+        entry: &[u8],
+    ) -> StorageResult<Option<Vec<u8>>> {
+        let sql = format!(
+            "SELECT value FROM {}.index_entries WHERE coll = $1 AND idx = $2 AND part = $3 AND entry = $4",
+            self.s
+        );
+        let row = query_opt(c, &sql, &[&(coll as i64), &idx, &part, &entry]).await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    /// Removes what one partition left on a server it moved from.
+    pub async fn clear_partition(
+        &self,
+        c: &impl GenericClient,
+        coll: u64,
+        placed: Placed,
+    ) -> StorageResult<()> {
+        let s = &self.s;
+        let coll = coll as i64;
+        for table in ["records", "usage"] {
+            execute(
+                c,
+                &format!("DELETE FROM {s}.{table} WHERE coll = $1 AND hash >= $2 AND hash <= $3"),
+                &[&coll, &placed.min, &placed.max],
+            )
+            .await?;
+        }
+        execute(
+            c,
+            &format!("DELETE FROM {s}.index_entries WHERE coll = $1 AND part = $2"),
+            &[&coll, &placed.min],
+        )
+        .await?;
+        execute(
+            c,
+            &format!("DELETE FROM {s}.partition_totals WHERE coll = $1 AND part = $2"),
+            &[&coll, &(placed.partition as i64)],
+        )
+        .await
+    }
+
     /// One page of the usage of hashes `min..=max`, after hash `after`.
     pub fn usage_page(
         &self,

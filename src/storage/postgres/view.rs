@@ -225,35 +225,23 @@ impl View for PgView {
 
     fn scan_records(&self, scan: RecordScan) -> StoreStream<(RecordKey, Vec<u8>)> {
         let placement = self.fleet.placement();
-        let mut servers: Vec<ServerId> = placement
-            .overlapping(scan.collection, scan.min, scan.max)
-            .iter()
-            .map(|p| p.server)
-            .collect();
-        servers.sort_unstable();
-        servers.dedup();
-        let ids = if scan.min == scan.max {
-            scan.ids.clone()
-        } else {
-            None
-        };
+        // Each server is asked only for the partitions placed on it: rows
+        // a move is copying in, or left behind, are never read.
+        let parts = placement.overlapping(scan.collection, scan.min, scan.max);
+        let ids = if scan.min == scan.max { scan.ids.clone() } else { None };
         // With a filter the gateway drops rows, so the server cannot stop
         // at the limit.
-        let server_limit = if scan.filter.is_some() {
-            None
-        } else {
-            scan.limit
-        };
+        let server_limit = if scan.filter.is_some() { None } else { scan.limit };
         let collection = scan.collection;
-        let streams = servers
+        let streams = parts
             .into_iter()
-            .map(|server| {
+            .map(|part| {
                 let sql = self.fleet.sql.clone();
                 let ids = ids.clone();
-                let (min, max, reverse) = (scan.min, scan.max, scan.reverse);
+                let (min, max, reverse) = (scan.min.max(part.min), scan.max.min(part.max), scan.reverse);
                 let filter = scan.filter.clone();
                 let rows = self.paged(
-                    server,
+                    part.server,
                     move |after: &Option<(RecordKey, Vec<u8>)>, n| {
                         let after = after.as_ref().map(|(k, _)| (k.hash, k.id.clone()));
                         sql.records_page(collection, min, max, &ids, &after, reverse, n)
@@ -271,9 +259,7 @@ impl View for PgView {
                     Some(f) => rows
                         .filter(move |item| {
                             let keep = match item {
-                                Ok((_, v)) => {
-                                    bson::RawDocument::from_bytes(v).map_or(true, |d| f(d))
-                                }
+                                Ok((_, v)) => bson::RawDocument::from_bytes(v).map_or(true, |d| f(d)),
                                 Err(_) => true,
                             };
                             futures::future::ready(keep)
@@ -298,7 +284,7 @@ impl View for PgView {
         let fleet = self.fleet.clone();
         let id = id.to_vec();
         spawn_on(&self.handle, async move {
-            let found = join_all(servers.into_iter().map(|server| {
+            let found = join_all(servers.iter().map(|&server| {
                 let fleet = fleet.clone();
                 let id = id.clone();
                 async move {
@@ -312,10 +298,15 @@ impl View for PgView {
                 }
             }))
             .await;
+            // A row on a server its partition is not placed on is a move's
+            // copy or leftover.
+            let placement = fleet.placement();
             let mut hash = None;
-            for answer in found {
+            for (answer, server) in found.into_iter().zip(servers) {
                 if let Some(h) = answer? {
-                    hash = Some(h);
+                    if placement.of_hash(collection, h).map(|p| p.server) == Some(server) {
+                        hash = Some(h);
+                    }
                 }
             }
             Ok(hash)
@@ -356,7 +347,7 @@ impl View for PgView {
             .map(|server| {
                 let sql = self.fleet.sql.clone();
                 let (from, to) = (from.clone(), to.clone());
-                self.paged(
+                let rows = self.paged(
                     server,
                     move |after: &Option<(Vec<u8>, i64)>, n| {
                         let (from, to) = match after {
@@ -372,7 +363,16 @@ impl View for PgView {
                         Ok((id, hash))
                     },
                     None,
-                )
+                );
+                let placement = self.fleet.placement();
+                let owned = move |item: &StorageResult<(Vec<u8>, i64)>| {
+                    let keep = match item {
+                        Ok((_, hash)) => placement.of_hash(collection, *hash).map(|p| p.server) == Some(server),
+                        Err(_) => true,
+                    };
+                    futures::future::ready(keep)
+                };
+                rows.filter(owned).boxed()
             })
             .collect();
         merged(streams, |(id, _): &(Vec<u8>, i64)| id.clone(), reverse)
@@ -393,7 +393,7 @@ impl View for PgView {
             .map(|server| {
                 let sql = self.fleet.sql.clone();
                 let scan = scan.clone();
-                self.paged(
+                let rows = self.paged(
                     server,
                     move |after: &Option<(IndexEntryKey, Vec<u8>)>, n| {
                         let after = after.as_ref().map(|(k, _)| (k.partition, k.entry.clone()));
@@ -423,7 +423,18 @@ impl View for PgView {
                         ))
                     },
                     None,
-                )
+                );
+                let placement = self.fleet.placement();
+                let owned = move |item: &StorageResult<(IndexEntryKey, Vec<u8>)>| {
+                    let keep = match item {
+                        Ok((k, _)) => {
+                            placement.of_hash(collection, k.partition).map(|p| p.server) == Some(server)
+                        }
+                        Err(_) => true,
+                    };
+                    futures::future::ready(keep)
+                };
+                rows.filter(owned).boxed()
             })
             .collect();
         merged(
@@ -453,20 +464,14 @@ impl View for PgView {
     }
 
     fn scan_usage(&self, collection: u64, min: i64, max: i64) -> StoreStream<(i64, Usage)> {
-        let placement = self.fleet.placement();
-        let mut servers: Vec<ServerId> = placement
-            .overlapping(collection, min, max)
-            .iter()
-            .map(|p| p.server)
-            .collect();
-        servers.sort_unstable();
-        servers.dedup();
-        let streams = servers
+        let parts = self.fleet.placement().overlapping(collection, min, max);
+        let streams = parts
             .into_iter()
-            .map(|server| {
+            .map(|part| {
                 let sql = self.fleet.sql.clone();
+                let (min, max) = (min.max(part.min), max.min(part.max));
                 self.paged(
-                    server,
+                    part.server,
                     move |after: &Option<(i64, Usage)>, n| {
                         sql.usage_page(collection, min, max, after.as_ref().map(|(h, _)| *h), n)
                     },

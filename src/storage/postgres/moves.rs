@@ -1,0 +1,374 @@
+//! Moving a partition to another server while it is read and written,
+//! and the balancer that evens the number of partitions per server.
+//!
+//! A move copies the partition's rows to the new server page by page,
+//! while every batch that touches the partition notes the keys it wrote
+//! ([`MoveLog`]). It then copies those keys again, from the source, until
+//! few are left; holds new batches back ([`Fleet::gate`]) for the last
+//! round and switches the placement, so the next batch is written on the
+//! new server. The source keeps its rows for [`CLEANUP_DELAY`], for reads
+//! that started before the switch, and then deletes them. Reads never see
+//! the copies early or the leftovers late: each server is asked only for
+//! the partitions placed on it ([`super::view`]).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::placement::{Placed, ServerId};
+use super::sql::ServerBatch;
+use super::Fleet;
+use crate::storage::{
+    IndexEntryKey, RecordKey, StorageError, StorageResult, Usage, WriteOp,
+};
+
+/// How long a moved partition's rows stay on the server it left.
+pub const CLEANUP_DELAY: Duration = Duration::from_secs(60);
+
+/// Rows copied per transaction.
+const COPY_PAGE: i64 = 1000;
+
+/// How often the balancer looks at the placement.
+pub const BALANCE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Keys written to a partition while it moves.
+#[derive(Debug, Default)]
+struct Dirty {
+    records: BTreeSet<(i64, Vec<u8>)>,
+    entries: BTreeSet<(i64, Vec<u8>)>,
+    usage: BTreeSet<i64>,
+    total: bool,
+}
+
+impl Dirty {
+    fn len(&self) -> usize {
+        self.records.len() + self.entries.len() + self.usage.len() + usize::from(self.total)
+    }
+}
+
+/// A partition being moved and the keys written to it meanwhile.
+pub struct MoveLog {
+    collection: u64,
+    placed: Placed,
+    dirty: Mutex<Dirty>,
+}
+
+impl MoveLog {
+    /// Notes the key of `op` when it belongs to the moving partition.
+    pub fn note(&self, op: &WriteOp) {
+        let p = &self.placed;
+        let mine = |collection: u64, hash: i64| {
+            collection == self.collection && (p.min..=p.max).contains(&hash)
+        };
+        let mut dirty = self.dirty.lock();
+        match op {
+            WriteOp::PutRecord(k, _) | WriteOp::DeleteRecord(k) if mine(k.collection, k.hash) => {
+                dirty.records.insert((k.hash, k.id.clone()));
+            }
+            WriteOp::PutIndexEntry(k, _) | WriteOp::DeleteIndexEntry(k)
+                if k.collection == self.collection && k.partition == p.min =>
+            {
+                dirty.entries.insert((k.index as i64, k.entry.clone()));
+            }
+            WriteOp::PutUsage {
+                collection, hash, ..
+            }
+            | WriteOp::DeleteUsage { collection, hash }
+                if mine(*collection, *hash) =>
+            {
+                dirty.usage.insert(*hash);
+            }
+            WriteOp::PutPartitionTotal {
+                collection,
+                partition,
+                ..
+            }
+            | WriteOp::DeletePartitionTotal {
+                collection,
+                partition,
+            } if *collection == self.collection && *partition == p.partition => {
+                dirty.total = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn take(&self) -> Dirty {
+        std::mem::take(&mut *self.dirty.lock())
+    }
+}
+
+impl Fleet {
+    /// Moves partition `partition` of `collection` to server `to`.
+    pub async fn move_partition(
+        self: &Arc<Self>,
+        collection: u64,
+        partition: u64,
+        to: ServerId,
+    ) -> StorageResult<()> {
+        let _one_at_a_time = self.moving.lock().await;
+        self.server(to)?;
+        let Some(placed) = self.placement().of_partition(collection, partition) else {
+            return Err(StorageError::Format(format!(
+                "collection {collection} has no partition {partition}"
+            )));
+        };
+        if placed.server == to {
+            return Ok(());
+        }
+        let log = Arc::new(MoveLog {
+            collection,
+            placed,
+            dirty: Mutex::new(Dirty::default()),
+        });
+        self.moves.lock().push(log.clone());
+        // Batches that began before the log existed are done after this.
+        drop(self.gate.write().await);
+        let moved = self.copy_and_switch(&log, to).await;
+        self.moves.lock().retain(|m| !Arc::ptr_eq(m, &log));
+        if let Err(e) = moved {
+            // The copies on `to` are not placed there: nothing reads them.
+            if let Ok(client) = self.server(to)?.client().await {
+                let _ = self.sql.clear_partition(&client, collection, placed).await;
+            }
+            return Err(e);
+        }
+        tracing::info!(
+            "moved partition p{partition} of collection {collection} from {} to {}",
+            self.servers[placed.server].name,
+            self.servers[to].name
+        );
+        let fleet = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(CLEANUP_DELAY).await;
+            fleet.clean_moved(collection, placed).await;
+        });
+        Ok(())
+    }
+
+    async fn copy_and_switch(&self, log: &MoveLog, to: ServerId) -> StorageResult<()> {
+        let (collection, placed) = (log.collection, log.placed);
+        self.copy_all(collection, placed, to).await?;
+        for _ in 0..5 {
+            let dirty = log.take();
+            let left = dirty.len();
+            self.catch_up(collection, placed, dirty, to).await?;
+            if left < 64 {
+                break;
+            }
+        }
+        let _writes_wait = self.gate.write().await;
+        self.catch_up(collection, placed, log.take(), to).await?;
+        let _placing = self.placing.lock().await;
+        if self.placement().of_partition(collection, placed.partition) != Some(placed) {
+            return Err(StorageError::Conflict(
+                "the partition split or was dropped while it moved; move it again".into(),
+            ));
+        }
+        let moved = Placed { server: to, ..placed };
+        let mut share = ServerBatch::default();
+        share.place(collection, placed.partition, Some(moved));
+        self.write_one(0, share).await?;
+        let mut next = (*self.placement()).clone();
+        next.place(collection, moved);
+        *self.placement.write() = Arc::new(next);
+        Ok(())
+    }
+
+    /// Copies every row of the partition from its server to `to`.
+    async fn copy_all(&self, collection: u64, placed: Placed, to: ServerId) -> StorageResult<()> {
+        let source = self.server(placed.server)?;
+        let from = source.client().await?;
+        let mut after: Option<(i64, Vec<u8>)> = None;
+        loop {
+            let q = self.sql.records_page(
+                collection, placed.min, placed.max, &None, &after, false, COPY_PAGE,
+            );
+            let rows = q.run(&from).await?;
+            let mut share = ServerBatch::default();
+            for r in &rows {
+                let key = RecordKey::new(collection, r.get(0), r.get(1));
+                after = Some((key.hash, key.id.clone()));
+                share.push(WriteOp::PutRecord(key, r.get(2)));
+            }
+            if !share.is_empty() {
+                self.write_one(to, share).await?;
+            }
+            if (rows.len() as i64) < COPY_PAGE {
+                break;
+            }
+        }
+        let mut after: Option<(i64, Vec<u8>)> = None;
+        loop {
+            let q = self
+                .sql
+                .partition_entries_page(collection, placed.min, &after, COPY_PAGE);
+            let rows = q.run(&from).await?;
+            let mut share = ServerBatch::default();
+            for r in &rows {
+                let (idx, entry): (i64, Vec<u8>) = (r.get(0), r.get(1));
+                after = Some((idx, entry.clone()));
+                let key = IndexEntryKey {
+                    collection,
+                    index: idx as u32,
+                    partition: placed.min,
+                    entry,
+                };
+                share.push(WriteOp::PutIndexEntry(key, r.get(2)));
+            }
+            if !share.is_empty() {
+                self.write_one(to, share).await?;
+            }
+            if (rows.len() as i64) < COPY_PAGE {
+                break;
+            }
+        }
+        let mut after = None;
+        loop {
+            let q = self
+                .sql
+                .usage_page(collection, placed.min, placed.max, after, COPY_PAGE);
+            let rows = q.run(&from).await?;
+            let mut share = ServerBatch::default();
+            for r in &rows {
+                let hash: i64 = r.get(0);
+                after = Some(hash);
+                share.push(WriteOp::PutUsage {
+                    collection,
+                    hash,
+                    usage: usage(r.get(1), r.get(2)),
+                });
+            }
+            if !share.is_empty() {
+                self.write_one(to, share).await?;
+            }
+            if (rows.len() as i64) < COPY_PAGE {
+                break;
+            }
+        }
+        let mut dirty = Dirty::default();
+        dirty.total = true;
+        drop(from);
+        self.catch_up(collection, placed, dirty, to).await
+    }
+
+    /// Copies the keys in `dirty` again, as they are on the source now.
+    async fn catch_up(
+        &self,
+        collection: u64,
+        placed: Placed,
+        dirty: Dirty,
+        to: ServerId,
+    ) -> StorageResult<()> {
+        if dirty.len() == 0 {
+            return Ok(());
+        }
+        let from = self.server(placed.server)?.client().await?;
+        let sql = &self.sql;
+        let mut share = ServerBatch::default();
+        for (hash, id) in dirty.records {
+            let key = RecordKey::new(collection, hash, id);
+            share.push(match sql.record(&from, collection, hash, &key.id).await? {
+                Some(doc) => WriteOp::PutRecord(key, doc),
+                None => WriteOp::DeleteRecord(key),
+            });
+        }
+        for (idx, entry) in dirty.entries {
+            let found = sql.entry(&from, collection, idx, placed.min, &entry).await?;
+            let key = IndexEntryKey {
+                collection,
+                index: idx as u32,
+                partition: placed.min,
+                entry,
+            };
+            share.push(match found {
+                Some(value) => WriteOp::PutIndexEntry(key, value),
+                None => WriteOp::DeleteIndexEntry(key),
+            });
+        }
+        for hash in dirty.usage {
+            share.push(match sql.usage(&from, collection, hash).await? {
+                Some(usage) => WriteOp::PutUsage {
+                    collection,
+                    hash,
+                    usage,
+                },
+                None => WriteOp::DeleteUsage { collection, hash },
+            });
+        }
+        if dirty.total {
+            let partition = placed.partition;
+            share.push(match sql.partition_total(&from, collection, partition).await? {
+                Some(usage) => WriteOp::PutPartitionTotal {
+                    collection,
+                    partition,
+                    usage,
+                },
+                None => WriteOp::DeletePartitionTotal {
+                    collection,
+                    partition,
+                },
+            });
+        }
+        drop(from);
+        self.write_one(to, share).await
+    }
+
+    /// Deletes what a moved partition left on its old server, unless a
+    /// partition placed there now holds some of those hashes.
+    async fn clean_moved(&self, collection: u64, left: Placed) {
+        let placement = self.placement();
+        if placement
+            .overlapping(collection, left.min, left.max)
+            .iter()
+            .any(|p| p.server == left.server)
+        {
+            return;
+        }
+        let Ok(server) = self.server(left.server) else {
+            return;
+        };
+        let cleaned = match server.client().await {
+            Ok(client) => self.sql.clear_partition(&client, collection, left).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = cleaned {
+            tracing::warn!(
+                "the rows partition p{} of collection {collection} left on {} stay there: {e}",
+                left.partition,
+                server.name
+            );
+        }
+    }
+
+    /// One balancing step: when the most loaded server holds at least two
+    /// partitions more than the least loaded, one of them moves over.
+    pub async fn balance_once(self: &Arc<Self>) -> StorageResult<bool> {
+        let placement = self.placement();
+        let load = placement.load(self.servers.len());
+        let (Some(most), Some(least)) = (
+            (0..load.len()).max_by_key(|&i| (load[i], std::cmp::Reverse(i))),
+            (0..load.len()).min_by_key(|&i| (load[i], i)),
+        ) else {
+            return Ok(false);
+        };
+        if load[most] < load[least] + 2 {
+            return Ok(false);
+        }
+        let Some((collection, placed)) = placement.on_server(most).into_iter().next() else {
+            return Ok(false);
+        };
+        self.move_partition(collection, placed.partition, least)
+            .await?;
+        Ok(true)
+    }
+}
+
+fn usage(count: i64, bytes: i64) -> Usage {
+    Usage {
+        count: count.max(0) as u64,
+        bytes: bytes.max(0) as u64,
+    }
+}
