@@ -14,6 +14,7 @@ use mongodb::bson::{doc, RawDocumentBuf};
 use mongodb::Collection;
 use tokio::task::JoinSet;
 
+use crate::cost::{self, CostGroup};
 use crate::dataset::{FanoutData, FANOUT_F_BELOW, FANOUT_LIMIT};
 use crate::report::{self, CpuUse, Measurement, Outcome};
 use crate::sharded;
@@ -45,10 +46,11 @@ pub async fn fanout_query(args: &Args, targets: &[Target]) -> Result<Outcome, St
         for (index, t) in sharded.iter().enumerate() {
             let primary = index == 0;
             if !warmup.is_zero() {
-                timed(t, &data, conc, warmup, primary, None).await?;
+                timed(t, &data, conc, warmup, primary, (None, &[])).await?;
             }
             let pid = args.server_pid().filter(|_| primary);
-            let mut m = timed(t, &data, conc, duration, primary, pid).await?;
+            let costs = args.costs_for(index);
+            let mut m = timed(t, &data, conc, duration, primary, (pid, costs)).await?;
             m.partitions = Some(n);
             report::print_measurement(&m);
             measurements.push(m);
@@ -63,19 +65,20 @@ pub async fn fanout_query(args: &Args, targets: &[Target]) -> Result<Outcome, St
 
 /// Runs the query for `duration` with `concurrency` tasks, comparing every
 /// answer with the known one when `check` is set, and measures the CPU
-/// process `pid` uses meanwhile.
+/// process `pid` and the `costs` groups use meanwhile.
 async fn timed(
     target: &Target,
     data: &Arc<FanoutData>,
     concurrency: usize,
     duration: Duration,
     check: bool,
-    pid: Option<u32>,
+    (pid, costs): (Option<u32>, &[CostGroup]),
 ) -> Result<Measurement, String> {
     target
         .warm_pool(concurrency)
         .await
         .map_err(|e| format!("{}: fanout-query: {e}", target.label))?;
+    let cost_before = cost::sample(costs)?;
     let cpu_before = pid.map(report::read_cpu_secs);
     let start = Instant::now();
     let deadlines = Deadlines::after(start, duration);
@@ -97,8 +100,10 @@ async fn timed(
     let tasks = workload::join_all(set).await;
     let elapsed = start.elapsed();
     let cpu_after = pid.map(report::read_cpu_secs);
+    let cost_after = cost::sample(costs)?;
 
     let mut m = workload::merge(target, Workload::FanoutQuery, concurrency, elapsed, tasks);
+    m.cost = cost::between(costs, &cost_before, &cost_after);
     if let (Some(pid), Some(before), Some(after)) = (pid, cpu_before, cpu_after) {
         match before.and_then(|b| after.map(|a| a - b)) {
             Ok(secs) => m.server_cpu = Some(CpuUse { pid, secs }),

@@ -16,6 +16,7 @@
 //! bench/run-partitions.sh runs them.
 
 mod aggregate;
+mod cost;
 mod dataset;
 mod fanout;
 mod indexes;
@@ -192,6 +193,21 @@ struct Args {
     /// report [default: --rss-pid].
     #[arg(long)]
     server_pid: Option<u32>,
+    /// `NAME=PID[,PID...]`: processes (each with every process below it,
+    /// e.g. a PostgreSQL postmaster and its backends) whose CPU time during
+    /// each timed run on the server under test is printed per operation on
+    /// a `COST` line (read, update, mixed, scan, partitioned-read,
+    /// fanout-query). Repeat for several groups.
+    #[arg(long = "cost", value_name = "NAME=PIDS", value_parser = cost::parse_group)]
+    costs: Vec<cost::CostGroup>,
+    /// `--cost` for the comparison server's runs (e.g. the ceiling itself).
+    #[arg(long = "compare-cost", value_name = "NAME=PIDS", value_parser = cost::parse_group)]
+    compare_costs: Vec<cost::CostGroup>,
+    /// When not 0, `--collection` is sharded on `{_id: "hashed"}` over this
+    /// many partitions before `load` fills it, so read, update, mixed and
+    /// scan run on a sharded collection.
+    #[arg(long, default_value_t = 0)]
+    usertable_partitions: u32,
     /// Tokio worker threads for the client (default: one per CPU).
     #[arg(long)]
     client_threads: Option<usize>,
@@ -207,6 +223,9 @@ impl Args {
         }
         if self.concurrency.is_empty() || self.concurrency.contains(&0) {
             return Err("--concurrency levels must be at least 1".into());
+        }
+        if let Err(e) = cost::sample(&self.costs).and(cost::sample(&self.compare_costs)) {
+            return Err(format!("cannot read the CPU use of a --cost group: {e}"));
         }
         if self.partitions.is_empty()
             || self.partitions.contains(&0)
@@ -279,6 +298,15 @@ impl Args {
 
     fn server_pid(&self) -> Option<u32> {
         self.server_pid.or(self.rss_pid)
+    }
+
+    /// The `--cost` groups of the `index`th server (0: the server under
+    /// test, 1: the comparison server).
+    fn costs_for(&self, index: usize) -> &[cost::CostGroup] {
+        match index {
+            0 => &self.costs,
+            _ => &self.compare_costs,
+        }
     }
 }
 
@@ -420,12 +448,26 @@ async fn unsharded(
         for (index, target) in targets.iter().enumerate() {
             let m = if w == Workload::Load {
                 let timeout = Duration::from_secs_f64(args.load_timeout);
-                workload::load(target, data, conc, args.no_drop, timeout)
+                let n = args.usertable_partitions;
+                let keep = if n > 0 && !args.no_drop {
+                    sharded::shard_collection(target, "_id", n).await?;
+                    true
+                } else {
+                    args.no_drop
+                };
+                let mut m = workload::load(target, data, conc, keep, timeout)
                     .await
-                    .map_err(|e| format!("{}: {}: {e}", target.label, w.name()))?
+                    .map_err(|e| format!("{}: {}: {e}", target.label, w.name()))?;
+                m.partitions = (n > 0).then_some(n);
+                m
             } else {
                 let seed = args.seed ^ ((level as u64) << 32) ^ (w as u64) << 40;
-                workload::warmed_up(target, data, w, conc, args.timing(), seed).await?
+                let costs = args.costs_for(index);
+                let mut m =
+                    workload::warmed_up(target, data, (w, conc), args.timing(), seed, costs)
+                        .await?;
+                m.partitions = (args.usertable_partitions > 0).then_some(args.usertable_partitions);
+                m
             };
             report::print_measurement(&m);
             if w == Workload::Load && index == 0 {

@@ -1,5 +1,5 @@
 //! Turning measurements into the aligned tables a person reads and the
-//! `RESULT`/`RATIO`/`RSS`/`SETUP`/`SPREAD`/`CPU`/`DISTRIBUTION` lines a
+//! `RESULT`/`RATIO`/`RSS`/`SETUP`/`SPREAD`/`CPU`/`COST`/`DISTRIBUTION` lines a
 //! script greps, and reading what `/proc` says about the server.
 //!
 //! Latencies are kept in microseconds throughout; the tables scale them to
@@ -32,6 +32,8 @@ pub struct Measurement {
     pub first_error: Option<String>,
     /// CPU the server process used during the run, when its pid is known.
     pub server_cpu: Option<CpuUse>,
+    /// CPU the `--cost` process groups used during the run.
+    pub cost: Option<crate::cost::CostUse>,
 }
 
 /// Round `number` (from 1) of `of`.
@@ -123,7 +125,7 @@ pub fn row(m: &Measurement) -> String {
 }
 
 /// `" partitions=N"` for a measurement on a sharded collection, else nothing.
-fn partitions_field(m: &Measurement) -> String {
+pub fn partitions_field(m: &Measurement) -> String {
     m.partitions
         .map_or_else(String::new, |n| format!(" partitions={n}"))
 }
@@ -171,6 +173,9 @@ pub fn print_measurement(m: &Measurement) {
         println!("  first error ({} in all): {e}", m.errors);
     }
     if let Some(line) = cpu_line(m) {
+        println!("{line}");
+    }
+    if let Some(line) = crate::cost::cost_line(m) {
         println!("{line}");
     }
 }

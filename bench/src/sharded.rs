@@ -228,8 +228,10 @@ pub async fn partitioned_read(
                     ^ ((level as u64) << 32)
                     ^ ((w as u64) << 40)
                     ^ (u64::from(number - 1) << 48);
-                for t in sharded {
-                    let mut m = workload::warmed_up(t, data, w, conc, args.timing(), seed).await?;
+                for (index, t) in sharded.iter().enumerate() {
+                    let costs = args.costs_for(index);
+                    let mut m =
+                        workload::warmed_up(t, data, (w, conc), args.timing(), seed, costs).await?;
                     m.partitions = Some(*n);
                     m.round = Some(Round { number, of: rounds });
                     report::print_measurement(&m);

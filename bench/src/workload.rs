@@ -18,6 +18,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 
+use crate::cost::{self, CostGroup};
 use crate::dataset::{Batches, Dataset};
 use crate::report::Measurement;
 
@@ -265,6 +266,7 @@ pub fn merge(
         misses: 0,
         first_error: None,
         server_cpu: None,
+        cost: None,
     };
     for task in tasks {
         match task {
@@ -342,23 +344,27 @@ pub async fn load<B: Batches>(
     ))
 }
 
-/// [`timed`] for `warmup` untimed (unless zero), then for `duration`.
+/// [`timed`] for `warmup` untimed (unless zero), then for `duration`,
+/// with the CPU the `costs` groups use during the timed part.
 pub async fn warmed_up(
     target: &Target,
     data: &Arc<Dataset>,
-    workload: Workload,
-    concurrency: usize,
+    (workload, concurrency): (Workload, usize),
     (warmup, duration): (Duration, Duration),
     seed: u64,
+    costs: &[CostGroup],
 ) -> Result<Measurement, String> {
     if !warmup.is_zero() {
         timed(target, data, workload, concurrency, warmup, seed ^ 1)
             .await
             .map_err(|e| format!("{}: warm-up: {e}", target.label))?;
     }
-    timed(target, data, workload, concurrency, duration, seed)
+    let before = cost::sample(costs)?;
+    let mut m = timed(target, data, workload, concurrency, duration, seed)
         .await
-        .map_err(|e| format!("{}: {}: {e}", target.label, workload.name()))
+        .map_err(|e| format!("{}: {}: {e}", target.label, workload.name()))?;
+    m.cost = cost::between(costs, &before, &cost::sample(costs)?);
+    Ok(m)
 }
 
 /// Runs a read/update/mixed/scan/partitioned-read workload for `duration`
