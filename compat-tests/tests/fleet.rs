@@ -352,3 +352,180 @@ async fn a_stopped_server_fails_only_what_needs_it_until_it_is_back() {
     assert_eq!(c.count_documents(doc! {"k": &down_key}).await.unwrap(), 2);
     assert_eq!(c.count_documents(doc! {}).await.unwrap(), 62);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_moves_while_writers_write_and_nothing_is_lost_or_doubled() {
+    if !on_fleet() {
+        return;
+    }
+    // Enough that copying takes a while: the writers write during it.
+    const PRELOADED: i32 = 20_000;
+    let srv = TestServer::start_with_args(&["--balancer", "off"]).await;
+    shard(&srv, "f.c", 3).await;
+    let c: Collection<Document> = srv.db("f").collection("c");
+    c.create_index(mongodb::IndexModel::builder().keys(doc! {"v": 1}).build())
+        .await
+        .unwrap();
+    c.insert_many(
+        (0..PRELOADED)
+            .map(|i| doc! {"_id": i, "k": i % 40, "v": i, "n": 0, "pad": "x".repeat(200)}),
+    )
+    .await
+    .unwrap();
+    let chunks = compat_tests::config_chunks(&srv.client, "f.c").await;
+    let first = chunks[0].clone();
+    let to = if first.shard == "shard1" {
+        "shard2"
+    } else {
+        "shard1"
+    };
+
+    // Writers insert new documents and increment old ones all through
+    // the move; each keeps what was acknowledged.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let c = c.clone();
+        let stop = stop.clone();
+        writers.push(tokio::spawn(async move {
+            let (mut inserted, mut incs) = (Vec::new(), std::collections::HashMap::new());
+            let mut n = 0i32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let id = format!("w{w}-{n}");
+                if c.insert_one(doc! {"_id": &id, "k": n % 40, "v": 10_000 + n})
+                    .await
+                    .is_ok()
+                {
+                    inserted.push(id);
+                }
+                let old = (n * 7 + w) % PRELOADED;
+                if let Ok(r) = c
+                    .update_one(doc! {"_id": old}, doc! {"$inc": {"n": 1}})
+                    .await
+                {
+                    assert_eq!(r.matched_count, 1);
+                    *incs.entry(old).or_insert(0) += 1;
+                }
+                n += 1;
+            }
+            (inserted, incs)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let moved = srv
+        .db("admin")
+        .run_command(doc! {"moveChunk": "f.c", "bounds": [first.doc.get_document("min").unwrap().clone(), first.doc.get_document("max").unwrap().clone()], "to": to})
+        .await
+        .unwrap();
+    assert!(moved.get_i64("millis").is_ok(), "{moved}");
+    // And another one back, so both directions run under load.
+    let second = chunks[1].clone();
+    srv.db("admin")
+        .run_command(doc! {"moveRange": "f.c", "min": second.doc.get_document("min").unwrap().clone(), "toShard": "shard0"})
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut inserted = Vec::new();
+    let mut incs = std::collections::HashMap::new();
+    for w in writers {
+        let (i, n) = w.await.unwrap();
+        inserted.extend(i);
+        for (k, v) in n {
+            *incs.entry(k).or_insert(0) += v;
+        }
+    }
+    assert!(!inserted.is_empty());
+
+    let after = compat_tests::config_chunks(&srv.client, "f.c").await;
+    assert_eq!(after[0].shard, to, "{after:?}");
+    assert_eq!(after[1].shard, "shard0", "{after:?}");
+    // Every acknowledged write is there exactly once, by a full scan, by
+    // the index and by each key.
+    let all: Vec<Document> = futures::TryStreamExt::try_collect(c.find(doc! {}).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        all.len(),
+        PRELOADED as usize + inserted.len(),
+        "documents after the moves"
+    );
+    let ids: BTreeSet<String> = all
+        .iter()
+        .map(|d| format!("{}", d.get("_id").unwrap()))
+        .collect();
+    assert_eq!(ids.len(), all.len(), "a document seen twice");
+    for id in &inserted {
+        assert!(ids.contains(&format!("\"{id}\"")), "{id} lost");
+    }
+    for d in &all {
+        if let Ok(id) = d.get_i32("_id") {
+            let want = incs.get(&id).copied().unwrap_or(0);
+            assert_eq!(num(d, "n"), want as i64, "{d}");
+        }
+    }
+    let by_index = c
+        .count_documents(doc! {"v": {"$gte": 0}})
+        .hint(mongodb::options::Hint::Keys(doc! {"v": 1}))
+        .await
+        .unwrap();
+    assert_eq!(by_index as usize, all.len(), "the index after the moves");
+    let mut by_key = 0;
+    for k in 0..40 {
+        by_key += c.count_documents(doc! {"k": k}).await.unwrap();
+    }
+    assert_eq!(by_key as usize, all.len(), "targeted reads after the moves");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_balancer_evens_partitions_per_server() {
+    if !on_fleet() {
+        return;
+    }
+    let srv = TestServer::start().await;
+    shard(&srv, "f.c", 6).await;
+    let c: Collection<Document> = srv.db("f").collection("c");
+    c.insert_many((0..500).map(|i| doc! {"_id": i, "k": i}))
+        .await
+        .unwrap();
+    // Crowd four partitions onto shard0.
+    let chunks = compat_tests::config_chunks(&srv.client, "f.c").await;
+    for chunk in chunks.iter().filter(|c| c.shard != "shard0").take(2) {
+        srv.db("admin")
+            .run_command(doc! {"moveRange": "f.c", "min": chunk.doc.get_document("min").unwrap().clone(), "toShard": "shard0"})
+            .await
+            .unwrap();
+    }
+    let per_server = |chunks: &[compat_tests::Chunk]| {
+        let mut n = std::collections::BTreeMap::new();
+        for c in chunks {
+            *n.entry(c.shard.clone()).or_insert(0) += 1;
+        }
+        n
+    };
+    let crowded = per_server(&compat_tests::config_chunks(&srv.client, "f.c").await);
+    assert_eq!(crowded.get("shard0"), Some(&4), "{crowded:?}");
+    // The balancer moves one partition every 10 s until the servers
+    // differ by at most one.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = per_server(&compat_tests::config_chunks(&srv.client, "f.c").await);
+        let (most, least) = (
+            now.values().max().copied().unwrap_or(0),
+            now.values().min().copied().unwrap_or(0),
+        );
+        if now.len() == 3 && most - least <= 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still uneven: {now:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(c.count_documents(doc! {}).await.unwrap(), 500);
+    for i in (0..500).step_by(37) {
+        assert_eq!(
+            c.count_documents(doc! {"k": i}).await.unwrap(),
+            1,
+            "k = {i}"
+        );
+    }
+}

@@ -204,7 +204,10 @@ pub async fn move_chunk(req: &Request<'_>) -> Result<Document> {
         }
         (None, Some(Bson::Array(bounds))) => match bounds.first() {
             Some(Bson::Document(min)) => bound_hash("moveChunk", min)?,
-            _ => bail!(InvalidOptions, "moveChunk: bounds is [{{key: min}}, {{key: max}}]"),
+            _ => bail!(
+                InvalidOptions,
+                "moveChunk: bounds is [{{key: min}}, {{key: max}}]"
+            ),
         },
         _ => bail!(
             InvalidOptions,

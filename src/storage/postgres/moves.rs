@@ -20,9 +20,7 @@ use parking_lot::Mutex;
 use super::placement::{Placed, ServerId};
 use super::sql::ServerBatch;
 use super::Fleet;
-use crate::storage::{
-    IndexEntryKey, RecordKey, StorageError, StorageResult, Usage, WriteOp,
-};
+use crate::storage::{IndexEntryKey, RecordKey, StorageError, StorageResult, Usage, WriteOp};
 
 /// How long a moved partition's rows stay on the server it left.
 pub const CLEANUP_DELAY: Duration = Duration::from_secs(60);
@@ -167,7 +165,10 @@ impl Fleet {
                 "the partition split or was dropped while it moved; move it again".into(),
             ));
         }
-        let moved = Placed { server: to, ..placed };
+        let moved = Placed {
+            server: to,
+            ..placed
+        };
         let mut share = ServerBatch::default();
         share.place(collection, placed.partition, Some(moved));
         self.write_one(0, share).await?;
@@ -276,7 +277,9 @@ impl Fleet {
             });
         }
         for (idx, entry) in dirty.entries {
-            let found = sql.entry(&from, collection, idx, placed.min, &entry).await?;
+            let found = sql
+                .entry(&from, collection, idx, placed.min, &entry)
+                .await?;
             let key = IndexEntryKey {
                 collection,
                 index: idx as u32,
@@ -300,17 +303,19 @@ impl Fleet {
         }
         if dirty.total {
             let partition = placed.partition;
-            share.push(match sql.partition_total(&from, collection, partition).await? {
-                Some(usage) => WriteOp::PutPartitionTotal {
-                    collection,
-                    partition,
-                    usage,
+            share.push(
+                match sql.partition_total(&from, collection, partition).await? {
+                    Some(usage) => WriteOp::PutPartitionTotal {
+                        collection,
+                        partition,
+                        usage,
+                    },
+                    None => WriteOp::DeletePartitionTotal {
+                        collection,
+                        partition,
+                    },
                 },
-                None => WriteOp::DeletePartitionTotal {
-                    collection,
-                    partition,
-                },
-            });
+            );
         }
         drop(from);
         self.write_one(to, share).await

@@ -228,17 +228,26 @@ impl View for PgView {
         // Each server is asked only for the partitions placed on it: rows
         // a move is copying in, or left behind, are never read.
         let parts = placement.overlapping(scan.collection, scan.min, scan.max);
-        let ids = if scan.min == scan.max { scan.ids.clone() } else { None };
+        let ids = if scan.min == scan.max {
+            scan.ids.clone()
+        } else {
+            None
+        };
         // With a filter the gateway drops rows, so the server cannot stop
         // at the limit.
-        let server_limit = if scan.filter.is_some() { None } else { scan.limit };
+        let server_limit = if scan.filter.is_some() {
+            None
+        } else {
+            scan.limit
+        };
         let collection = scan.collection;
         let streams = parts
             .into_iter()
             .map(|part| {
                 let sql = self.fleet.sql.clone();
                 let ids = ids.clone();
-                let (min, max, reverse) = (scan.min.max(part.min), scan.max.min(part.max), scan.reverse);
+                let (min, max, reverse) =
+                    (scan.min.max(part.min), scan.max.min(part.max), scan.reverse);
                 let filter = scan.filter.clone();
                 let rows = self.paged(
                     part.server,
@@ -259,7 +268,9 @@ impl View for PgView {
                     Some(f) => rows
                         .filter(move |item| {
                             let keep = match item {
-                                Ok((_, v)) => bson::RawDocument::from_bytes(v).map_or(true, |d| f(d)),
+                                Ok((_, v)) => {
+                                    bson::RawDocument::from_bytes(v).map_or(true, |d| f(d))
+                                }
                                 Err(_) => true,
                             };
                             futures::future::ready(keep)
@@ -367,7 +378,9 @@ impl View for PgView {
                 let placement = self.fleet.placement();
                 let owned = move |item: &StorageResult<(Vec<u8>, i64)>| {
                     let keep = match item {
-                        Ok((_, hash)) => placement.of_hash(collection, *hash).map(|p| p.server) == Some(server),
+                        Ok((_, hash)) => {
+                            placement.of_hash(collection, *hash).map(|p| p.server) == Some(server)
+                        }
                         Err(_) => true,
                     };
                     futures::future::ready(keep)
@@ -428,7 +441,8 @@ impl View for PgView {
                 let owned = move |item: &StorageResult<(IndexEntryKey, Vec<u8>)>| {
                     let keep = match item {
                         Ok((k, _)) => {
-                            placement.of_hash(collection, k.partition).map(|p| p.server) == Some(server)
+                            placement.of_hash(collection, k.partition).map(|p| p.server)
+                                == Some(server)
                         }
                         Err(_) => true,
                     };
