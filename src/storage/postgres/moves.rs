@@ -249,10 +249,12 @@ impl Fleet {
                 break;
             }
         }
-        let mut dirty = Dirty::default();
-        dirty.total = true;
+        let totals = Dirty {
+            total: true,
+            ..Dirty::default()
+        };
         drop(from);
-        self.catch_up(collection, placed, dirty, to).await
+        self.catch_up(collection, placed, totals, to).await
     }
 
     /// Copies the keys in `dirty` again, as they are on the source now.
