@@ -320,6 +320,34 @@ async fn a_stopped_server_fails_only_what_needs_it_until_it_is_back() {
     // The metadata server (shard0) stays up; shard2 stops.
     let (down_key, _) = key_elsewhere(&srv, "f", "c", &["shard0", "shard1"]).await;
     let (up_key, _) = key_elsewhere(&srv, "f", "c", &["shard0", "shard2"]).await;
+    // Writers spread over every server keep writing through the stop and
+    // the restart, keeping what was acknowledged and every error's code.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..2 {
+        let c = c.clone();
+        let stop = stop.clone();
+        writers.push(tokio::spawn(async move {
+            let (mut acked, mut codes) = (Vec::new(), BTreeSet::new());
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let id = format!("load{w}-{n}");
+                match c
+                    .insert_one(doc! {"_id": &id, "k": format!("key{}", n % 60)})
+                    .await
+                {
+                    Ok(_) => acked.push(id),
+                    Err(e) => {
+                        codes.insert(code_of(&e));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                n += 1;
+            }
+            (acked, codes)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     pg.run("kill", 2);
 
     let read = c.find_one(doc! {"k": &down_key}).await;
@@ -349,8 +377,34 @@ async fn a_stopped_server_fails_only_what_needs_it_until_it_is_back() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert_eq!(c.count_documents(doc! {"k": &down_key}).await.unwrap(), 2);
-    assert_eq!(c.count_documents(doc! {}).await.unwrap(), 62);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut acked, mut codes) = (Vec::new(), BTreeSet::new());
+    for w in writers {
+        let (a, c) = w.await.unwrap();
+        acked.extend(a);
+        codes.extend(c);
+    }
+    // Only the stopped server's operations failed, with HostUnreachable.
+    assert!(codes.iter().all(|c| *c == Some(6)), "{codes:?}");
+    // Every acknowledged write is there once.
+    let all: Vec<Document> = futures::TryStreamExt::try_collect(c.find(doc! {}).await.unwrap())
+        .await
+        .unwrap();
+    let ids: BTreeSet<String> = all
+        .iter()
+        .map(|d| format!("{}", d.get("_id").unwrap()))
+        .collect();
+    assert_eq!(ids.len(), all.len(), "a document twice");
+    for id in &acked {
+        assert!(ids.contains(&format!("\"{id}\"")), "{id} lost");
+    }
+    assert_eq!(
+        c.count_documents(doc! {"_id": {"$in": ["w1", "w2"]}})
+            .await
+            .unwrap(),
+        2
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
