@@ -437,14 +437,9 @@ impl Fleet {
             let Some(server) = server else {
                 continue;
             };
-            match shares.get_mut(server) {
-                Some(share) => share.push(op),
-                None => {
-                    return Err(self
-                        .server(server)
-                        .err()
-                        .unwrap_or_else(|| StorageError::Engine("no such server".into())))
-                }
+            self.server(server)?;
+            if let Some(share) = shares.get_mut(server) {
+                share.push(op);
             }
         }
         let shares: Vec<(ServerId, ServerBatch)> = shares
