@@ -91,4 +91,27 @@ echo "== load: $(uptime)" | tee -a "$log"
     --cost "postgres=$(IFS=,; echo "${postmasters[*]}")" \
     "$@" 2>&1 | tee -a "$log"
 echo "== load: $(uptime)" | tee -a "$log"
-echo "== output also in $log"
+
+# Operations per second in 5-second windows, with the phases they cover
+# (edge: a second only partly inside the move).
+echo
+echo "== ops/s in 5-second windows (output also in $log)"
+awk '
+function field(name,   i) {
+    for (i = 1; i <= NF; i++) if (index($i, name "=") == 1) return substr($i, length(name) + 2)
+    return ""
+}
+/^SECOND / {
+    w = int(field("t") / 5)
+    ops[w] += field("ops"); errs[w] += field("errors"); secs[w]++
+    p = field("phase")
+    if (index(phases[w], p) == 0) phases[w] = phases[w] (phases[w] == "" ? "" : ",") p
+    if (w > last) last = w
+}
+END {
+    printf "%-9s %10s %7s  %s\n", "seconds", "ops/s", "errors", "phase"
+    for (w = 0; w <= last; w++)
+        if (secs[w] > 0)
+            printf "%3d-%-5d %10.0f %7d  %s\n", w * 5, w * 5 + secs[w], ops[w] / secs[w], errs[w], phases[w]
+}
+' "$log" | tee -a "$log"
