@@ -277,6 +277,71 @@ impl Batches for KeyRange {
     }
 }
 
+/// YCSB-shaped documents (`_id`, `field0`..`field9`, `counter`) like
+/// [`Dataset`]'s, each field cut from the text pool at an offset hashed from
+/// the document's number: for data sets of gigabytes, which would not fit
+/// in memory built up front.
+pub struct WideRows {
+    pub docs: u64,
+    batch: usize,
+    salt: u64,
+    text: Text,
+    field_names: Vec<String>,
+}
+
+impl WideRows {
+    pub fn new(docs: u64, doc_size: usize, batch: usize, seed: u64) -> WideRows {
+        let field_len = (doc_size.saturating_sub(OVERHEAD_BYTES) / FIELD_COUNT).max(1);
+        WideRows {
+            docs,
+            batch: batch.max(1),
+            salt: mix(seed ^ 0x3017_e000),
+            text: Text::new(field_len, seed),
+            field_names: (0..FIELD_COUNT).map(|i| format!("field{i}")).collect(),
+        }
+    }
+
+    fn document(&self, i: u64) -> Document {
+        let mut d = Document::new();
+        d.insert("_id", Bson::Int64(i as i64));
+        for (f, name) in self.field_names.iter().enumerate() {
+            let at = mix(self
+                .salt
+                .wrapping_add(i.wrapping_mul(16).wrapping_add(f as u64)));
+            d.insert(name.as_str(), self.text.at(at));
+        }
+        d.insert("counter", Bson::Int64(0));
+        d
+    }
+
+    /// `{$set: {fieldN: ...}, $inc: {counter: 1}}` with a random field and text.
+    pub fn update(&self, rng: &mut impl Rng) -> Document {
+        let field = &self.field_names[rng.random_range(0..FIELD_COUNT)];
+        doc! {
+            "$set": { field.as_str(): self.text.sample(rng) },
+            "$inc": { "counter": 1_i64 },
+        }
+    }
+}
+
+impl Batches for WideRows {
+    fn doc_count(&self) -> u64 {
+        self.docs
+    }
+
+    fn batch_count(&self) -> usize {
+        batch_count(self.docs, self.batch)
+    }
+
+    fn batch(&self, index: usize) -> Cow<'_, [Document]> {
+        Cow::Owned(
+            batch_range(self.docs, self.batch, index)
+                .map(|i| self.document(i))
+                .collect(),
+        )
+    }
+}
+
 /// SplitMix64's finaliser: consecutive inputs give unrelated outputs.
 pub(crate) fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -306,6 +371,14 @@ impl Text {
         let start = rng.random_range(0..=self.pool.len() - self.field_len);
         self.pool[start..start + self.field_len].to_owned()
     }
+
+    /// The field that starts at `offset`, wrapped into the pool.
+    fn at(&self, offset: u64) -> String {
+        // The pool is at least four fields long, so the range is not empty.
+        let starts = (self.pool.len() - self.field_len + 1) as u64;
+        let start = (offset % starts) as usize;
+        self.pool[start..start + self.field_len].to_owned()
+    }
 }
 
 #[cfg(test)]
@@ -321,6 +394,32 @@ mod tests {
             .map(|d| d.get_i64("_id").expect("_id"))
             .collect();
         assert_eq!(ids, (0..2_501).collect::<Vec<i64>>());
+    }
+
+    #[test]
+    fn wide_rows_are_the_asked_size_and_numbered() {
+        let data = WideRows::new(2_050, 1_000, 1_000, 7);
+        assert_eq!(data.batch_count(), 3);
+        let docs: Vec<Document> = (0..data.batch_count())
+            .flat_map(|b| data.batch(b).into_owned())
+            .collect();
+        let ids: Vec<i64> = docs
+            .iter()
+            .map(|d| d.get_i64("_id").expect("_id"))
+            .collect();
+        assert_eq!(ids, (0..2_050).collect::<Vec<i64>>());
+        for d in &docs[..10] {
+            let mut bytes = Vec::new();
+            d.to_writer(&mut bytes).expect("encodes");
+            assert!(
+                (950..=1_000).contains(&bytes.len()),
+                "{} bytes",
+                bytes.len()
+            );
+        }
+        // The same number gives the same document; neighbours differ.
+        assert_eq!(data.batch(0)[5], data.batch(0)[5]);
+        assert_ne!(docs[0].get_str("field0"), docs[1].get_str("field0"));
     }
 
     #[test]

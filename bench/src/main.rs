@@ -14,12 +14,16 @@
 //! own, then time them the same way (partitioned-read in rounds, see
 //! `sharded`); they also sum themselves up after the ratios.
 //! bench/run-partitions.sh runs them.
+//!
+//! `move-partition` (`partition_move`) times moving a partition between
+//! two PostgreSQL servers under load; bench/run-move.sh runs it.
 
 mod aggregate;
 mod cost;
 mod dataset;
 mod fanout;
 mod indexes;
+mod partition_move;
 mod report;
 mod request_units;
 mod robustness;
@@ -176,6 +180,17 @@ struct Args {
     /// ru-enforcement: documents of about 10 KB in each collection.
     #[arg(long, default_value_t = 2000)]
     ru_docs: u64,
+    /// move-partition: documents in `moving`, sharded on `{_id: "hashed"}`
+    /// over 2 partitions (half in each), of `--doc-size` bytes.
+    #[arg(long, default_value_t = 200_000)]
+    move_docs: u64,
+    /// move-partition: seconds of load before the move starts.
+    #[arg(long, default_value_t = 20.0)]
+    move_before_secs: f64,
+    /// move-partition: seconds of load after the move ends (the old copy
+    /// is deleted a minute after the move).
+    #[arg(long, default_value_t = 75.0)]
+    move_after_secs: f64,
     /// Documents per insertMany during load.
     #[arg(long, default_value_t = 1000)]
     batch: usize,
@@ -240,8 +255,10 @@ impl Args {
         if self.rounds == 0 {
             return Err("--rounds must be at least 1".into());
         }
-        if self.fanout_docs == Some(0) || self.distribution_docs == 0 {
-            return Err("--fanout-docs and --distribution-docs must be at least 1".into());
+        if self.fanout_docs == Some(0) || self.distribution_docs == 0 || self.move_docs == 0 {
+            return Err(
+                "--fanout-docs, --distribution-docs and --move-docs must be at least 1".into(),
+            );
         }
         if let Some(pid) = self.server_pid() {
             if self.workloads.iter().any(|w| {
@@ -259,6 +276,8 @@ impl Args {
             ("--warmup", self.warmup),
             ("--load-timeout", self.load_timeout),
             ("--settle-secs", self.settle_secs),
+            ("--move-before-secs", self.move_before_secs),
+            ("--move-after-secs", self.move_after_secs),
         ] {
             if !(0.0..=86_400.0).contains(&secs) {
                 return Err(format!("{name} must be between 0 and 86400 seconds"));
@@ -377,6 +396,7 @@ async fn run(args: Args) -> Result<(), String> {
             Workload::Unwind => robustness::unwind(&args, &targets[0]).await?,
             Workload::CursorMemory => robustness::cursor_memory(&args, &targets[0]).await?,
             Workload::RuEnforcement => request_units::ru_enforcement(&args, &targets[0]).await?,
+            Workload::MovePartition => partition_move::move_partition(&args, &targets[0]).await?,
             _ => {
                 let data = dataset(&args, &mut usertable);
                 unsharded(&args, &targets, &data, w).await?

@@ -67,6 +67,10 @@ pub enum Workload {
     /// Served RU/s ÷ provisioned under saturating point reads, at
     /// several partition counts (`request_units`).
     RuEnforcement,
+    /// A partition moved between two servers under point reads and
+    /// updates: the move's duration and the throughput around it
+    /// (`partition_move`).
+    MovePartition,
 }
 
 impl Workload {
@@ -89,6 +93,7 @@ impl Workload {
             Workload::Unwind => "unwind",
             Workload::CursorMemory => "cursor-memory",
             Workload::RuEnforcement => "ru-enforcement",
+            Workload::MovePartition => "move-partition",
         }
     }
 
@@ -107,6 +112,7 @@ impl Workload {
                 | Workload::Unwind
                 | Workload::CursorMemory
                 | Workload::RuEnforcement
+                | Workload::MovePartition
         )
     }
 }
