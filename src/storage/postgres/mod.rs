@@ -466,20 +466,11 @@ impl Fleet {
 
     async fn write_one(&self, server: ServerId, share: ServerBatch) -> StorageResult<()> {
         let s = self.server(server)?;
-        let mut client = s.client().await?;
-        let txn = client
-            .transaction()
+        let client = s.client().await?;
+        self.sql
+            .write_transaction(&client, share)
             .await
-            .map_err(sql::engine)
-            .map_err(|e| at(s, e))?;
-        self.sql.write(&txn, share).await.map_err(|e| at(s, e))?;
-        txn.commit().await.map_err(|e| match sql::engine(e) {
-            StorageError::Unavailable(why) => StorageError::OutcomeUnknown(format!(
-                "{why} (server {}) while committing: the write may have been applied",
-                s.name
-            )),
-            other => other,
-        })
+            .map_err(|e| at(s, e))
     }
 
     /// Writes and prepares one server's share under `gid`.

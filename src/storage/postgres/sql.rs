@@ -528,61 +528,63 @@ impl Sql {
     /// transaction: each table's deletes, then its upserts, each one
     /// statement however many rows.
     pub async fn write(&self, c: &impl GenericClient, batch: ServerBatch) -> StorageResult<()> {
+        run(c, self.statements(batch), false).await
+    }
+
+    /// Applies one server's share of a batch as one transaction, sent in
+    /// one round trip: `BEGIN`, the statements and `COMMIT` go together,
+    /// and PostgreSQL answers them in order (a failed statement turns
+    /// the `COMMIT` into a rollback).
+    pub async fn write_transaction(
+        &self,
+        c: &impl GenericClient,
+        batch: ServerBatch,
+    ) -> StorageResult<()> {
+        run(c, self.statements(batch), true).await
+    }
+
+    /// The statements of one server's share: each table's deletes, then
+    /// its upserts, each one statement however many rows.
+    fn statements(&self, batch: ServerBatch) -> Vec<(String, Params)> {
+        let mut steps: Vec<(String, Params)> = Vec::new();
         let s = &self.s;
         let (dels, puts) = split(batch.records);
         if !dels.is_empty() {
             let (coll, hash, id) = unzip3(dels);
-            execute(
-                c,
-                &format!(
+            steps.push((format!(
                     "DELETE FROM {s}.records t USING unnest($1::bigint[], $2::bigint[], $3::bytea[]) AS d(coll, hash, id)
                      WHERE t.coll = d.coll AND t.hash = d.hash AND t.id = d.id"
-                ),
-                &[&coll, &hash, &id],
-            )
-            .await?;
+                ), vec![Box::new(coll), Box::new(hash), Box::new(id)]));
         }
         if !puts.is_empty() {
             let (keys, docs): (Vec<_>, Vec<Vec<u8>>) = puts.into_iter().unzip();
             let (coll, hash, id) = unzip3(keys);
-            execute(
-                c,
-                &format!(
+            steps.push((
+                format!(
                     "INSERT INTO {s}.records (coll, hash, id, doc)
                      SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bytea[])
                      ON CONFLICT (coll, hash, id) DO UPDATE SET doc = EXCLUDED.doc"
                 ),
-                &[&coll, &hash, &id, &docs],
-            )
-            .await?;
+                vec![Box::new(coll), Box::new(hash), Box::new(id), Box::new(docs)],
+            ));
         }
         let (dels, puts) = split(batch.entries);
         if !dels.is_empty() {
             let (coll, idx, part, entry) = unzip4(dels);
-            execute(
-                c,
-                &format!(
+            steps.push((format!(
                     "DELETE FROM {s}.index_entries t
                      USING unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bytea[]) AS d(coll, idx, part, entry)
                      WHERE t.coll = d.coll AND t.idx = d.idx AND t.part = d.part AND t.entry = d.entry"
-                ),
-                &[&coll, &idx, &part, &entry],
-            )
-            .await?;
+                ), vec![Box::new(coll), Box::new(idx), Box::new(part), Box::new(entry)]));
         }
         if !puts.is_empty() {
             let (keys, values): (Vec<_>, Vec<Vec<u8>>) = puts.into_iter().unzip();
             let (coll, idx, part, entry) = unzip4(keys);
-            execute(
-                c,
-                &format!(
+            steps.push((format!(
                     "INSERT INTO {s}.index_entries (coll, idx, part, entry, value)
                      SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bytea[])
                      ON CONFLICT (coll, idx, part, entry) DO UPDATE SET value = EXCLUDED.value"
-                ),
-                &[&coll, &idx, &part, &entry, &values],
-            )
-            .await?;
+                ), vec![Box::new(coll), Box::new(idx), Box::new(part), Box::new(entry), Box::new(values)]));
         }
         for (table, key, counters) in [
             ("usage", "hash", batch.usage),
@@ -591,15 +593,10 @@ impl Sql {
             let (dels, puts) = split(counters);
             if !dels.is_empty() {
                 let (coll, k): (Vec<i64>, Vec<i64>) = dels.into_iter().unzip();
-                execute(
-                    c,
-                    &format!(
+                steps.push((format!(
                         "DELETE FROM {s}.{table} t USING unnest($1::bigint[], $2::bigint[]) AS d(coll, k)
                          WHERE t.coll = d.coll AND t.{key} = d.k"
-                    ),
-                    &[&coll, &k],
-                )
-                .await?;
+                    ), vec![Box::new(coll), Box::new(k)]));
             }
             if !puts.is_empty() {
                 let mut cols: (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>) = Default::default();
@@ -609,51 +606,34 @@ impl Sql {
                     cols.2.push(u.count as i64);
                     cols.3.push(u.bytes as i64);
                 }
-                execute(
-                    c,
-                    &format!(
+                steps.push((format!(
                         "INSERT INTO {s}.{table} (coll, {key}, count, bytes)
                          SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
                          ON CONFLICT (coll, {key}) DO UPDATE SET count = EXCLUDED.count, bytes = EXCLUDED.bytes"
-                    ),
-                    &[&cols.0, &cols.1, &cols.2, &cols.3],
-                )
-                .await?;
+                    ), vec![Box::new(cols.0), Box::new(cols.1), Box::new(cols.2), Box::new(cols.3)]));
             }
         }
         let (dels, puts) = split(batch.catalog);
         if !dels.is_empty() {
-            execute(
-                c,
-                &format!("DELETE FROM {s}.catalog WHERE key = ANY($1::bytea[])"),
-                &[&dels],
-            )
-            .await?;
+            steps.push((
+                format!("DELETE FROM {s}.catalog WHERE key = ANY($1::bytea[])"),
+                vec![Box::new(dels)],
+            ));
         }
         if !puts.is_empty() {
             let (keys, values): (Vec<Vec<u8>>, Vec<Vec<u8>>) = puts.into_iter().unzip();
-            execute(
-                c,
-                &format!(
+            steps.push((format!(
                     "INSERT INTO {s}.catalog (key, value) SELECT * FROM unnest($1::bytea[], $2::bytea[])
                      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-                ),
-                &[&keys, &values],
-            )
-            .await?;
+                ), vec![Box::new(keys), Box::new(values)]));
         }
         let (dels, puts) = split(batch.placement);
         if !dels.is_empty() {
             let (coll, part): (Vec<i64>, Vec<i64>) = dels.into_iter().unzip();
-            execute(
-                c,
-                &format!(
+            steps.push((format!(
                     "DELETE FROM {s}.placement t USING unnest($1::bigint[], $2::bigint[]) AS d(coll, part)
                      WHERE t.coll = d.coll AND t.part = d.part"
-                ),
-                &[&coll, &part],
-            )
-            .await?;
+                ), vec![Box::new(coll), Box::new(part)]));
         }
         if !puts.is_empty() {
             let mut cols = (
@@ -670,18 +650,13 @@ impl Sql {
                 cols.3.push(p.max);
                 cols.4.push(p.server as i32);
             }
-            execute(
-                c,
-                &format!(
+            steps.push((format!(
                     "INSERT INTO {s}.placement (coll, part, min, max, server)
                      SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::integer[])
                      ON CONFLICT (coll, part) DO UPDATE SET min = EXCLUDED.min, max = EXCLUDED.max, server = EXCLUDED.server"
-                ),
-                &[&cols.0, &cols.1, &cols.2, &cols.3, &cols.4],
-            )
-            .await?;
+                ), vec![Box::new(cols.0), Box::new(cols.1), Box::new(cols.2), Box::new(cols.3), Box::new(cols.4)]));
         }
-        Ok(())
+        steps
     }
 
     /// Removes a collection's rows on one server.
@@ -979,6 +954,54 @@ fn usage_of(count: i64, bytes: i64) -> Usage {
 /// A string as an SQL literal (a gid is ours: letters, digits, `:-_`).
 fn literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Runs `steps` in order, all sent before the first answer is awaited;
+/// inside `BEGIN`/`COMMIT` when `transaction`. In a transaction a lost
+/// connection leaves the outcome unknown.
+async fn run(
+    c: &impl GenericClient,
+    steps: Vec<(String, Params)>,
+    transaction: bool,
+) -> StorageResult<()> {
+    if steps.is_empty() {
+        return Ok(());
+    }
+    let mut statements = Vec::with_capacity(steps.len() + 2);
+    if transaction {
+        statements.push((c.prepare_cached("BEGIN").await.map_err(engine)?, Vec::new()));
+    }
+    for (sql, params) in &steps {
+        let statement = c.prepare_cached(sql).await.map_err(engine)?;
+        let params: Vec<&(dyn ToSql + Sync)> = params
+            .iter()
+            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+            .collect();
+        statements.push((statement, params));
+    }
+    if transaction {
+        statements.push((
+            c.prepare_cached("COMMIT").await.map_err(engine)?,
+            Vec::new(),
+        ));
+    }
+    let answers = futures::future::join_all(
+        statements
+            .iter()
+            .map(|(statement, params)| c.execute(statement, params)),
+    )
+    .await;
+    for answer in answers {
+        if let Err(e) = answer {
+            return Err(match engine(e) {
+                StorageError::Unavailable(why) if transaction => StorageError::OutcomeUnknown(
+                    format!("{why} while committing: the write may have been applied"),
+                ),
+                other => other,
+            });
+        }
+    }
+    Ok(())
 }
 
 async fn execute(
