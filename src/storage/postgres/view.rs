@@ -116,20 +116,25 @@ impl PgView {
         .boxed()
     }
 
-    fn one<T: Send + 'static>(
-        &self,
-        server: Option<ServerId>,
-        read: impl FnOnce(
-                Arc<Fleet>,
-                ServerId,
-            ) -> futures::future::BoxFuture<'static, StorageResult<Option<T>>>
-            + Send
-            + 'static,
-    ) -> StoreFuture<Option<T>> {
+    /// Runs `read` with a connection to `server` (`None`: no partition
+    /// holds what is asked, so there is nothing to find).
+    fn one<T, F, Fut>(&self, server: Option<ServerId>, read: F) -> StoreFuture<Option<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Fleet>, deadpool_postgres::Client) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = StorageResult<Option<T>>> + Send + 'static,
+    {
         let Some(server) = server else {
             return Box::pin(async { Ok(None) });
         };
-        spawn_on(&self.handle, read(self.fleet.clone(), server))
+        let fleet = self.fleet.clone();
+        spawn_on(&self.handle, async move {
+            let s = fleet.server(server)?;
+            let client = s.client().await?;
+            read(fleet.clone(), client)
+                .await
+                .map_err(|e| super::at(s, e))
+        })
     }
 }
 
@@ -210,16 +215,11 @@ impl View for PgView {
             .of_hash(key.collection, key.hash)
             .map(|p| p.server);
         let key = key.clone();
-        self.one(server, move |fleet, server| {
-            Box::pin(async move {
-                let s = fleet.server(server)?;
-                let client = s.client().await?;
-                fleet
-                    .sql
-                    .record(&client, key.collection, key.hash, &key.id)
-                    .await
-                    .map_err(|e| super::at(s, e))
-            })
+        self.one(server, move |fleet, client| async move {
+            fleet
+                .sql
+                .record(&client, key.collection, key.hash, &key.id)
+                .await
         })
     }
 
@@ -331,16 +331,8 @@ impl View for PgView {
             .of_hash(collection, hash)
             .map(|p| p.server);
         let id = id.to_vec();
-        let found = self.one(server, move |fleet, server| {
-            Box::pin(async move {
-                let s = fleet.server(server)?;
-                let client = s.client().await?;
-                fleet
-                    .sql
-                    .id_hash(&client, collection, &id)
-                    .await
-                    .map_err(|e| super::at(s, e))
-            })
+        let found = self.one(server, move |fleet, client| async move {
+            fleet.sql.id_hash(&client, collection, &id).await
         });
         Box::pin(async move { Ok(found.await?.is_some()) })
     }
@@ -464,16 +456,8 @@ impl View for PgView {
             .placement()
             .of_hash(collection, hash)
             .map(|p| p.server);
-        self.one(server, move |fleet, server| {
-            Box::pin(async move {
-                let s = fleet.server(server)?;
-                let client = s.client().await?;
-                fleet
-                    .sql
-                    .usage(&client, collection, hash)
-                    .await
-                    .map_err(|e| super::at(s, e))
-            })
+        self.one(server, move |fleet, client| async move {
+            fleet.sql.usage(&client, collection, hash).await
         })
     }
 
@@ -514,16 +498,11 @@ impl View for PgView {
             .placement()
             .of_partition(collection, partition)
             .map(|p| p.server);
-        self.one(server, move |fleet, server| {
-            Box::pin(async move {
-                let s = fleet.server(server)?;
-                let client = s.client().await?;
-                fleet
-                    .sql
-                    .partition_total(&client, collection, partition)
-                    .await
-                    .map_err(|e| super::at(s, e))
-            })
+        self.one(server, move |fleet, client| async move {
+            fleet
+                .sql
+                .partition_total(&client, collection, partition)
+                .await
         })
     }
 }
