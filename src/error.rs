@@ -160,6 +160,7 @@ error_codes! {
     DuplicateKey = 11000,
     Interrupted = 11601,
     #[location] MergeNoMatchingDocument = 13113,
+    StaleConfig = 13388,
     OutOfDiskSpace = 14031,
     #[location] StageGroupInvalidFields = 15947,
     #[location] GroupUnknownOperator = 15952,

@@ -57,6 +57,10 @@ pub struct TestServer {
     /// gateways, a client that knows them all and spreads operations over
     /// them (see [`TestServer::uri`]).
     pub client: Client,
+    /// A client of the first gateway only, for commands that must reach
+    /// the gateway of an earlier one (a raw `getMore` or `killCursors`
+    /// names a cursor only the gateway that opened it has).
+    pub pinned: Client,
     /// `127.0.0.1:PORT` of the (first) gateway.
     pub addr: SocketAddr,
     child: Arc<Mutex<Option<Child>>>,
@@ -255,6 +259,13 @@ impl TestServer {
     /// `--backend` in `extra`, the server keeps its data on that fleet in a
     /// fresh schema, and [`gateways`] processes serve it.
     pub async fn start_with_args(extra: &[&str]) -> TestServer {
+        Self::start_gateways(extra, None).await
+    }
+
+    /// Like [`TestServer::start_with_args`], with `gateways` gateway
+    /// processes on the fleet whatever [`gateways`] says (one without a
+    /// fleet).
+    pub async fn start_gateways(extra: &[&str], gateways: Option<usize>) -> TestServer {
         let root = tempfile::Builder::new()
             .prefix("shardgate-test-")
             .tempdir()
@@ -269,7 +280,11 @@ impl TestServer {
         } else {
             fleet().map(FleetSchema::new)
         };
-        let count = if fleet.is_some() { gateways() } else { 1 };
+        let count = match (&fleet, gateways) {
+            (None, _) => 1,
+            (Some(_), Some(n)) => n.max(1),
+            (Some(_), None) => self::gateways(),
+        };
         let child = Arc::new(Mutex::new(None));
         let more: Vec<Gateway> = (2..=count)
             .map(|n| Gateway {
@@ -296,6 +311,7 @@ impl TestServer {
             match launch(&child, &data_dir, &log_path, addr, &args).await {
                 Ok(client) => {
                     let mut srv = TestServer {
+                        pinned: client.clone(),
                         client,
                         addr,
                         child,
@@ -412,6 +428,11 @@ impl TestServer {
         self.client.database(name)
     }
 
+    /// A database handle on the first gateway only ([`TestServer::pinned`]).
+    pub fn pinned_db(&self, name: &str) -> Database {
+        self.pinned.database(name)
+    }
+
     /// A new client to this server with options adjusted by `f`
     /// (e.g. to install a command event handler).
     pub async fn client_with(&self, f: impl FnOnce(&mut ClientOptions)) -> Client {
@@ -491,6 +512,7 @@ impl TestServer {
             let data_dir = self.data_dir();
             match launch(&self.child, &data_dir, &self.log_path, addr, &args).await {
                 Ok(client) => {
+                    self.pinned = client.clone();
                     self.client = client;
                     self.addr = addr;
                     self.launch_more(&args, true).await;

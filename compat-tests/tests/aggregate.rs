@@ -56,24 +56,19 @@ async fn agg(db: &Database, name: &str, pipeline: Vec<Document>) -> Vec<Document
 }
 
 /// Runs a raw `aggregate` command (with `cursor: {}` unless given) and
-/// follows the cursor to its end.
+/// follows the cursor to its end (the driver's cursor keeps its `getMore`s
+/// on the gateway that opened it).
 async fn agg_cmd(db: &Database, mut cmd: Document) -> Vec<Document> {
     if !cmd.contains_key("cursor") {
         cmd.insert("cursor", doc! {});
     }
-    let coll_name = match cmd.get("aggregate") {
-        Some(Bson::String(s)) => s.clone(),
-        _ => "$cmd.aggregate".to_string(),
-    };
-    let reply = run(db, cmd).await;
-    let mut out = first_batch(&reply);
-    let mut id = cursor_id(&reply);
-    while id != 0 {
-        let more = run(db, doc! {"getMore": id, "collection": &coll_name}).await;
-        out.extend(next_batch(&more));
-        id = cursor_id(&more);
-    }
-    out
+    let shown = format!("{cmd}");
+    db.run_cursor_command(cmd)
+        .await
+        .unwrap_or_else(|e| panic!("{shown}: {e}"))
+        .try_collect()
+        .await
+        .unwrap_or_else(|e| panic!("{shown}: getMore: {e}"))
 }
 
 async fn insert(db: &Database, name: &str, docs: Vec<Document>) {
@@ -1102,7 +1097,7 @@ async fn documents_stage_and_collectionless_aggregate() {
 #[tokio::test]
 async fn cursor_batch_size_and_get_more() {
     let srv = TestServer::start().await;
-    let db = srv.db(DB);
+    let db = srv.pinned_db(DB);
     insert(&db, "b", (0..25).map(|i| doc! {"_id": i}).collect()).await;
     let reply = run(
         &db,
@@ -1655,7 +1650,7 @@ async fn explain_shows_the_split_pipeline() {
 #[tokio::test]
 async fn blocking_stages_spill_with_allow_disk_use() {
     let srv = TestServer::start_with_args(&["--max-blocking-stage-bytes", "100000"]).await;
-    let db = srv.db(DB);
+    let db = srv.pinned_db(DB);
     // About 2 MB: 2000 documents with a 1 KB payload.
     let pad = "p".repeat(1000);
     let docs: Vec<Document> = (0..2000)

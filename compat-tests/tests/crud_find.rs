@@ -22,9 +22,11 @@ async fn seed(srv: &TestServer, coll: &str, docs: Vec<Document>) {
         .unwrap();
 }
 
+/// Runs `cmd` on the first gateway: a raw `getMore` must reach the one
+/// that opened its cursor.
 async fn find_raw(srv: &TestServer, cmd: Document) -> Document {
     let shown = format!("{cmd}");
-    srv.db("f")
+    srv.pinned_db("f")
         .run_command(cmd)
         .await
         .unwrap_or_else(|e| panic!("{shown}: {e}"))
@@ -520,7 +522,7 @@ async fn kill_cursors_and_cursor_not_found() {
         "{killed}"
     );
     expect_command_error(
-        &srv.db("f"),
+        &srv.pinned_db("f"),
         doc! {"getMore": id, "collection": "kc"},
         43,
         "CursorNotFound",
@@ -537,7 +539,7 @@ async fn exhausted_cursor_is_gone() {
     let more = find_raw(&srv, doc! {"getMore": id, "collection": "ex"}).await;
     assert_eq!(cursor_id(&more), 0);
     expect_command_error(
-        &srv.db("f"),
+        &srv.pinned_db("f"),
         doc! {"getMore": id, "collection": "ex"},
         43,
         "CursorNotFound",

@@ -1,6 +1,7 @@
 //! The postgres backend as a fleet of servers: where partitions go and how
-//! the sharding helpers show it, one gateway per fleet, a gateway that dies
-//! in the middle of a commit across servers, and a server that stops.
+//! the sharding helpers show it, two gateways serving one fleet, a gateway
+//! that dies in the middle of a commit across servers, and a server that
+//! stops.
 //!
 //! These run only against PostgreSQL (`$SHARDGATE_TEST_POSTGRES`, set by
 //! `scripts/test`); without it each test says so and returns.
@@ -10,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use compat_tests::{fleet, num, server_binary, TestServer};
+use compat_tests::{fleet, num, TestServer};
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::{Error, ErrorKind};
 use mongodb::Collection;
@@ -146,36 +147,120 @@ async fn partitions_are_spread_over_the_servers_and_shown_as_shards() {
     assert_eq!(shards_of(&again), shards_of(&chunks));
 }
 
+/// A client of one gateway only.
+async fn direct(addr: std::net::SocketAddr) -> mongodb::Client {
+    mongodb::Client::with_uri_str(compat_tests::uri(addr))
+        .await
+        .unwrap()
+}
+
+async fn index_names(c: &Collection<Document>) -> Vec<String> {
+    let mut names = c.list_index_names().await.unwrap();
+    names.sort();
+    names
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_gateway_on_the_same_fleet_is_refused() {
+async fn two_gateways_serve_the_same_data_and_see_each_others_changes() {
     if !on_fleet() {
         return;
     }
-    let srv = TestServer::start().await;
-    let schema = srv
-        .postgres_schema()
-        .expect("a schema of its own")
-        .to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(server_binary());
-    cmd.args(["--bind", "127.0.0.1:0", "--backend", "postgres"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["--postgres-schema", &schema]);
-    for url in fleet().unwrap_or_default() {
-        cmd.args(["--postgres", &url]);
-    }
-    let out = tokio::task::spawn_blocking(move || cmd.output())
+    let srv = TestServer::start_gateways(&[], Some(2)).await;
+    let addrs = srv.addrs();
+    assert_eq!(addrs.len(), 2);
+    let (one, two) = (direct(addrs[0]).await, direct(addrs[1]).await);
+    let c1: Collection<Document> = one.database("g").collection("c");
+    let c2: Collection<Document> = two.database("g").collection("c");
+
+    // A write through one is read through the other at once, and the
+    // collection it created implicitly is listed there.
+    c1.insert_one(doc! {"_id": 1, "k": "a", "n": 0})
         .await
-        .unwrap()
         .unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{said}");
-    assert!(said.contains("another Shardgate gateway"), "{said}");
-    // The first one still serves.
-    srv.db("f")
-        .collection::<Document>("c")
-        .insert_one(doc! {"_id": 1})
+    let found = c2.find_one(doc! {"_id": 1}).await.unwrap();
+    assert_eq!(found, Some(doc! {"_id": 1, "k": "a", "n": 0}));
+    let names = two.database("g").list_collection_names().await.unwrap();
+    assert_eq!(names, vec!["c".to_string()]);
+
+    // An index made through one is listed and enforced through the other.
+    c1.create_index(
+        mongodb::IndexModel::builder()
+            .keys(doc! {"u": 1})
+            .options(
+                mongodb::options::IndexOptions::builder()
+                    .unique(true)
+                    .build(),
+            )
+            .build(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(index_names(&c2).await, vec!["_id_", "u_1"]);
+    c2.insert_one(doc! {"_id": 2, "k": "b", "u": 7})
+        .await
+        .unwrap();
+    let dup = c2
+        .insert_one(doc! {"_id": 3, "k": "c", "u": 7})
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&dup), Some(11000), "{dup}");
+    let dup = c1
+        .insert_one(doc! {"_id": 3, "k": "c", "u": 7})
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&dup), Some(11000), "{dup}");
+    let by_index = c1
+        .find_one(doc! {"u": 7})
+        .hint(mongodb::options::Hint::Keys(doc! {"u": 1}))
+        .await
+        .unwrap();
+    assert_eq!(by_index.and_then(|d| d.get_i32("_id").ok()), Some(2));
+
+    // Both gateways increment one document at the same time: none of
+    // the increments is lost.
+    let inc = |c: Collection<Document>| async move {
+        for _ in 0..150 {
+            c.update_one(doc! {"_id": 1}, doc! {"$inc": {"n": 1}})
+                .await
+                .unwrap();
+        }
+    };
+    tokio::join!(inc(c1.clone()), inc(c2.clone()));
+    let n = c1.find_one(doc! {"_id": 1}).await.unwrap().unwrap();
+    assert_eq!(n.get_i32("n").unwrap(), 300, "{n}");
+
+    // Sharding through one: the other routes by the new key and counts
+    // what both inserted; the sharding views agree.
+    let s1: Collection<Document> = one.database("g").collection("s");
+    let s2: Collection<Document> = two.database("g").collection("s");
+    shard_through(&one, "g.s").await;
+    let docs = |from: i32| (from..from + 200).map(|i| doc! {"_id": i, "k": format!("key{i}")});
+    s1.insert_many(docs(0)).await.unwrap();
+    s2.insert_many(docs(200)).await.unwrap();
+    assert_eq!(s1.count_documents(doc! {}).await.unwrap(), 400);
+    assert_eq!(s2.count_documents(doc! {}).await.unwrap(), 400);
+    for i in [0, 250, 399] {
+        let k = format!("key{i}");
+        let d = s2.find_one(doc! {"k": &k}).await.unwrap();
+        assert_eq!(d.and_then(|d| d.get_i32("_id").ok()), Some(i));
+    }
+    let chunks = |client: mongodb::Client| async move {
+        let config: Collection<Document> = client.database("config").collection("chunks");
+        config.count_documents(doc! {}).await.unwrap()
+    };
+    assert_eq!(chunks(one.clone()).await, chunks(two.clone()).await);
+
+    // A drop through one is seen by the other.
+    c1.drop().await.unwrap();
+    let names = two.database("g").list_collection_names().await.unwrap();
+    assert_eq!(names, vec!["s".to_string()]);
+    assert_eq!(c2.find_one(doc! {"_id": 1}).await.unwrap(), None);
+}
+
+async fn shard_through(client: &mongodb::Client, ns: &str) {
+    client
+        .database("admin")
+        .run_command(doc! {"shardCollection": ns, "key": {"k": "hashed"}, "numInitialChunks": 4})
         .await
         .unwrap();
 }

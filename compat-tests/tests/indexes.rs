@@ -19,7 +19,7 @@ use compat_tests::{
     bson::{doc, Bson, Document},
     cursor_id, expect_command_error, expect_failure, first_batch,
     mongodb::{Collection, Database},
-    next_batch, num, TestServer,
+    num, TestServer,
 };
 use futures::TryStreamExt;
 
@@ -57,25 +57,16 @@ fn spec(key: Document, name: &str, options: Document) -> Document {
     d
 }
 
-/// Runs a cursor-returning command and follows `getMore` to the end.
+/// Runs a cursor-returning command and follows `getMore` to the end (the
+/// driver's cursor keeps its `getMore`s on the gateway that opened it).
 async fn drain(db: &Database, cmd: Document) -> Vec<Document> {
-    let reply = run(db, cmd).await;
-    assert_ok(&reply);
-    let mut docs = first_batch(&reply);
-    let ns = reply
-        .get_document("cursor")
-        .ok()
-        .and_then(|c| c.get_str("ns").ok())
-        .unwrap_or_default()
-        .to_string();
-    let collection = ns.split_once('.').map(|(_, c)| c.to_string()).unwrap_or(ns);
-    let mut id = cursor_id(&reply);
-    while id != 0 {
-        let more = run(db, doc! {"getMore": id, "collection": &collection}).await;
-        docs.extend(next_batch(&more));
-        id = cursor_id(&more);
-    }
-    docs
+    let shown = format!("{cmd}");
+    db.run_cursor_command(cmd)
+        .await
+        .unwrap_or_else(|e| panic!("{shown}: {e}"))
+        .try_collect()
+        .await
+        .unwrap_or_else(|e| panic!("{shown}: getMore: {e}"))
 }
 
 async fn list_indexes(db: &Database, coll: &str) -> Vec<Document> {

@@ -119,6 +119,31 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
     reply
 }
 
+/// Commands that answer without the catalog: they do not ask first
+/// whether another gateway changed it.
+const READS_NO_CATALOG: &[&str] = &[
+    "hello",
+    "isMaster",
+    "ismaster",
+    "ping",
+    "buildInfo",
+    "buildinfo",
+    "getMore",
+    "killCursors",
+    "endSessions",
+    "getParameter",
+    "whatsmyuri",
+    "hostInfo",
+    "getLog",
+    "getCmdLineOpts",
+    "connectionStatus",
+    "serverStatus",
+];
+
+/// How often a command is run again after another gateway changed the
+/// catalog under it.
+const STALE_RETRIES: u32 = 3;
+
 /// When the command's `maxTimeMS` runs out. Each command checks the
 /// field's type itself; a value that is not a positive number sets no
 /// limit here.
@@ -188,7 +213,21 @@ async fn run(
         body,
         sequences,
     };
-    let mut reply = (entry.handler)(&req).await?;
+    if !READS_NO_CATALOG.contains(&req.name.as_str()) {
+        state.router.sync_catalog().await?;
+    }
+    let mut stale = 0;
+    let mut reply = loop {
+        match (entry.handler)(&req).await {
+            // Another gateway changed the catalog while the command ran,
+            // and the store refused what it wrote whole: reload, retry.
+            Err(e) if e.code == ErrorCode::StaleConfig && stale < STALE_RETRIES => {
+                stale += 1;
+                state.router.refresh_catalog()?;
+            }
+            done => break done?,
+        }
+    };
     if let Some(e) = write_concern_error {
         reply.insert("writeConcernError", e);
     }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, Document, Timestamp};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
@@ -22,7 +22,7 @@ use crate::partition::{PartitionMap, ShardKey};
 use crate::storage::layout::{decode_counter, encode_counter, ONE_PARTITION};
 pub use crate::storage::Usage;
 use crate::storage::{
-    blocking, CatalogKey, SharedStore, SharedView, WriteBatch, WriteOp, WHOLE_COLLECTION,
+    blocking, CatalogKey, SharedStore, SharedView, StoreLock, WriteBatch, WriteOp, WHOLE_COLLECTION,
 };
 
 pub use crate::base::namespace::{validate_db_name, Namespace};
@@ -242,6 +242,10 @@ impl Collection {
 
 pub struct Catalog {
     store: SharedStore,
+    /// Held (shared) by every change of the catalog or of a collection's
+    /// data, and (exclusive) by [`Catalog::refresh`], so a batch is never
+    /// built from one catalog and checked against another's version.
+    refreshing: RwLock<()>,
     collections: RwLock<BTreeMap<Namespace, Arc<Collection>>>,
     /// Serializes catalog changes (create, drop, rename); holds the next
     /// collection id.
@@ -251,6 +255,13 @@ pub struct Catalog {
     /// Databases created with `CreateDatabase`, with their settings;
     /// changed under `ddl`.
     databases: RwLock<BTreeMap<String, DatabaseSettings>>,
+}
+
+/// A collection's write lock, from [`Catalog::lock_writes`].
+pub struct WriteGuard<'a> {
+    _shared: Option<StoreLock>,
+    _local: MutexGuard<'a, ()>,
+    _changing: RwLockReadGuard<'a, ()>,
 }
 
 fn ns_key(ns: &Namespace) -> CatalogKey {
@@ -364,10 +375,63 @@ impl Catalog {
         }
         Ok(Catalog {
             store,
+            refreshing: RwLock::new(()),
             collections: RwLock::new(collections),
             ddl: Mutex::new(next_id),
             next_partition: Mutex::new(next_partition),
             databases: RwLock::new(databases),
+        })
+    }
+
+    /// Reloads the catalog from the store, where another gateway
+    /// sharing it may have changed it: every collection handle held so
+    /// far reads as dropped, so writers waiting on one re-resolve their
+    /// namespace. Nothing for a store only this process opens.
+    pub fn refresh(&self) -> Result<()> {
+        let _alone = self.refreshing.write();
+        let Some(version) = blocking::wait(self.store.refresh())? else {
+            return Ok(());
+        };
+        let fresh = Catalog::load(self.store.clone())?;
+        let old = std::mem::replace(
+            &mut *self.collections.write(),
+            fresh.collections.into_inner(),
+        );
+        *self.ddl.lock() = fresh.ddl.into_inner();
+        *self.next_partition.lock() = fresh.next_partition.into_inner();
+        *self.databases.write() = fresh.databases.into_inner();
+        for coll in old.values() {
+            coll.dropped.store(true, Ordering::Release);
+        }
+        self.store.catalog_loaded(version);
+        Ok(())
+    }
+
+    /// Reloads the catalog when another gateway changed it (one question
+    /// to the store where several gateways share it).
+    pub async fn sync(&self) -> Result<()> {
+        if self.store.catalog_moved().await? {
+            tokio::task::block_in_place(|| self.refresh())?;
+        }
+        Ok(())
+    }
+
+    /// Held while the catalog or a collection's data changes (see
+    /// `refreshing`); a thread may hold it more than once.
+    pub fn changing(&self) -> RwLockReadGuard<'_, ()> {
+        self.refreshing.read_recursive()
+    }
+
+    /// Takes `coll`'s write lock: the one in memory and, where several
+    /// gateways share the store, the store's.
+    pub fn lock_writes<'a>(&'a self, coll: &'a Collection) -> Result<WriteGuard<'a>> {
+        let changing = self.changing();
+        let local = coll.write_lock.lock();
+        let shared = blocking::wait(self.store.lock_collection(coll.id))?;
+        Ok(WriteGuard {
+            _shared: shared,
+            _local: local,
+            _changing: changing,
         })
     }
 
@@ -450,6 +514,7 @@ impl Catalog {
         existing_ok: bool,
         shard: impl FnOnce(&mut WriteBatch) -> Option<Sharding>,
     ) -> Result<(Arc<Collection>, Option<u64>)> {
+        let _changing = self.changing();
         let mut next_id = self.ddl.lock();
         if let Some(existing) = self.get(ns) {
             if existing_ok {
@@ -492,6 +557,7 @@ impl Catalog {
         settings: DatabaseSettings,
         populated: impl FnOnce() -> bool,
     ) -> Result<u64> {
+        let _changing = self.changing();
         let _ddl = self.ddl.lock();
         if self.database(db).is_some() || populated() {
             bail!(NamespaceExists, "Database {db} already exists.");
@@ -501,6 +567,7 @@ impl Catalog {
 
     /// Stores new settings of database `db`; returns the commit.
     pub fn put_database(&self, db: &str, settings: DatabaseSettings) -> Result<u64> {
+        let _changing = self.changing();
         let _ddl = self.ddl.lock();
         self.store_database(db, settings)
     }
@@ -519,6 +586,7 @@ impl Catalog {
     /// Forgets the settings of database `db` (it was dropped); returns
     /// the commit, 0 when there were none.
     pub fn forget_database(&self, db: &str) -> Result<u64> {
+        let _changing = self.changing();
         let _ddl = self.ddl.lock();
         if self.database(db).is_none() {
             return Ok(0);
@@ -533,11 +601,12 @@ impl Catalog {
     /// Removes the collection's metadata and records. Returns the commit
     /// sequence to wait for, or `None` if it did not exist.
     pub fn drop_collection(&self, ns: &Namespace) -> Result<Option<u64>> {
+        let _changing = self.changing();
         let _ddl = self.ddl.lock();
         let Some(coll) = self.get(ns) else {
             return Ok(None);
         };
-        let _writes = coll.write_lock.lock();
+        let _writes = self.lock_writes(&coll)?;
         coll.dropped.store(true, Ordering::Release);
         self.collections.write().remove(ns);
         let mut batch = WriteBatch::default();
@@ -558,6 +627,7 @@ impl Catalog {
         if drop_target && self.get(to).is_some() && from != to {
             seq = self.drop_collection(to)?.unwrap_or(0);
         }
+        let _changing = self.changing();
         let _ddl = self.ddl.lock();
         let Some(coll) = self.get(from) else {
             bail!(NamespaceNotFound, "Source collection {from} does not exist");
@@ -565,7 +635,7 @@ impl Catalog {
         if self.get(to).is_some() {
             bail!(NamespaceExists, "Target namespace exists");
         }
-        let _writes = coll.write_lock.lock();
+        let _writes = self.lock_writes(&coll)?;
         let renamed = Arc::new(Collection::new(
             to.clone(),
             coll.id,

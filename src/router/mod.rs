@@ -239,6 +239,18 @@ impl Router {
         cheap && self.store.answers_at_once()
     }
 
+    /// Reloads the catalog when another gateway sharing the store changed
+    /// it; nothing (and no question asked) for a store only this process
+    /// opens.
+    pub async fn sync_catalog(&self) -> Result<()> {
+        self.catalog.sync().await
+    }
+
+    /// Reloads the catalog from the store (after a stale-catalog error).
+    pub fn refresh_catalog(&self) -> Result<()> {
+        tokio::task::block_in_place(|| self.catalog.refresh())
+    }
+
     /// Applies a batch; returns its commit.
     pub(crate) fn commit(&self, batch: WriteBatch) -> Result<u64> {
         Ok(blocking::wait(self.store.apply(batch))?)
@@ -488,6 +500,15 @@ impl Router {
         let Some(sharding) = &coll.sharding else {
             return Vec::new();
         };
+        if self.store.servers().is_some() {
+            // Other gateways write the partitions too: ask the store.
+            let view = self.store.view();
+            for p in &sharding.map().partitions {
+                if let Ok(Some(stored)) = blocking::wait(view.partition_total(coll.id, p.id)) {
+                    sharding.set_usage_of(p.id, stored);
+                }
+            }
+        }
         let usage = sharding.usage();
         sharding
             .map()

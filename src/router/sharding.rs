@@ -80,7 +80,7 @@ impl Router {
                     existing.key.pattern()
                 );
             }
-            let _lock = old.write_lock.lock();
+            let _lock = self.catalog.lock_writes(&old)?;
             if old.is_dropped() {
                 continue;
             }
@@ -301,7 +301,7 @@ impl Router {
         at: i64,
     ) -> Result<Option<u64>> {
         let id = part.id;
-        let _lock = coll.write_lock.lock();
+        let _lock = self.catalog.lock_writes(coll)?;
         if coll.is_dropped() {
             return Ok(None);
         }
@@ -344,6 +344,7 @@ impl Router {
                 collection: coll.id,
                 partition: first + i as u64,
                 usage: *half,
+                was: Usage::default(),
             });
         }
         // The entries of the upper half move under its own start, in the

@@ -67,6 +67,10 @@ pub struct ModifyOutcome {
     pub after: Option<Document>,
 }
 
+/// How often a write is tried again after another gateway changed the
+/// catalog under it.
+const MAX_STALE_RETRIES: u64 = 20;
+
 /// Insert batches up to this size run on the async worker itself.
 const INLINE_INSERTS: usize = 64;
 
@@ -432,19 +436,19 @@ impl<'a> PartitionedBatch<'a> {
             .partitions
             .iter()
             .map(|(&partition, &(count, bytes))| {
-                let mut u = self.sharding.usage_of(partition);
+                let was = self.sharding.usage_of(partition);
+                let mut u = was;
                 u.count = (u.count as i64 + count).max(0) as u64;
                 u.bytes = (u.bytes as i64 + bytes).max(0) as u64;
+                self.batch.push(WriteOp::PutPartitionTotal {
+                    collection,
+                    partition,
+                    usage: u,
+                    was,
+                });
                 (partition, u)
             })
             .collect();
-        for &(partition, usage) in &totals {
-            self.batch.push(WriteOp::PutPartitionTotal {
-                collection,
-                partition,
-                usage,
-            });
-        }
         let seq = self.router.commit(std::mem::take(&mut self.batch))?;
         let split_bytes = self.router.options.split_bytes;
         let mut oversized = false;
@@ -639,27 +643,43 @@ impl Router {
     }
 
     /// Runs `f` under the write lock of `ns`'s collection, retrying if the
-    /// collection was dropped or renamed while we waited for the lock.
+    /// collection was dropped or renamed while we waited for the lock, and
+    /// from the start when another gateway changed the catalog before `f`
+    /// committed (its batch was refused whole).
     pub(crate) fn with_write_lock<T>(
         &self,
         ns: &Namespace,
         create: bool,
         mut f: impl FnMut(&Collection) -> Result<T>,
     ) -> Result<Option<(T, u64)>> {
+        let mut stale = 0;
         loop {
-            let (coll, created_seq) = if create {
-                self.collection_for_write(ns)?
+            let resolved = if create {
+                self.collection_for_write(ns).map(Some)
             } else {
-                match self.catalog.get(ns) {
-                    Some(c) => (c, 0),
-                    None => return Ok(None),
-                }
+                Ok(self.catalog.get(ns).map(|c| (c, 0)))
             };
-            let _guard = coll.write_lock.lock();
-            if coll.is_dropped() {
-                continue;
+            let done = match resolved {
+                Ok(None) => return Ok(None),
+                Ok(Some((coll, created_seq))) => {
+                    let _guard = self.catalog.lock_writes(&coll)?;
+                    if coll.is_dropped() {
+                        continue;
+                    }
+                    f(&coll).map(|t| (t, created_seq))
+                }
+                Err(e) => Err(e),
+            };
+            match done {
+                Err(e) if e.code == ErrorCode::StaleConfig && stale < MAX_STALE_RETRIES => {
+                    stale += 1;
+                    // A catalog change still committing on some server
+                    // refuses writes until it is done.
+                    std::thread::sleep(std::time::Duration::from_millis(stale * 2));
+                    self.catalog.refresh()?;
+                }
+                done => return done.map(Some),
             }
-            return Ok(Some((f(&coll)?, created_seq)));
         }
     }
 

@@ -217,6 +217,7 @@ pub fn raw_ops(batch: WriteBatch) -> Vec<KvOp> {
                 collection,
                 partition,
                 usage,
+                ..
             } => put(
                 Space::Usage,
                 layout::partition_total_key(collection, partition),

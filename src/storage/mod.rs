@@ -72,6 +72,10 @@ pub enum StorageError {
     /// the operation may be retried from its reads.
     #[error("{0}")]
     Conflict(String),
+    /// The catalog changed through another gateway since this one
+    /// loaded it: reload ([`Store::refresh`]) and retry.
+    #[error("{0}")]
+    Stale(String),
 }
 
 pub type StorageResult<T> = std::result::Result<T, StorageError>;
@@ -85,6 +89,7 @@ impl From<StorageError> for crate::error::Error {
                 .with_extra(bson::doc! {"errorLabels": ["RetryableWriteError"]}),
             StorageError::OutcomeUnknown(why) => Error::new(ErrorCode::HostUnreachable, why),
             StorageError::Conflict(why) => Error::new(ErrorCode::WriteConflict, why),
+            StorageError::Stale(why) => Error::new(ErrorCode::StaleConfig, why),
             other => Error::internal(other.to_string()),
         }
     }
@@ -295,9 +300,39 @@ pub trait Store: Send + Sync + 'static {
         })
     }
 
+    /// Whether the catalog changed through another gateway since this
+    /// one last loaded it; always false for a store only one process
+    /// opens.
+    fn catalog_moved(&self) -> StoreFuture<bool> {
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Reloads what the store itself caches of the catalog (where
+    /// partitions are) and returns the catalog version it reloaded at;
+    /// the caller then reloads the catalog and hands the version to
+    /// [`Store::catalog_loaded`]. `None` for a store only one process
+    /// opens.
+    fn refresh(&self) -> StoreFuture<Option<u64>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    /// The catalog in memory is now the one of `version`: batches are
+    /// checked against it.
+    fn catalog_loaded(&self, _version: u64) {}
+
+    /// Takes collection `collection`'s write lock among every process
+    /// sharing the store (a gateway's own writers are already serialized
+    /// by the collection's lock in memory); held until the guard drops.
+    fn lock_collection(&self, _collection: u64) -> StoreFuture<Option<StoreLock>> {
+        Box::pin(async { Ok(None) })
+    }
+
     /// Syncs everything and stops background work; called at shutdown.
     fn close(&self) -> StorageResult<()>;
 }
+
+/// A lock a store holds for a caller until this is dropped.
+pub struct StoreLock(pub Box<dyn Send + Sync>);
 
 pub type SharedStore = Arc<dyn Store>;
 
@@ -326,10 +361,14 @@ pub enum WriteOp {
         collection: u64,
         hash: i64,
     },
+    /// The total of partition `partition` is now `usage`, counted from
+    /// `was` (what the writer last knew): a store shared by several
+    /// gateways adds the difference to what it holds.
     PutPartitionTotal {
         collection: u64,
         partition: u64,
         usage: Usage,
+        was: Usage,
     },
     DeletePartitionTotal {
         collection: u64,

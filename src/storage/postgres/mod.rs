@@ -33,6 +33,7 @@ pub mod placement;
 pub mod sql;
 mod view;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,12 +44,12 @@ use futures::future::join_all;
 use parking_lot::RwLock;
 use tokio_postgres::NoTls;
 
-use self::placement::{Placement, RowChange, ServerId};
-use self::sql::{ServerBatch, Sql};
+use self::placement::{Placed, Placement, RowChange, ServerId};
+use self::sql::{ServerBatch, Sql, Version};
 use super::layout::{self, FORMAT_VERSION};
 use super::{
     CatalogKey, CommitSeq, MetaStore, PartitionOf, SharedView, StorageError, StorageResult, Store,
-    StoreFuture, WriteBatch, WriteOp,
+    StoreFuture, StoreLock, WriteBatch, WriteOp,
 };
 
 /// Connections per server a gateway keeps at most.
@@ -86,10 +87,16 @@ struct Server {
 }
 
 struct Fleet {
-    /// The metadata server's session holding the gateway lease.
-    _lease: deadpool_postgres::Client,
     sql: Sql,
     servers: Vec<Server>,
+    /// Sessions on the metadata server that hold collection locks
+    /// ([`Store::lock_collection`]), apart from the pool writes use, so
+    /// a writer holding a lock always finds a connection to write with.
+    locks: Pool,
+    /// The catalog version this gateway's catalog is at: every batch is
+    /// checked against it on each server it writes, and a catalog change
+    /// moves it on every server.
+    version: AtomicU64,
     /// Which server holds each partition. Changed only by a batch that
     /// carries partition changes, under `placing`.
     placement: RwLock<Arc<Placement>>,
@@ -99,11 +106,10 @@ struct Fleet {
     next_gid: AtomicU64,
     seq: AtomicU64,
     failpoint: Option<String>,
-    /// Partitions being moved, noting the keys batches write to them.
-    moves: parking_lot::Mutex<Vec<Arc<moves::MoveLog>>>,
-    /// Held (shared) by every batch while it writes, and (exclusive) by a
-    /// move for its last catch-up and the switch.
-    gate: tokio::sync::RwLock<()>,
+    /// The partitions being moved of each collection this gateway holds
+    /// the lock of, as the lock said: a batch notes the keys it writes
+    /// to them.
+    moving_parts: parking_lot::Mutex<HashMap<u64, Vec<u64>>>,
     /// One move at a time.
     moving: tokio::sync::Mutex<()>,
 }
@@ -144,8 +150,9 @@ impl PgFleet {
         for (i, url) in options.urls.iter().enumerate() {
             servers.push(connect(i, url, &handle)?);
         }
+        let locks = connect(0, &options.urls[0], &handle)?.pool;
         let sql = Sql::new(&options.schema);
-        let mut fleet = runtime.block_on(init(sql, servers))?;
+        let mut fleet = runtime.block_on(init(sql, servers, locks))?;
         fleet.failpoint = options.failpoint.clone();
         let fleet = Arc::new(fleet);
         let store = Arc::new(PgFleet {
@@ -156,10 +163,22 @@ impl PgFleet {
         if options.balancer {
             let fleet = fleet.clone();
             handle.spawn(async move {
+                // The balancer runs on one gateway at a time: the one
+                // whose session holds the fleet's leadership.
+                let mut leader = None;
                 loop {
                     tokio::time::sleep(moves::BALANCE_INTERVAL).await;
+                    if leader.is_none() {
+                        leader = fleet.take_leadership().await;
+                        if leader.is_none() {
+                            continue;
+                        }
+                    }
                     if let Err(e) = fleet.balance_once().await {
                         tracing::info!("balancer: {e}");
+                        if matches!(e, StorageError::Unavailable(_)) {
+                            leader = None;
+                        }
                     }
                 }
             });
@@ -266,7 +285,7 @@ fn connect(i: usize, url: &str, handle: &tokio::runtime::Handle) -> StorageResul
 
 /// Opens the fleet: tables, identities, the two-phase commit setting,
 /// the placement and a first recovery pass.
-async fn init(sql: Sql, servers: Vec<Server>) -> StorageResult<Fleet> {
+async fn init(sql: Sql, servers: Vec<Server>, locks: Pool) -> StorageResult<Fleet> {
     let meta = servers[0].client().await?;
     sql.create_tables(&meta, true).await?;
     let fleet_id = match sql.identity(&meta).await? {
@@ -283,16 +302,6 @@ async fn init(sql: Sql, servers: Vec<Server>) -> StorageResult<Fleet> {
             fleet
         }
     };
-    // One gateway serves a fleet: its partition maps and usage counters
-    // are cached in memory and written from there.
-    if !sql.take_lease(&meta).await? {
-        return Err(StorageError::Format(format!(
-            "another Shardgate gateway is serving the fleet in schema {} on {}; one gateway per fleet",
-            sql.schema(),
-            servers[0].name
-        )));
-    }
-    let lease = meta;
     for (i, server) in servers.iter().enumerate().skip(1) {
         let client = match server.client().await {
             Ok(c) => c,
@@ -332,10 +341,12 @@ async fn init(sql: Sql, servers: Vec<Server>) -> StorageResult<Fleet> {
         }
     }
     let meta = servers[0].client().await?;
+    let version = sql.version(&meta).await?;
     let placement = Placement::from_rows(sql.placement(&meta).await?);
     drop(meta);
     let fleet = Fleet {
-        _lease: lease,
+        locks,
+        version: AtomicU64::new(version),
         gid_prefix: format!("{}:{fleet_id}:", sql.schema()),
         sql,
         servers,
@@ -344,8 +355,7 @@ async fn init(sql: Sql, servers: Vec<Server>) -> StorageResult<Fleet> {
         next_gid: AtomicU64::new(0),
         seq: AtomicU64::new(0),
         failpoint: None,
-        moves: parking_lot::Mutex::new(Vec::new()),
-        gate: tokio::sync::RwLock::new(()),
+        moving_parts: parking_lot::Mutex::new(HashMap::new()),
         moving: tokio::sync::Mutex::new(()),
     };
     tracing::info!(
@@ -397,19 +407,17 @@ impl Fleet {
     /// Applies a batch: one transaction on one server, two-phase commit
     /// across several.
     async fn apply(&self, batch: WriteBatch) -> StorageResult<CommitSeq> {
-        let _writing = self.gate.read().await;
-        let moving = self.moves.lock().clone();
-        for log in &moving {
-            for op in &batch.ops {
-                log.note(op);
-            }
-        }
         let placing = batch.ops.iter().any(|op| {
             matches!(
                 op,
                 WriteOp::PutPartition { .. } | WriteOp::DeletePartition { .. }
             )
         });
+        let catalog_change = placing
+            || batch
+                .ops
+                .iter()
+                .any(|op| matches!(op, WriteOp::PutMeta(..) | WriteOp::DeleteMeta(..)));
         let _placing = if placing {
             Some(self.placing.lock().await)
         } else {
@@ -431,6 +439,7 @@ impl Fleet {
                 }
             }
         }
+        let moving = self.moving_of(&current);
         for op in batch.ops {
             // A row of a partition the batch removes is where it was.
             let server = route(placement, &op).or_else(|_| route(&current, &op))?;
@@ -439,16 +448,48 @@ impl Fleet {
             };
             self.server(server)?;
             if let Some(share) = shares.get_mut(server) {
+                for (collection, placed) in &moving {
+                    if let Some(key) = moves::moved_key(&op, *collection, placed) {
+                        share.moved.push(key);
+                    }
+                }
                 share.push(op);
             }
         }
+        self.commit_shares(shares, catalog_change).await?;
+        if let Some((next, _)) = changed {
+            *self.placement.write() = Arc::new(next);
+        }
+        Ok(self.seq.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+
+    /// Commits one share per server (indexed by server). A catalog change
+    /// moves the version of every server, the metadata server's first (so
+    /// two changes never wait on each other across servers); any other
+    /// batch is checked against this gateway's version on each server it
+    /// writes, and fails with [`StorageError::Stale`] when another
+    /// gateway changed the catalog meanwhile.
+    async fn commit_shares(
+        &self,
+        shares: Vec<ServerBatch>,
+        catalog_change: bool,
+    ) -> StorageResult<()> {
+        let version = self.version.load(Ordering::Acquire);
         let shares: Vec<(ServerId, ServerBatch)> = shares
             .into_iter()
             .enumerate()
-            .filter(|(_, s)| !s.is_empty())
+            .filter(|(_, share)| catalog_change || !share.is_empty())
+            .map(|(server, mut share)| {
+                share.version = Some(if catalog_change {
+                    Version::Bump(version)
+                } else {
+                    Version::Expect(version)
+                });
+                (server, share)
+            })
             .collect();
         match shares.len() {
-            0 => {}
+            0 => return Ok(()),
             1 => {
                 let (server, share) = shares
                     .into_iter()
@@ -456,12 +497,82 @@ impl Fleet {
                     .ok_or_else(|| StorageError::Engine("empty batch".into()))?;
                 self.write_one(server, share).await?;
             }
-            _ => self.two_phase(shares).await?,
+            _ => self.two_phase(shares, catalog_change).await?,
         }
-        if let Some((next, _)) = changed {
-            *self.placement.write() = Arc::new(next);
+        if catalog_change {
+            self.version.fetch_max(version + 1, Ordering::AcqRel);
         }
-        Ok(self.seq.fetch_add(1, Ordering::AcqRel) + 1)
+        Ok(())
+    }
+
+    /// The partitions being moved that a batch notes the keys of.
+    fn moving_of(&self, placement: &Placement) -> Vec<(u64, Placed)> {
+        let parts = self.moving_parts.lock();
+        parts
+            .iter()
+            .flat_map(|(&collection, parts)| {
+                parts.iter().filter_map(move |&part| {
+                    placement
+                        .of_partition(collection, part)
+                        .map(|p| (collection, p))
+                })
+            })
+            .collect()
+    }
+
+    /// Takes collection `collection`'s lock among the gateways (see
+    /// [`Store::lock_collection`]) and learns which of its partitions move.
+    async fn lock_collection(self: &Arc<Self>, collection: u64) -> StorageResult<CollectionLock> {
+        let client = self.locks.get().await.map_err(|e| {
+            StorageError::Unavailable(format!(
+                "PostgreSQL server {} is unreachable: {e}",
+                self.servers[0].name
+            ))
+        })?;
+        let moving = self.sql.lock_collection(&client, collection).await?;
+        let mut parts = self.moving_parts.lock();
+        if moving.is_empty() {
+            parts.remove(&collection);
+        } else {
+            parts.insert(collection, moving);
+        }
+        drop(parts);
+        Ok(CollectionLock {
+            client: Some(client),
+            fleet: self.clone(),
+            collection,
+        })
+    }
+
+    /// Whether another gateway changed the catalog since this one loaded it.
+    async fn catalog_moved(&self) -> StorageResult<bool> {
+        let meta = self.servers[0].client().await?;
+        let now = self
+            .sql
+            .version(&meta)
+            .await
+            .map_err(|e| at(&self.servers[0], e))?;
+        Ok(now != self.version.load(Ordering::Acquire))
+    }
+
+    /// Reloads the placement; returns the catalog version it was read at.
+    async fn refresh(&self) -> StorageResult<u64> {
+        let meta = self.servers[0].client().await?;
+        let version = self.sql.version(&meta).await?;
+        let placement = Placement::from_rows(self.sql.placement(&meta).await?);
+        drop(meta);
+        let _placing = self.placing.lock().await;
+        *self.placement.write() = Arc::new(placement);
+        Ok(version)
+    }
+
+    /// A session holding the fleet's leadership, if no other has it.
+    async fn take_leadership(&self) -> Option<deadpool_postgres::Client> {
+        let client = self.locks.get().await.ok()?;
+        match self.sql.take_leadership(&client).await {
+            Ok(true) => Some(client),
+            _ => None,
+        }
     }
 
     async fn write_one(&self, server: ServerId, share: ServerBatch) -> StorageResult<()> {
@@ -494,7 +605,14 @@ impl Fleet {
         Ok(())
     }
 
-    async fn two_phase(&self, shares: Vec<(ServerId, ServerBatch)>) -> StorageResult<()> {
+    /// Commits shares on several servers with two-phase commit; with
+    /// `metadata_first`, the metadata server's share is prepared before
+    /// the others are begun.
+    async fn two_phase(
+        &self,
+        mut shares: Vec<(ServerId, ServerBatch)>,
+        metadata_first: bool,
+    ) -> StorageResult<()> {
         let gid = format!(
             "{}{:x}-{}",
             self.gid_prefix,
@@ -502,23 +620,38 @@ impl Fleet {
             self.next_gid.fetch_add(1, Ordering::Relaxed)
         );
         let servers: Vec<ServerId> = shares.iter().map(|(s, _)| *s).collect();
-        let prepared = join_all(
-            shares
-                .into_iter()
-                .map(|(server, share)| self.prepare(server, share, &gid)),
-        )
-        .await;
+        let mut prepared = Vec::new();
+        if metadata_first && shares.first().is_some_and(|(s, _)| *s == 0) {
+            let (server, share) = shares.remove(0);
+            prepared.push(self.prepare(server, share, &gid).await);
+        }
+        if prepared.iter().all(|r| r.is_ok()) {
+            prepared.extend(
+                join_all(
+                    shares
+                        .into_iter()
+                        .map(|(server, share)| self.prepare(server, share, &gid)),
+                )
+                .await,
+            );
+        }
         let failed = prepared.iter().find_map(|r| r.as_ref().err());
         if let Some(e) = failed {
             let e = clone_error(e);
             self.settle(&gid, &servers, false).await;
             return Err(e);
         }
-        self.fail_at("2pc-after-prepare");
+        // The crash tests end the process in a write of documents, not
+        // in a catalog change.
+        if !metadata_first {
+            self.fail_at("2pc-after-prepare");
+        }
         let meta = self.servers[0].client().await?;
         let outcome = self.sql.decide(&meta, &gid, "commit").await;
         drop(meta);
-        self.fail_at("2pc-after-decision");
+        if !metadata_first {
+            self.fail_at("2pc-after-decision");
+        }
         match outcome.as_deref() {
             Ok("commit") => {
                 if self.settle(&gid, &servers, true).await {
@@ -665,6 +798,7 @@ fn clone_error(e: &StorageError) -> StorageError {
         StorageError::Unavailable(s) => StorageError::Unavailable(s.clone()),
         StorageError::Conflict(s) => StorageError::Conflict(s.clone()),
         StorageError::OutcomeUnknown(s) => StorageError::OutcomeUnknown(s.clone()),
+        StorageError::Stale(s) => StorageError::Stale(s.clone()),
     }
 }
 
@@ -776,11 +910,67 @@ impl Store for PgFleet {
             .map(|p| p.server)
     }
 
+    fn catalog_moved(&self) -> StoreFuture<bool> {
+        let fleet = self.fleet.clone();
+        self.spawn(async move { fleet.catalog_moved().await })
+    }
+
+    fn refresh(&self) -> StoreFuture<Option<u64>> {
+        let fleet = self.fleet.clone();
+        self.spawn(async move { Ok(Some(fleet.refresh().await?)) })
+    }
+
+    fn catalog_loaded(&self, version: u64) {
+        self.fleet.version.store(version, Ordering::Release);
+    }
+
+    fn lock_collection(&self, collection: u64) -> StoreFuture<Option<StoreLock>> {
+        let fleet = self.fleet.clone();
+        self.spawn(async move {
+            let lock = fleet.lock_collection(collection).await?;
+            Ok(Some(StoreLock(Box::new(lock))))
+        })
+    }
+
     fn close(&self) -> StorageResult<()> {
         for server in &self.fleet.servers {
             server.pool.close();
         }
         Ok(())
+    }
+}
+
+/// A collection's lock among the gateways: a session on the metadata
+/// server holding an advisory lock, given back to its pool once unlocked.
+struct CollectionLock {
+    client: Option<deadpool_postgres::Client>,
+    fleet: Arc<Fleet>,
+    collection: u64,
+}
+
+impl Drop for CollectionLock {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        let fleet = self.fleet.clone();
+        let collection = self.collection;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime left (shutting down): the session is not reused.
+            let _ = deadpool_postgres::Object::take(client);
+            return;
+        };
+        runtime.spawn(async move {
+            if fleet
+                .sql
+                .unlock_collection(&client, collection)
+                .await
+                .is_err()
+            {
+                // A session that may still hold the lock is not reused.
+                let _ = deadpool_postgres::Object::take(client);
+            }
+        });
     }
 }
 

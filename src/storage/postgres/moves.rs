@@ -1,24 +1,26 @@
 //! Moving a partition to another server while it is read and written,
 //! and the balancer that evens the number of partitions per server.
 //!
-//! A move copies the partition's rows to the new server page by page,
-//! while every batch that touches the partition notes the keys it wrote
-//! ([`MoveLog`]). It then copies those keys again, from the source, until
-//! few are left; holds new batches back ([`Fleet::gate`]) for the last
-//! round and switches the placement, so the next batch is written on the
-//! new server. The source keeps its rows for [`CLEANUP_DELAY`], for reads
-//! that started before the switch, and then deletes them. Reads never see
-//! the copies early or the leftovers late: each server is asked only for
-//! the partitions placed on it ([`super::view`]).
+//! A move first marks the partition as moving on the metadata server,
+//! under the collection's lock among the gateways: every writer takes that
+//! lock, learns there which partitions move, and its batch notes the keys
+//! it writes to one in the `moved_keys` table of the source server, in the
+//! same transaction ([`moved_key`]), whichever gateway it runs on. The move
+//! copies the partition's rows to the new server page by page, then copies
+//! the noted keys again, from the source, until few are left; takes the
+//! collection's lock for the last round and switches the placement with a
+//! catalog change, so every gateway writes the next batch on the new
+//! server. The source keeps its rows for [`CLEANUP_DELAY`], for reads that
+//! started before the switch, and then deletes them. Reads never see the
+//! copies early or the leftovers late: each server is asked only for the
+//! partitions placed on it ([`super::view`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
 use super::placement::{Placed, ServerId};
-use super::sql::ServerBatch;
+use super::sql::{MovedKey, ServerBatch};
 use super::Fleet;
 use crate::storage::{IndexEntryKey, RecordKey, StorageError, StorageResult, Usage, WriteOp};
 
@@ -44,58 +46,67 @@ impl Dirty {
     fn len(&self) -> usize {
         self.records.len() + self.entries.len() + self.usage.len() + usize::from(self.total)
     }
-}
 
-/// A partition being moved and the keys written to it meanwhile.
-pub struct MoveLog {
-    collection: u64,
-    placed: Placed,
-    dirty: Mutex<Dirty>,
-}
-
-impl MoveLog {
-    /// Notes the key of `op` when it belongs to the moving partition.
-    pub fn note(&self, op: &WriteOp) {
-        let p = &self.placed;
-        let mine = |collection: u64, hash: i64| {
-            collection == self.collection && (p.min..=p.max).contains(&hash)
-        };
-        let mut dirty = self.dirty.lock();
-        match op {
-            WriteOp::PutRecord(k, _) | WriteOp::DeleteRecord(k) if mine(k.collection, k.hash) => {
-                dirty.records.insert((k.hash, k.id.clone()));
+    fn from_keys(keys: Vec<(i16, i64, Vec<u8>)>) -> Dirty {
+        let mut dirty = Dirty::default();
+        for (kind, hash, key) in keys {
+            match kind {
+                MovedKey::RECORD => {
+                    dirty.records.insert((hash, key));
+                }
+                MovedKey::ENTRY => {
+                    dirty.entries.insert((hash, key));
+                }
+                MovedKey::USAGE => {
+                    dirty.usage.insert(hash);
+                }
+                _ => dirty.total = true,
             }
-            WriteOp::PutIndexEntry(k, _) | WriteOp::DeleteIndexEntry(k)
-                if k.collection == self.collection && k.partition == p.min =>
-            {
-                dirty.entries.insert((k.index as i64, k.entry.clone()));
-            }
-            WriteOp::PutUsage {
-                collection, hash, ..
-            }
-            | WriteOp::DeleteUsage { collection, hash }
-                if mine(*collection, *hash) =>
-            {
-                dirty.usage.insert(*hash);
-            }
-            WriteOp::PutPartitionTotal {
-                collection,
-                partition,
-                ..
-            }
-            | WriteOp::DeletePartitionTotal {
-                collection,
-                partition,
-            } if *collection == self.collection && *partition == p.partition => {
-                dirty.total = true;
-            }
-            _ => {}
         }
+        dirty
     }
+}
 
-    fn take(&self) -> Dirty {
-        std::mem::take(&mut *self.dirty.lock())
-    }
+/// The key `op` writes to `placed`, a partition of `collection` being
+/// moved, if it writes one.
+pub fn moved_key(op: &WriteOp, collection: u64, placed: &Placed) -> Option<MovedKey> {
+    let mine = |c: u64, hash: i64| c == collection && (placed.min..=placed.max).contains(&hash);
+    let (kind, hash, key) = match op {
+        WriteOp::PutRecord(k, _) | WriteOp::DeleteRecord(k) if mine(k.collection, k.hash) => {
+            (MovedKey::RECORD, k.hash, k.id.clone())
+        }
+        WriteOp::PutIndexEntry(k, _) | WriteOp::DeleteIndexEntry(k)
+            if k.collection == collection && k.partition == placed.min =>
+        {
+            (MovedKey::ENTRY, k.index as i64, k.entry.clone())
+        }
+        WriteOp::PutUsage {
+            collection: c,
+            hash,
+            ..
+        }
+        | WriteOp::DeleteUsage {
+            collection: c,
+            hash,
+        } if mine(*c, *hash) => (MovedKey::USAGE, *hash, Vec::new()),
+        WriteOp::PutPartitionTotal {
+            collection: c,
+            partition,
+            ..
+        }
+        | WriteOp::DeletePartitionTotal {
+            collection: c,
+            partition,
+        } if *c == collection && *partition == placed.partition => (MovedKey::TOTAL, 0, Vec::new()),
+        _ => return None,
+    };
+    Some(MovedKey {
+        collection,
+        partition: placed.partition,
+        kind,
+        hash,
+        key,
+    })
 }
 
 impl Fleet {
@@ -116,20 +127,32 @@ impl Fleet {
         if placed.server == to {
             return Ok(());
         }
-        let log = Arc::new(MoveLog {
-            collection,
-            placed,
-            dirty: Mutex::new(Dirty::default()),
-        });
-        self.moves.lock().push(log.clone());
-        // Batches that began before the log existed are done after this.
-        drop(self.gate.write().await);
-        let moved = self.copy_and_switch(&log, to).await;
-        self.moves.lock().retain(|m| !Arc::ptr_eq(m, &log));
+        // Under the collection's lock no writer is between its reads and
+        // its commit, and every later one sees the move and notes its keys.
+        {
+            let _locked = self.lock_collection(collection).await?;
+            let meta = self.servers[0].client().await?;
+            self.sql
+                .set_moving(&meta, collection, partition, true)
+                .await?;
+        }
+        let moved = self.copy_and_switch(collection, placed, to).await;
         if let Err(e) = moved {
+            if let Ok(meta) = self.servers[0].client().await {
+                let _ = self
+                    .sql
+                    .set_moving(&meta, collection, partition, false)
+                    .await;
+            }
             // The copies on `to` are not placed there: nothing reads them.
             if let Ok(client) = self.server(to)?.client().await {
                 let _ = self.sql.clear_partition(&client, collection, placed).await;
+            }
+            if let Ok(client) = self.server(placed.server)?.client().await {
+                let _ = self
+                    .sql
+                    .take_moved_keys(&client, collection, partition)
+                    .await;
             }
             return Err(e);
         }
@@ -146,19 +169,38 @@ impl Fleet {
         Ok(())
     }
 
-    async fn copy_and_switch(&self, log: &MoveLog, to: ServerId) -> StorageResult<()> {
-        let (collection, placed) = (log.collection, log.placed);
+    /// The keys written to the moving partition since the last call.
+    async fn take_dirty(&self, collection: u64, placed: Placed) -> StorageResult<Dirty> {
+        let source = self.server(placed.server)?;
+        let client = source.client().await?;
+        let keys = self
+            .sql
+            .take_moved_keys(&client, collection, placed.partition)
+            .await
+            .map_err(|e| super::at(source, e))?;
+        Ok(Dirty::from_keys(keys))
+    }
+
+    async fn copy_and_switch(
+        self: &Arc<Self>,
+        collection: u64,
+        placed: Placed,
+        to: ServerId,
+    ) -> StorageResult<()> {
         self.copy_all(collection, placed, to).await?;
         for _ in 0..5 {
-            let dirty = log.take();
+            let dirty = self.take_dirty(collection, placed).await?;
             let left = dirty.len();
             self.catch_up(collection, placed, dirty, to).await?;
             if left < 64 {
                 break;
             }
         }
-        let _writes_wait = self.gate.write().await;
-        self.catch_up(collection, placed, log.take(), to).await?;
+        // Writers of the collection wait, on every gateway, for the last
+        // round and the switch.
+        let _writes_wait = self.lock_collection(collection).await?;
+        let dirty = self.take_dirty(collection, placed).await?;
+        self.catch_up(collection, placed, dirty, to).await?;
         let _placing = self.placing.lock().await;
         if self.placement().of_partition(collection, placed.partition) != Some(placed) {
             return Err(StorageError::Conflict(
@@ -169,9 +211,14 @@ impl Fleet {
             server: to,
             ..placed
         };
-        let mut share = ServerBatch::default();
-        share.place(collection, placed.partition, Some(moved));
-        self.write_one(0, share).await?;
+        // A placement change is a catalog change: other gateways see the
+        // version move and reload the placement.
+        let mut shares: Vec<ServerBatch> = (0..self.servers.len())
+            .map(|_| ServerBatch::default())
+            .collect();
+        shares[0].place(collection, placed.partition, Some(moved));
+        shares[0].moved_away(collection, placed.partition);
+        self.commit_shares(shares, true).await?;
         let mut next = (*self.placement()).clone();
         next.place(collection, moved);
         *self.placement.write() = Arc::new(next);
@@ -305,19 +352,13 @@ impl Fleet {
         }
         if dirty.total {
             let partition = placed.partition;
-            share.push(
-                match sql.partition_total(&from, collection, partition).await? {
-                    Some(usage) => WriteOp::PutPartitionTotal {
-                        collection,
-                        partition,
-                        usage,
-                    },
-                    None => WriteOp::DeletePartitionTotal {
-                        collection,
-                        partition,
-                    },
-                },
-            );
+            match sql.partition_total(&from, collection, partition).await? {
+                Some(usage) => share.set_total(collection, partition, usage),
+                None => share.push(WriteOp::DeletePartitionTotal {
+                    collection,
+                    partition,
+                }),
+            }
         }
         drop(from);
         self.write_one(to, share).await

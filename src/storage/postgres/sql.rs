@@ -16,6 +16,9 @@
 //! | `usage` | each server | `coll, hash` | `count, bytes` of one logical partition |
 //! | `partition_totals` | each server | `coll, part` | `count, bytes` of one partition |
 //! | `identity` | each server | — | the fleet's id and this server's number |
+//! | `version` | each server | — | the catalog version (one row) |
+//! | `moved_keys` | each server | `coll, part` | keys written to a partition while it moves |
+//! | `moving` | first | `coll, part` | partitions being moved |
 //! | `catalog` | first | `key` (a catalog key) | `value` |
 //! | `placement` | first | `coll, part` | `min, max, server` |
 //! | `decisions` | first | `gid` | the outcome of a two-phase commit |
@@ -29,6 +32,9 @@ use tokio_postgres::types::ToSql;
 use super::placement::Placed;
 use crate::storage::layout::KeyRange;
 use crate::storage::{CatalogKey, StorageError, StorageResult, Usage, WriteOp};
+
+/// The SQLSTATE `expect_version` and `bump_version` fail with.
+const STALE: &str = "SG001";
 
 /// A statement's parameters.
 pub type Params = Vec<Box<dyn ToSql + Sync + Send>>;
@@ -69,11 +75,7 @@ impl Sql {
         // it is there, all are. Asking first matters: `CREATE INDEX IF NOT
         // EXISTS` locks its table, and would wait for a prepared
         // transaction that only this gateway's recovery will finish.
-        let last = if metadata {
-            "decisions"
-        } else {
-            "partition_totals"
-        };
+        let last = if metadata { "decisions" } else { "version" };
         let found = c
             .query_one(
                 "SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL",
@@ -104,7 +106,33 @@ impl Sql {
                  PRIMARY KEY (coll, hash));
              CREATE TABLE IF NOT EXISTS {s}.partition_totals (
                  coll bigint NOT NULL, part bigint NOT NULL, count bigint NOT NULL, bytes bigint NOT NULL,
-                 PRIMARY KEY (coll, part));",
+                 PRIMARY KEY (coll, part));
+             CREATE OR REPLACE FUNCTION {s}.expect_version(want bigint) RETURNS void
+             LANGUAGE plpgsql AS $f$
+             DECLARE have bigint;
+             BEGIN
+                 SELECT v INTO have FROM {s}.version FOR KEY SHARE NOWAIT;
+                 IF have IS DISTINCT FROM want THEN
+                     RAISE EXCEPTION 'the catalog is at version %, not %: another gateway changed it', have, want
+                         USING ERRCODE = '{STALE}';
+                 END IF;
+             END $f$;
+             CREATE OR REPLACE FUNCTION {s}.bump_version(want bigint) RETURNS void
+             LANGUAGE plpgsql AS $f$
+             BEGIN
+                 PERFORM 1 FROM {s}.version WHERE v = want FOR UPDATE;
+                 IF NOT FOUND THEN
+                     RAISE EXCEPTION 'the catalog moved past version %: another gateway changed it', want
+                         USING ERRCODE = '{STALE}';
+                 END IF;
+                 UPDATE {s}.version SET v = v + 1;
+             END $f$;
+             CREATE TABLE IF NOT EXISTS {s}.moved_keys (
+                 coll bigint NOT NULL, part bigint NOT NULL, kind smallint NOT NULL,
+                 hash bigint NOT NULL, key bytea NOT NULL);
+             CREATE INDEX IF NOT EXISTS moved_keys_by_part ON {s}.moved_keys (coll, part);
+             CREATE TABLE IF NOT EXISTS {s}.version (v bigint NOT NULL);
+             INSERT INTO {s}.version SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM {s}.version);",
             schema = self.schema
         );
         if metadata {
@@ -113,6 +141,8 @@ impl Sql {
                  CREATE TABLE IF NOT EXISTS {s}.placement (
                      coll bigint NOT NULL, part bigint NOT NULL, min bigint NOT NULL, max bigint NOT NULL,
                      server integer NOT NULL, PRIMARY KEY (coll, part));
+                 CREATE TABLE IF NOT EXISTS {s}.moving (
+                     coll bigint NOT NULL, part bigint NOT NULL, PRIMARY KEY (coll, part));
                  CREATE TABLE IF NOT EXISTS {s}.decisions (
                      gid text PRIMARY KEY, outcome text NOT NULL,
                      decided timestamptz NOT NULL DEFAULT now());"
@@ -152,17 +182,115 @@ impl Sql {
         Ok(())
     }
 
-    /// Takes the fleet's gateway lease for as long as this session
-    /// lives; false when another gateway's session holds it.
-    pub async fn take_lease(&self, c: &impl GenericClient) -> StorageResult<bool> {
+    /// Makes this session the fleet's leader (the one gateway that runs
+    /// the balancer) for as long as it lives; false when another
+    /// gateway's session is.
+    pub async fn take_leadership(&self, c: &impl GenericClient) -> StorageResult<bool> {
         let row = c
             .query_one(
-                "SELECT pg_try_advisory_lock(hashtext('shardgate gateway ' || $1))",
+                "SELECT pg_try_advisory_lock(hashtext('shardgate leader ' || $1))",
                 &[&self.schema],
             )
             .await
             .map_err(engine)?;
         Ok(row.get(0))
+    }
+
+    /// The catalog version a server is at.
+    pub async fn version(&self, c: &impl GenericClient) -> StorageResult<u64> {
+        let row = query_opt(c, &format!("SELECT v FROM {}.version", self.s), &[]).await?;
+        let v: i64 = row.map_or(0, |r| r.get(0));
+        Ok(v.max(0) as u64)
+    }
+
+    /// Waits for collection `coll`'s write lock among the gateways, held
+    /// by this session until [`Sql::unlock_collection`]; returns the
+    /// collection's partitions being moved, whose writes note their keys.
+    pub async fn lock_collection(
+        &self,
+        c: &impl GenericClient,
+        coll: u64,
+    ) -> StorageResult<Vec<u64>> {
+        let lock = c
+            .prepare_cached(
+                "SELECT pg_advisory_lock(hashtext('shardgate collection ' || $1), $2::integer)",
+            )
+            .await
+            .map_err(engine)?;
+        let moving = c
+            .prepare_cached(&format!(
+                "SELECT part FROM {}.moving WHERE coll = $1",
+                self.s
+            ))
+            .await
+            .map_err(engine)?;
+        let (schema, key, coll) = (self.schema.as_str(), coll as i32, coll as i64);
+        let lock_params: [&(dyn ToSql + Sync); 2] = [&schema, &key];
+        let moving_params: [&(dyn ToSql + Sync); 1] = [&coll];
+        let (locked, parts) = futures::join!(
+            c.execute(&lock, &lock_params),
+            c.query(&moving, &moving_params)
+        );
+        locked.map_err(engine)?;
+        Ok(parts
+            .map_err(engine)?
+            .iter()
+            .map(|r| r.get::<_, i64>(0) as u64)
+            .collect())
+    }
+
+    /// Marks a partition as moving (or no longer) on the metadata server.
+    pub async fn set_moving(
+        &self,
+        c: &impl GenericClient,
+        coll: u64,
+        part: u64,
+        moving: bool,
+    ) -> StorageResult<()> {
+        let sql = if moving {
+            format!(
+                "INSERT INTO {}.moving (coll, part) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                self.s
+            )
+        } else {
+            format!(
+                "DELETE FROM {}.moving WHERE coll = $1 AND part = $2",
+                self.s
+            )
+        };
+        execute(c, &sql, &[&(coll as i64), &(part as i64)]).await
+    }
+
+    /// Takes the keys written to a moving partition since the last call:
+    /// `(kind, hash, key)`.
+    pub async fn take_moved_keys(
+        &self,
+        c: &impl GenericClient,
+        coll: u64,
+        part: u64,
+    ) -> StorageResult<Vec<(i16, i64, Vec<u8>)>> {
+        let sql = format!(
+            "DELETE FROM {}.moved_keys WHERE coll = $1 AND part = $2 RETURNING kind, hash, key",
+            self.s
+        );
+        let statement = c.prepare_cached(&sql).await.map_err(engine)?;
+        let rows = c
+            .query(&statement, &[&(coll as i64), &(part as i64)])
+            .await
+            .map_err(engine)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    pub async fn unlock_collection(&self, c: &impl GenericClient, coll: u64) -> StorageResult<()> {
+        execute(
+            c,
+            "SELECT pg_advisory_unlock(hashtext('shardgate collection ' || $1), $2::integer)",
+            &[&self.schema, &(coll as i32)],
+        )
+        .await
     }
 
     /// `max_prepared_transactions` of a server: 0 means no two-phase
@@ -548,6 +676,17 @@ impl Sql {
     fn statements(&self, batch: ServerBatch) -> Vec<(String, Params)> {
         let mut steps: Vec<(String, Params)> = Vec::new();
         let s = &self.s;
+        match batch.version {
+            Some(Version::Expect(v)) => steps.push((
+                format!("SELECT {s}.expect_version($1)"),
+                vec![Box::new(v as i64)],
+            )),
+            Some(Version::Bump(v)) => steps.push((
+                format!("SELECT {s}.bump_version($1)"),
+                vec![Box::new(v as i64)],
+            )),
+            None => {}
+        }
         let (dels, puts) = split(batch.records);
         if !dels.is_empty() {
             let (coll, hash, id) = unzip3(dels);
@@ -586,32 +725,87 @@ impl Sql {
                      ON CONFLICT (coll, idx, part, entry) DO UPDATE SET value = EXCLUDED.value"
                 ), vec![Box::new(coll), Box::new(idx), Box::new(part), Box::new(entry), Box::new(values)]));
         }
-        for (table, key, counters) in [
-            ("usage", "hash", batch.usage),
-            ("partition_totals", "part", batch.totals),
-        ] {
-            let (dels, puts) = split(counters);
-            if !dels.is_empty() {
-                let (coll, k): (Vec<i64>, Vec<i64>) = dels.into_iter().unzip();
-                steps.push((format!(
-                        "DELETE FROM {s}.{table} t USING unnest($1::bigint[], $2::bigint[]) AS d(coll, k)
-                         WHERE t.coll = d.coll AND t.{key} = d.k"
-                    ), vec![Box::new(coll), Box::new(k)]));
+        let (dels, puts) = split(batch.usage);
+        if !dels.is_empty() {
+            let (coll, hash): (Vec<i64>, Vec<i64>) = dels.into_iter().unzip();
+            steps.push((format!(
+                    "DELETE FROM {s}.usage t USING unnest($1::bigint[], $2::bigint[]) AS d(coll, hash)
+                     WHERE t.coll = d.coll AND t.hash = d.hash"
+                ), vec![Box::new(coll), Box::new(hash)]));
+        }
+        if !puts.is_empty() {
+            let (coll, hash, count, bytes) = unzip4(
+                puts.into_iter()
+                    .map(|((c, h), u)| (c, h, u.count as i64, u.bytes as i64))
+                    .collect(),
+            );
+            steps.push((format!(
+                    "INSERT INTO {s}.usage (coll, hash, count, bytes)
+                     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
+                     ON CONFLICT (coll, hash) DO UPDATE SET count = EXCLUDED.count, bytes = EXCLUDED.bytes"
+                ), vec![Box::new(coll), Box::new(hash), Box::new(count), Box::new(bytes)]));
+        }
+        let (dels, changes) = split(batch.totals);
+        if !dels.is_empty() {
+            let (coll, part): (Vec<i64>, Vec<i64>) = dels.into_iter().unzip();
+            steps.push((format!(
+                    "DELETE FROM {s}.partition_totals t USING unnest($1::bigint[], $2::bigint[]) AS d(coll, part)
+                     WHERE t.coll = d.coll AND t.part = d.part"
+                ), vec![Box::new(coll), Box::new(part)]));
+        }
+        // Totals a writer changed are added to (other gateways change
+        // them too); totals a move copies are set.
+        for add in [true, false] {
+            let rows: Vec<_> = changes
+                .iter()
+                .filter(|(_, t)| matches!(t, Total::Add { .. }) == add)
+                .map(|&((c, p), t)| match t {
+                    Total::Add { count, bytes } => (c, p, count, bytes),
+                    Total::Set(u) => (c, p, u.count as i64, u.bytes as i64),
+                })
+                .collect();
+            if rows.is_empty() {
+                continue;
             }
-            if !puts.is_empty() {
-                let mut cols: (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>) = Default::default();
-                for ((coll, k), u) in puts {
-                    cols.0.push(coll);
-                    cols.1.push(k);
-                    cols.2.push(u.count as i64);
-                    cols.3.push(u.bytes as i64);
-                }
-                steps.push((format!(
-                        "INSERT INTO {s}.{table} (coll, {key}, count, bytes)
-                         SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
-                         ON CONFLICT (coll, {key}) DO UPDATE SET count = EXCLUDED.count, bytes = EXCLUDED.bytes"
-                    ), vec![Box::new(cols.0), Box::new(cols.1), Box::new(cols.2), Box::new(cols.3)]));
+            let (coll, part, count, bytes) = unzip4(rows);
+            let set = if add {
+                "count = t.count + EXCLUDED.count, bytes = t.bytes + EXCLUDED.bytes"
+            } else {
+                "count = EXCLUDED.count, bytes = EXCLUDED.bytes"
+            };
+            steps.push((
+                format!(
+                    "INSERT INTO {s}.partition_totals AS t (coll, part, count, bytes)
+                     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
+                     ON CONFLICT (coll, part) DO UPDATE SET {set}"
+                ),
+                vec![
+                    Box::new(coll),
+                    Box::new(part),
+                    Box::new(count),
+                    Box::new(bytes),
+                ],
+            ));
+        }
+        if !batch.moved.is_empty() {
+            let mut kinds: Vec<i16> = Vec::new();
+            let mut keys: Vec<(i64, i64, i64, Vec<u8>)> = Vec::new();
+            for k in batch.moved {
+                kinds.push(k.kind);
+                keys.push((k.collection as i64, k.partition as i64, k.hash, k.key));
             }
+            let (coll, part, hash, key) = unzip4(keys);
+            steps.push((format!(
+                    "INSERT INTO {s}.moved_keys (coll, part, kind, hash, key)
+                     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::bigint[], $5::bytea[])"
+                ), vec![Box::new(coll), Box::new(part), Box::new(kinds), Box::new(hash), Box::new(key)]));
+        }
+        if !batch.moves_done.is_empty() {
+            let (coll, part): (Vec<i64>, Vec<i64>) = batch.moves_done.into_iter().unzip();
+            steps.push((format!(
+                    "DELETE FROM {s}.moving t USING unnest($1::bigint[], $2::bigint[]) AS d(coll, part)
+                     WHERE t.coll = d.coll AND t.part = d.part"
+                ), vec![Box::new(coll), Box::new(part)]));
         }
         let (dels, puts) = split(batch.catalog);
         if !dels.is_empty() {
@@ -829,9 +1023,52 @@ pub struct ServerBatch {
     records: BTreeMap<(i64, i64, Vec<u8>), Option<Vec<u8>>>,
     entries: BTreeMap<EntryKey, Option<Vec<u8>>>,
     usage: BTreeMap<(i64, i64), Option<Usage>>,
-    totals: BTreeMap<(i64, i64), Option<Usage>>,
+    totals: BTreeMap<(i64, i64), Option<Total>>,
     catalog: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     placement: BTreeMap<(i64, i64), Option<Placed>>,
+    /// The catalog version the share is checked against, or moves on.
+    pub version: Option<Version>,
+    /// Keys written to partitions being moved, noted for the move.
+    pub moved: Vec<MovedKey>,
+    /// Partitions whose move ends with this share (metadata server).
+    moves_done: Vec<(i64, i64)>,
+}
+
+/// A key written to a partition while it moves (see [`super::moves`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MovedKey {
+    pub collection: u64,
+    pub partition: u64,
+    /// What the key is of: [`MovedKey::RECORD`] and so on.
+    pub kind: i16,
+    /// The record's or usage counter's hash; an index entry's index.
+    pub hash: i64,
+    /// The record's `_id` key or the index entry; empty otherwise.
+    pub key: Vec<u8>,
+}
+
+impl MovedKey {
+    pub const RECORD: i16 = 0;
+    pub const ENTRY: i16 = 1;
+    pub const USAGE: i16 = 2;
+    pub const TOTAL: i16 = 3;
+}
+
+/// What a share does with the catalog version of its server.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Version {
+    /// Fails ([`StorageError::Stale`]) unless the server is at it, and
+    /// keeps it there until the transaction ends.
+    Expect(u64),
+    /// Moves the server from it to the next (a catalog change).
+    Bump(u64),
+}
+
+/// A change of a partition's total.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Total {
+    Set(Usage),
+    Add { count: i64, bytes: i64 },
 }
 
 impl ServerBatch {
@@ -874,9 +1111,14 @@ impl ServerBatch {
                 collection,
                 partition,
                 usage,
+                was,
             } => {
+                let add = Total::Add {
+                    count: usage.count as i64 - was.count as i64,
+                    bytes: usage.bytes as i64 - was.bytes as i64,
+                };
                 self.totals
-                    .insert((collection as i64, partition as i64), Some(usage));
+                    .insert((collection as i64, partition as i64), Some(add));
             }
             WriteOp::DeletePartitionTotal {
                 collection,
@@ -895,14 +1137,31 @@ impl ServerBatch {
         }
     }
 
+    /// Sets a partition's total to a copied value.
+    pub fn set_total(&mut self, collection: u64, partition: u64, usage: Usage) {
+        self.totals.insert(
+            (collection as i64, partition as i64),
+            Some(Total::Set(usage)),
+        );
+    }
+
+    /// Ends the move of a partition (its row in `moving`).
+    pub fn moved_away(&mut self, collection: u64, partition: u64) {
+        self.moves_done.push((collection as i64, partition as i64));
+    }
+
     /// Adds a change of the `placement` table.
     pub fn place(&mut self, collection: u64, partition: u64, placed: Option<Placed>) {
         self.placement
             .insert((collection as i64, partition as i64), placed);
     }
 
+    /// Whether the share changes no row (a version check alone is no
+    /// change).
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.moved.is_empty()
+            && self.moves_done.is_empty()
+            && self.records.is_empty()
             && self.entries.is_empty()
             && self.usage.is_empty()
             && self.totals.is_empty()
@@ -1034,6 +1293,9 @@ pub fn engine(e: tokio_postgres::Error) -> StorageError {
         return StorageError::Unavailable(format!("PostgreSQL server unreachable: {e}"));
     };
     let code = db.code();
+    if code.code() == STALE || *code == SqlState::LOCK_NOT_AVAILABLE {
+        return StorageError::Stale(db.message().to_string());
+    }
     if [
         SqlState::T_R_SERIALIZATION_FAILURE,
         SqlState::T_R_DEADLOCK_DETECTED,
