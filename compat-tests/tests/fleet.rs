@@ -668,3 +668,120 @@ async fn the_balancer_evens_partitions_per_server() {
         );
     }
 }
+
+/// The shards `config.shards` lists, by name.
+async fn shard_names(srv: &TestServer) -> Vec<String> {
+    let reply = srv
+        .db("admin")
+        .run_command(doc! {"listShards": 1})
+        .await
+        .unwrap();
+    reply
+        .get_array("shards")
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.as_document()?.get_str("_id").ok().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_is_added_and_another_drained_and_removed_while_serving() {
+    if !on_fleet() {
+        return;
+    }
+    let urls = fleet().unwrap_or_default();
+    assert!(urls.len() >= 3, "needs three servers: {urls:?}");
+    // A fleet of the first two servers, in a schema of this test's own.
+    let schema = format!(
+        "sgt_shards_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_000
+    );
+    let mut args: Vec<String> = vec![
+        "--backend".into(),
+        "postgres".into(),
+        "--balancer".into(),
+        "off".into(),
+        "--postgres-schema".into(),
+        schema,
+    ];
+    for url in &urls[..2] {
+        args.extend(["--postgres".to_string(), url.clone()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut srv = TestServer::start_with_args(&args).await;
+    shard(&srv, "f.c", 6).await;
+    let c: Collection<Document> = srv.db("f").collection("c");
+    c.insert_many((0..600).map(|i| doc! {"_id": i, "k": format!("key{i}")}))
+        .await
+        .unwrap();
+    assert_eq!(shard_names(&srv).await, vec!["shard0", "shard1"]);
+
+    // The third server joins and takes a partition.
+    let admin = srv.db("admin");
+    let added = admin
+        .run_command(doc! {"addShard": &urls[2]})
+        .await
+        .unwrap();
+    assert_eq!(added.get_str("shardAdded").unwrap(), "shard2", "{added}");
+    assert_eq!(shard_names(&srv).await, vec!["shard0", "shard1", "shard2"]);
+    let again = admin.run_command(doc! {"addShard": &urls[2]}).await;
+    assert!(again.is_err(), "a server joins once: {again:?}");
+    let (k, _) = key_elsewhere(&srv, "f", "c", &["shard2"]).await;
+    admin
+        .run_command(doc! {"moveChunk": "f.c", "find": {"k": &k}, "to": "shard2"})
+        .await
+        .unwrap();
+    assert_eq!(shard_of(&srv, "f", "c", &k).await, "shard2");
+
+    // shard1 drains: its partitions move to the others while writes go on.
+    let first = admin
+        .run_command(doc! {"removeShard": "shard1"})
+        .await
+        .unwrap();
+    assert_eq!(first.get_str("state").unwrap(), "started", "{first}");
+    let mut next = 600;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        c.insert_one(doc! {"_id": next, "k": format!("key{next}")})
+            .await
+            .unwrap();
+        next += 1;
+        let step = admin
+            .run_command(doc! {"removeShard": "shard1"})
+            .await
+            .unwrap();
+        match step.get_str("state").unwrap() {
+            "completed" => break,
+            "ongoing" => assert!(num(step.get_document("remaining").unwrap(), "chunks") > 0),
+            other => panic!("{other}: {step}"),
+        }
+        assert!(Instant::now() < deadline, "draining never ended: {step}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(shard_names(&srv).await, vec!["shard0", "shard2"]);
+    let chunks = compat_tests::config_chunks(&srv.client, "f.c").await;
+    assert!(chunks.iter().all(|ch| ch.shard != "shard1"), "{chunks:?}");
+    assert_eq!(c.count_documents(doc! {}).await.unwrap(), next as u64);
+    for i in [0, 299, next - 1] {
+        let d = c.find_one(doc! {"k": format!("key{i}")}).await.unwrap();
+        assert_eq!(d.and_then(|d| d.get_i32("_id").ok()), Some(i));
+    }
+    let gone = admin.run_command(doc! {"removeShard": "shard1"}).await;
+    let gone = gone.unwrap_err();
+    assert_eq!(code_of(&gone), Some(70), "{gone}");
+    let metadata = admin.run_command(doc! {"removeShard": "shard0"}).await;
+    assert!(metadata.is_err(), "{metadata:?}");
+
+    // A gateway started with the original two URLs finds the added
+    // server in the metadata and serves everything.
+    srv.restart_with_args(&args).await;
+    let c: Collection<Document> = srv.db("f").collection("c");
+    assert_eq!(c.count_documents(doc! {}).await.unwrap(), next as u64);
+    assert_eq!(shard_names(&srv).await, vec!["shard0", "shard2"]);
+    assert_eq!(shard_of(&srv, "f", "c", &k).await, "shard2");
+}

@@ -254,25 +254,32 @@ async fn partitions_split_under_load_without_losing_or_repeating_anything() {
     assert_eq!(chunk_shards, stat_shards);
 
     // Restarted without the split flag, nothing splits further: the layout
-    // and the data must come back exactly as they were.
+    // and the data must come back exactly as they were. On a fleet the
+    // balancer may move a partition to another server meanwhile, so there
+    // the partitions' bounds and the totals must, not the servers.
+    let moves = compat_tests::fleet().is_some();
+    let shown = |shard: &str| if moves { String::new() } else { shard.to_string() };
     let bounds: Vec<_> = chunks
         .iter()
-        .map(|c| (c.min, c.max, c.shard.clone()))
+        .map(|c| (c.min, c.max, shown(&c.shard)))
         .collect();
     srv.restart().await;
     let c = srv.db("split").collection::<Document>("c");
     let (nchunks_after, per_shard_after) = layout(&srv).await;
     assert_eq!(nchunks_after, nchunks);
     let counts = |m: &HashMap<String, (i64, i64)>| {
-        let mut v: Vec<(String, i64)> = m.iter().map(|(k, (n, _))| (k.clone(), *n)).collect();
+        let mut v: Vec<(String, i64)> = m.iter().map(|(k, (n, _))| (shown(k), *n)).collect();
         v.sort();
+        if moves {
+            v = vec![(String::new(), v.iter().map(|(_, n)| n).sum())];
+        }
         v
     };
     assert_eq!(counts(&per_shard_after), counts(&per_shard));
     let chunks_after = config_chunks(&srv.client, "split.c").await;
     let bounds_after: Vec<_> = chunks_after
         .iter()
-        .map(|c| (c.min, c.max, c.shard.clone()))
+        .map(|c| (c.min, c.max, shown(&c.shard)))
         .collect();
     assert_eq!(bounds_after, bounds);
     assert_eq!(c.count_documents(doc! {}).await.unwrap(), TOTAL as u64);

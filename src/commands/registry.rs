@@ -39,6 +39,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         "abort a transaction"
     ),
     command!(
+        "addShard",
+        sharding::add_shard,
+        true,
+        "add a server to the fleet"
+    ),
+    command!(
         "aggregate",
         aggregate::run,
         false,
@@ -194,6 +200,12 @@ pub static COMMANDS: &[CommandEntry] = &[
     ),
     command!("ping", admin::ok, false, "check the server answers"),
     command!("refreshSessions", admin::ok, false, "keep sessions alive"),
+    command!(
+        "removeShard",
+        sharding::remove_shard,
+        true,
+        "drain a server and remove it from the fleet"
+    ),
     command!(
         "renameCollection",
         catalog::rename_collection,

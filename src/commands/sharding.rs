@@ -1,5 +1,6 @@
 //! Sharding commands: `enableSharding`, `shardCollection`, moving a
-//! partition to another server (`moveChunk`, `moveRange`), and the
+//! partition to another server (`moveChunk`, `moveRange`), adding and
+//! draining servers of a fleet (`addShard`, `removeShard`), and the
 //! cluster views mongosh's `sh.*` helpers read (`listShards`,
 //! `balancerStatus`). Cosmos DB's `customAction` commands are in
 //! [`super::custom_action`].
@@ -11,6 +12,7 @@ use super::request::Request;
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::partition::{ShardKey, MAX_INITIAL_PARTITIONS};
+use crate::router::sharding::Drain;
 use crate::router::sharding::Sharded;
 use crate::router::Namespace;
 
@@ -119,6 +121,57 @@ pub async fn list_shards(req: &Request<'_>) -> Result<Document> {
         .map(Bson::Document)
         .collect();
     Ok(doc! {"shards": shards})
+}
+
+/// `addShard`: `{addShard: "postgresql://…"}` adds a PostgreSQL server to
+/// the fleet (where mongos takes a replica set's `host:port`, a fleet takes
+/// the server's connection string, as `--postgres` does).
+pub async fn add_shard(req: &Request<'_>) -> Result<Document> {
+    let Some(Bson::String(url)) = req.body.get("addShard") else {
+        bail!(
+            TypeMismatch,
+            "BSON field 'addShard.addShard' is the wrong type, expected type 'string'"
+        );
+    };
+    let name = req.state.router.add_shard(url).await?;
+    Ok(doc! {"shardAdded": name})
+}
+
+/// `removeShard`: `{removeShard: "shard<N>"}`, run until it says
+/// `completed`: the first call starts draining the server, later ones
+/// report the partitions left, the last removes it.
+pub async fn remove_shard(req: &Request<'_>) -> Result<Document> {
+    let Some(Bson::String(name)) = req.body.get("removeShard") else {
+        bail!(
+            TypeMismatch,
+            "BSON field 'removeShard.removeShard' is the wrong type, expected type 'string'"
+        );
+    };
+    Ok(match req.state.router.remove_shard(name).await? {
+        Drain::Started => doc! {
+            "msg": "draining started successfully",
+            "state": "started",
+            "shard": name,
+            "note": "the shard's partitions move to the other shards",
+            "dbsToMove": [],
+        },
+        Drain::Ongoing { partitions } => doc! {
+            "msg": "draining ongoing",
+            "state": "ongoing",
+            "remaining": {
+                "chunks": partitions as i64,
+                "dbs": 0_i64,
+                "jumboChunks": 0_i64,
+            },
+            "note": "the shard's partitions move to the other shards",
+            "dbsToMove": [],
+        },
+        Drain::Completed => doc! {
+            "msg": "removeshard completed successfully",
+            "state": "completed",
+            "shard": name,
+        },
+    })
 }
 
 /// `balancerStatus`: partitions split by themselves; there is no

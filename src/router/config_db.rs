@@ -13,7 +13,7 @@ use super::{Collection, FindSpec, Router, PRIMARY_PARTITION};
 use crate::error::Result;
 use crate::partition::Partition;
 use crate::query::filter::MatchDetails;
-use crate::storage::WHOLE_COLLECTION;
+use crate::storage::{ServerState, WHOLE_COLLECTION};
 
 /// The `config` collections generated here.
 pub const COLLECTIONS: &[&str] = &["chunks", "collections", "databases", "shards", "version"];
@@ -61,7 +61,7 @@ impl Router {
         let servers = self.store.servers().unwrap_or_default();
         name.strip_prefix("shard")
             .and_then(|n| n.parse::<usize>().ok())
-            .and_then(|n| servers.get(n).cloned())
+            .and_then(|n| servers.get(n).map(|s| s.name.clone()))
             .unwrap_or_else(|| self.options.host.clone())
     }
 }
@@ -74,13 +74,18 @@ pub fn shards(router: &Router, host: &str) -> Vec<Document> {
         return servers
             .iter()
             .enumerate()
-            .map(|(i, name)| {
-                doc! {
+            .filter(|(_, s)| s.state != ServerState::Removed)
+            .map(|(i, s)| {
+                let mut shard = doc! {
                     "_id": server_shard(i),
-                    "host": name,
+                    "host": &s.name,
                     "state": 1,
                     "topologyTime": Timestamp { time: 0, increment: 1 },
+                };
+                if s.state == ServerState::Draining {
+                    shard.insert("draining", true);
                 }
+                shard
             })
             .collect();
     }

@@ -24,7 +24,10 @@ use super::{Collection, Namespace, Router, Sharding};
 use crate::bail;
 use crate::error::{Error, Result};
 use crate::partition::{Partition, PartitionMap, ShardKey};
-use crate::storage::{blocking, IndexEntryKey, IndexScan, RecordScan, WriteBatch, WriteOp};
+pub use crate::storage::Drain;
+use crate::storage::{
+    blocking, IndexEntryKey, IndexScan, RecordScan, ServerState, UsageChange, WriteBatch, WriteOp,
+};
 
 /// Collections waiting for a partition split.
 #[derive(Default)]
@@ -344,7 +347,7 @@ impl Router {
                 collection: coll.id,
                 partition: first + i as u64,
                 usage: *half,
-                was: Usage::default(),
+                added: UsageChange::of(*half),
             });
         }
         // The entries of the upper half move under its own start, in the
@@ -412,17 +415,70 @@ impl Router {
                 "partitions move between servers only on a fleet (--backend postgres); here each partition is its own shard"
             );
         };
-        let server = to
-            .strip_prefix("shard")
-            .and_then(|n| n.parse::<usize>().ok())
-            .filter(|&n| n < servers.len());
+        let server = shard_position(to).filter(|&n| {
+            servers
+                .get(n)
+                .is_some_and(|s| s.state != ServerState::Removed)
+        });
         let Some(server) = server else {
             bail!(ShardNotFound, "Shard {to} not found");
         };
+        if servers[server].state == ServerState::Draining {
+            bail!(
+                IllegalOperation,
+                "Shard {to} is draining: partitions move off it, not onto it"
+            );
+        }
         let partition = *sharding.map().locate(hash);
         self.store
             .move_partition(coll.id, partition.id, server)
             .await?;
         Ok(())
     }
+}
+
+impl Router {
+    /// Adds the PostgreSQL server at `url` to the fleet; returns its shard
+    /// name.
+    pub async fn add_shard(&self, url: &str) -> Result<String> {
+        if self.store.servers().is_none() {
+            bail!(
+                IllegalOperation,
+                "servers are added only to a fleet (--backend postgres); the embedded store is one server"
+            );
+        }
+        let position = self.store.add_server(url).await?;
+        Ok(format!("shard{position}"))
+    }
+
+    /// One step of removing shard `name` from the fleet, as `removeShard`
+    /// reports it: started, ongoing (with the partitions left), completed.
+    pub async fn remove_shard(&self, name: &str) -> Result<Drain> {
+        let Some(servers) = self.store.servers() else {
+            bail!(
+                IllegalOperation,
+                "servers are removed only from a fleet (--backend postgres); the embedded store is one server"
+            );
+        };
+        let position = shard_position(name).filter(|&n| {
+            servers
+                .get(n)
+                .is_some_and(|s| s.state != ServerState::Removed)
+        });
+        let Some(position) = position else {
+            bail!(ShardNotFound, "Shard {name} not found");
+        };
+        if position == 0 {
+            bail!(
+                IllegalOperation,
+                "Shard {name} holds the fleet's metadata (the first --postgres) and cannot be removed"
+            );
+        }
+        Ok(self.store.remove_server(position).await?)
+    }
+}
+
+/// The position of server shard `name` (`shard<N>`).
+fn shard_position(name: &str) -> Option<usize> {
+    name.strip_prefix("shard")?.parse::<usize>().ok()
 }

@@ -23,7 +23,7 @@ use crate::query::filter::Filter;
 use crate::query::sort::SortSpec;
 use crate::query::update::{documents_identical, ApplyContext, Update};
 use crate::storage::{blocking, keystring};
-use crate::storage::{RecordKey, SharedView, WriteBatch, WriteOp};
+use crate::storage::{RecordKey, SharedView, UsageChange, WriteBatch, WriteOp};
 use crate::{bail, err};
 
 /// The hash a shard-key value (or its absence) is stored under.
@@ -436,15 +436,14 @@ impl<'a> PartitionedBatch<'a> {
             .partitions
             .iter()
             .map(|(&partition, &(count, bytes))| {
-                let was = self.sharding.usage_of(partition);
-                let mut u = was;
+                let mut u = self.sharding.usage_of(partition);
                 u.count = (u.count as i64 + count).max(0) as u64;
                 u.bytes = (u.bytes as i64 + bytes).max(0) as u64;
                 self.batch.push(WriteOp::PutPartitionTotal {
                     collection,
                     partition,
                     usage: u,
-                    was,
+                    added: UsageChange { count, bytes },
                 });
                 (partition, u)
             })

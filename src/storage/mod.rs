@@ -274,10 +274,33 @@ pub trait Store: Send + Sync + 'static {
         true
     }
 
-    /// The servers partitions are placed on, by name (`host:port`), when
-    /// the store places them on servers; `None` when it holds them all.
-    fn servers(&self) -> Option<Vec<String>> {
+    /// The servers partitions are placed on, by position, when the store
+    /// places them on servers; `None` when it holds them all.
+    fn servers(&self) -> Option<Vec<ServerInfo>> {
         None
+    }
+
+    /// Adds the server at `url` (a connection string); resolves to its
+    /// position.
+    fn add_server(&self, url: &str) -> StoreFuture<usize> {
+        let _ = url;
+        Box::pin(async {
+            Err(StorageError::Format(
+                "this backend keeps every partition in one place: there are no servers to add"
+                    .into(),
+            ))
+        })
+    }
+
+    /// One step of removing server `position` (see [`Drain`]).
+    fn remove_server(&self, position: usize) -> StoreFuture<Drain> {
+        let _ = position;
+        Box::pin(async {
+            Err(StorageError::Format(
+                "this backend keeps every partition in one place: there are no servers to remove"
+                    .into(),
+            ))
+        })
     }
 
     /// The server (a position in [`Store::servers`]) holding partition
@@ -331,6 +354,35 @@ pub trait Store: Send + Sync + 'static {
     fn close(&self) -> StorageResult<()>;
 }
 
+/// A server partitions are placed on ([`Store::servers`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerInfo {
+    /// `host:port` (several for a replicated server).
+    pub name: String,
+    pub state: ServerState,
+}
+
+/// Whether a server takes partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerState {
+    Active,
+    /// Being removed: it takes no new partition, and its own move away.
+    Draining,
+    /// Gone: it holds nothing and keeps its position only.
+    Removed,
+}
+
+/// Where the removal of a server stands ([`Store::remove_server`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain {
+    /// Marked draining now; its partitions start to move away.
+    Started,
+    /// Still holding `partitions` partitions.
+    Ongoing { partitions: usize },
+    /// Empty, and removed.
+    Completed,
+}
+
 /// A lock a store holds for a caller until this is dropped.
 pub struct StoreLock(pub Box<dyn Send + Sync>);
 
@@ -361,14 +413,14 @@ pub enum WriteOp {
         collection: u64,
         hash: i64,
     },
-    /// The total of partition `partition` is now `usage`, counted from
-    /// `was` (what the writer last knew): a store shared by several
-    /// gateways adds the difference to what it holds.
+    /// The total of partition `partition` is now `usage`, after the
+    /// writer added `added` to it: a store shared by several gateways
+    /// adds `added` to what it holds instead.
     PutPartitionTotal {
         collection: u64,
         partition: u64,
         usage: Usage,
-        was: Usage,
+        added: UsageChange,
     },
     DeletePartitionTotal {
         collection: u64,
@@ -391,6 +443,23 @@ pub enum WriteOp {
         collection: u64,
         partition: u64,
     },
+}
+
+/// Documents and bytes a write added to a partition (negative: removed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageChange {
+    pub count: i64,
+    pub bytes: i64,
+}
+
+impl UsageChange {
+    /// What a partition that was empty holds after `usage` is added.
+    pub fn of(usage: Usage) -> UsageChange {
+        UsageChange {
+            count: usage.count as i64,
+            bytes: usage.bytes as i64,
+        }
+    }
 }
 
 /// The partition id of an unsharded collection's one partition in

@@ -30,12 +30,13 @@
 
 mod moves;
 pub mod placement;
+mod shards;
 pub mod sql;
 mod view;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,8 +49,8 @@ use self::placement::{Placed, Placement, RowChange, ServerId};
 use self::sql::{ServerBatch, Sql, Version};
 use super::layout::{self, FORMAT_VERSION};
 use super::{
-    CatalogKey, CommitSeq, MetaStore, PartitionOf, SharedView, StorageError, StorageResult, Store,
-    StoreFuture, StoreLock, WriteBatch, WriteOp,
+    CatalogKey, CommitSeq, Drain, MetaStore, PartitionOf, ServerInfo, SharedView, StorageError,
+    StorageResult, Store, StoreFuture, StoreLock, WriteBatch, WriteOp,
 };
 
 /// Connections per server a gateway keeps at most.
@@ -83,12 +84,22 @@ pub struct PgOptions {
 struct Server {
     /// `host:port` (several for a replicated server), for messages.
     name: String,
+    /// The connection string it was given.
+    url: String,
     pool: Pool,
+    /// [`shards::ACTIVE`], [`shards::DRAINING`] or [`shards::REMOVED`].
+    state: AtomicU8,
 }
 
 struct Fleet {
     sql: Sql,
-    servers: Vec<Server>,
+    /// The servers by position: the `--postgres` ones, then those added
+    /// with `addShard` (read from the metadata server). A removed one
+    /// keeps its position.
+    servers: RwLock<Arc<Vec<Arc<Server>>>>,
+    /// The fleet's id, stamped on each of its servers.
+    fleet_id: String,
+    handle: tokio::runtime::Handle,
     /// Sessions on the metadata server that hold collection locks
     /// ([`Store::lock_collection`]), apart from the pool writes use, so
     /// a writer holding a lock always finds a connection to write with.
@@ -110,8 +121,10 @@ struct Fleet {
     /// the lock of, as the lock said: a batch notes the keys it writes
     /// to them.
     moving_parts: parking_lot::Mutex<HashMap<u64, Vec<u64>>>,
-    /// One move at a time.
+    /// One move (or change of the servers) at a time.
     moving: tokio::sync::Mutex<()>,
+    /// Set while this gateway drains a server.
+    draining: AtomicBool,
 }
 
 /// The [`Store`] over a fleet of PostgreSQL servers.
@@ -152,7 +165,7 @@ impl PgFleet {
         }
         let locks = connect(0, &options.urls[0], &handle)?.pool;
         let sql = Sql::new(&options.schema);
-        let mut fleet = runtime.block_on(init(sql, servers, locks))?;
+        let mut fleet = runtime.block_on(init(sql, servers, locks, handle.clone()))?;
         fleet.failpoint = options.failpoint.clone();
         let fleet = Arc::new(fleet);
         let store = Arc::new(PgFleet {
@@ -203,7 +216,11 @@ impl PgFleet {
 
     /// The servers, in `--postgres` order, by name.
     pub fn server_names(&self) -> Vec<String> {
-        self.fleet.servers.iter().map(|s| s.name.clone()).collect()
+        self.fleet
+            .servers()
+            .iter()
+            .map(|s| s.name.clone())
+            .collect()
     }
 }
 
@@ -279,13 +296,20 @@ fn connect(i: usize, url: &str, handle: &tokio::runtime::Handle) -> StorageResul
         } else {
             name
         },
+        url: url.to_string(),
         pool,
+        state: AtomicU8::new(shards::ACTIVE),
     })
 }
 
 /// Opens the fleet: tables, identities, the two-phase commit setting,
 /// the placement and a first recovery pass.
-async fn init(sql: Sql, servers: Vec<Server>, locks: Pool) -> StorageResult<Fleet> {
+async fn init(
+    sql: Sql,
+    servers: Vec<Server>,
+    locks: Pool,
+    handle: tokio::runtime::Handle,
+) -> StorageResult<Fleet> {
     let meta = servers[0].client().await?;
     sql.create_tables(&meta, true).await?;
     let fleet_id = match sql.identity(&meta).await? {
@@ -340,16 +364,19 @@ async fn init(sql: Sql, servers: Vec<Server>, locks: Pool) -> StorageResult<Flee
             }
         }
     }
+    let servers = shards::with_added(&sql, servers, &handle).await?;
     let meta = servers[0].client().await?;
     let version = sql.version(&meta).await?;
     let placement = Placement::from_rows(sql.placement(&meta).await?);
     drop(meta);
     let fleet = Fleet {
+        fleet_id: fleet_id.clone(),
+        handle,
         locks,
         version: AtomicU64::new(version),
         gid_prefix: format!("{}:{fleet_id}:", sql.schema()),
         sql,
-        servers,
+        servers: RwLock::new(Arc::new(servers)),
         placement: RwLock::new(Arc::new(placement)),
         placing: tokio::sync::Mutex::new(()),
         next_gid: AtomicU64::new(0),
@@ -357,10 +384,11 @@ async fn init(sql: Sql, servers: Vec<Server>, locks: Pool) -> StorageResult<Flee
         failpoint: None,
         moving_parts: parking_lot::Mutex::new(HashMap::new()),
         moving: tokio::sync::Mutex::new(()),
+        draining: AtomicBool::new(false),
     };
     tracing::info!(
         "PostgreSQL fleet {fleet_id}: {} server(s), schema {}",
-        fleet.servers.len(),
+        fleet.servers().len(),
         fleet.sql.schema()
     );
     if let Err(e) = fleet.recover().await {
@@ -395,11 +423,31 @@ impl Fleet {
         self.placement.read().clone()
     }
 
-    fn server(&self, id: ServerId) -> StorageResult<&Server> {
-        self.servers.get(id).ok_or_else(|| {
+    /// Every server, by position.
+    fn servers(&self) -> Arc<Vec<Arc<Server>>> {
+        self.servers.read().clone()
+    }
+
+    /// The servers not removed from the fleet.
+    fn in_use(&self) -> Vec<Arc<Server>> {
+        self.servers()
+            .iter()
+            .filter(|s| s.state.load(Ordering::Acquire) != shards::REMOVED)
+            .cloned()
+            .collect()
+    }
+
+    /// The metadata server (the first `--postgres`).
+    fn meta(&self) -> Arc<Server> {
+        self.servers.read()[0].clone()
+    }
+
+    fn server(&self, id: ServerId) -> StorageResult<Arc<Server>> {
+        let servers = self.servers();
+        servers.get(id).cloned().ok_or_else(|| {
             StorageError::Format(format!(
-                "a partition is placed on server {id}, but only {} --postgres servers are given",
-                self.servers.len()
+                "a partition is placed on server {id}, but the fleet has {} servers",
+                servers.len()
             ))
         })
     }
@@ -424,9 +472,9 @@ impl Fleet {
             None
         };
         let current = self.placement();
-        let changed = current.apply(&batch.ops, self.servers.len());
+        let changed = current.apply(&batch.ops, &self.open());
         let placement = changed.as_ref().map_or(&*current, |(p, _)| p);
-        let mut shares: Vec<ServerBatch> = (0..self.servers.len())
+        let mut shares: Vec<ServerBatch> = (0..self.servers().len())
             .map(|_| ServerBatch::default())
             .collect();
         if let Some((_, rows)) = &changed {
@@ -475,10 +523,20 @@ impl Fleet {
         catalog_change: bool,
     ) -> StorageResult<()> {
         let version = self.version.load(Ordering::Acquire);
+        let servers = self.servers();
+        let mut shares = shares;
+        if catalog_change {
+            shares.resize_with(servers.len().max(shares.len()), ServerBatch::default);
+        }
+        let removed = |i: usize| {
+            servers
+                .get(i)
+                .is_some_and(|s| s.state.load(Ordering::Acquire) == shards::REMOVED)
+        };
         let shares: Vec<(ServerId, ServerBatch)> = shares
             .into_iter()
             .enumerate()
-            .filter(|(_, share)| catalog_change || !share.is_empty())
+            .filter(|(i, share)| !share.is_empty() || catalog_change && !removed(*i))
             .map(|(server, mut share)| {
                 share.version = Some(if catalog_change {
                     Version::Bump(version)
@@ -526,7 +584,7 @@ impl Fleet {
         let client = self.locks.get().await.map_err(|e| {
             StorageError::Unavailable(format!(
                 "PostgreSQL server {} is unreachable: {e}",
-                self.servers[0].name
+                self.meta().name
             ))
         })?;
         let moving = self.sql.lock_collection(&client, collection).await?;
@@ -546,19 +604,20 @@ impl Fleet {
 
     /// Whether another gateway changed the catalog since this one loaded it.
     async fn catalog_moved(&self) -> StorageResult<bool> {
-        let meta = self.servers[0].client().await?;
+        let meta = self.meta().client().await?;
         let now = self
             .sql
             .version(&meta)
             .await
-            .map_err(|e| at(&self.servers[0], e))?;
+            .map_err(|e| at(&self.meta(), e))?;
         Ok(now != self.version.load(Ordering::Acquire))
     }
 
     /// Reloads the placement; returns the catalog version it was read at.
     async fn refresh(&self) -> StorageResult<u64> {
-        let meta = self.servers[0].client().await?;
+        let meta = self.meta().client().await?;
         let version = self.sql.version(&meta).await?;
+        self.reload_servers(&meta).await?;
         let placement = Placement::from_rows(self.sql.placement(&meta).await?);
         drop(meta);
         let _placing = self.placing.lock().await;
@@ -581,7 +640,7 @@ impl Fleet {
         self.sql
             .write_transaction(&client, share)
             .await
-            .map_err(|e| at(s, e))
+            .map_err(|e| at(&s, e))
     }
 
     /// Writes and prepares one server's share under `gid`.
@@ -592,7 +651,7 @@ impl Fleet {
             .batch_execute("BEGIN")
             .await
             .map_err(sql::engine)
-            .map_err(|e| at(s, e))?;
+            .map_err(|e| at(&s, e))?;
         let written = match self.sql.write(&client, share).await {
             Ok(()) => self.sql.prepare(&client, gid).await,
             Err(e) => Err(e),
@@ -600,7 +659,7 @@ impl Fleet {
         if let Err(e) = written {
             // Leave the pooled connection outside any transaction.
             let _ = client.batch_execute("ROLLBACK").await;
-            return Err(at(s, e));
+            return Err(at(&s, e));
         }
         Ok(())
     }
@@ -646,7 +705,7 @@ impl Fleet {
         if !metadata_first {
             self.fail_at("2pc-after-prepare");
         }
-        let meta = self.servers[0].client().await?;
+        let meta = self.meta().client().await?;
         let outcome = self.sql.decide(&meta, &gid, "commit").await;
         drop(meta);
         if !metadata_first {
@@ -655,7 +714,7 @@ impl Fleet {
         match outcome.as_deref() {
             Ok("commit") => {
                 if self.settle(&gid, &servers, true).await {
-                    if let Ok(meta) = self.servers[0].client().await {
+                    if let Ok(meta) = self.meta().client().await {
                         let _ = self.sql.forget_decision(&meta, &gid).await;
                     }
                 }
@@ -714,7 +773,7 @@ impl Fleet {
     /// was recorded (recording that first, so a late coordinator cannot
     /// commit it).
     async fn recover(&self) -> StorageResult<()> {
-        for server in &self.servers {
+        for server in self.in_use() {
             let Ok(client) = server.client().await else {
                 continue;
             };
@@ -723,7 +782,7 @@ impl Fleet {
                 .prepared(&client, &self.gid_prefix, RECOVERY_AGE_SECS)
                 .await?;
             for gid in gids {
-                let meta = self.servers[0].client().await?;
+                let meta = self.meta().client().await?;
                 let outcome = self.sql.decide(&meta, &gid, "abort").await?;
                 drop(meta);
                 if outcome == "commit" {
@@ -828,12 +887,12 @@ impl Store for PgFleet {
     fn clear_collection(&self, collection: u64) -> StoreFuture<CommitSeq> {
         let fleet = self.fleet.clone();
         self.spawn(async move {
-            for server in &fleet.servers {
+            for server in fleet.in_use() {
                 let client = server.client().await?;
                 fleet.sql.clear_collection(&client, collection).await?;
             }
             let _placing = fleet.placing.lock().await;
-            let meta = fleet.servers[0].client().await?;
+            let meta = fleet.meta().client().await?;
             fleet.sql.clear_placement(&meta, collection).await?;
             let mut next = (*fleet.placement()).clone();
             next.remove_collection(collection);
@@ -857,7 +916,7 @@ impl Store for PgFleet {
     fn ensure_format(&self, _partition_of: PartitionOf<'_>) -> StorageResult<()> {
         let fleet = self.fleet.clone();
         super::blocking::wait(self.spawn(async move {
-            let meta = fleet.servers[0].client().await?;
+            let meta = fleet.meta().client().await?;
             let found = fleet.sql.catalog_get(&meta, &CatalogKey::FormatVersion).await?;
             match found.as_deref().map(layout::decode_counter) {
                 Some(Some(v)) if v == FORMAT_VERSION as u64 => Ok(()),
@@ -880,7 +939,7 @@ impl Store for PgFleet {
         let fleet = self.fleet.clone();
         let sizes = self.spawn(async move {
             let mut total = 0i64;
-            for server in &fleet.servers {
+            for server in fleet.in_use() {
                 if let Ok(client) = server.client().await {
                     total += fleet.sql.size(&client).await.unwrap_or(0);
                 }
@@ -899,8 +958,28 @@ impl Store for PgFleet {
         false
     }
 
-    fn servers(&self) -> Option<Vec<String>> {
-        Some(self.server_names())
+    fn servers(&self) -> Option<Vec<ServerInfo>> {
+        Some(
+            self.fleet
+                .servers()
+                .iter()
+                .map(|s| ServerInfo {
+                    name: s.name.clone(),
+                    state: shards::server_state(s.state.load(Ordering::Acquire)),
+                })
+                .collect(),
+        )
+    }
+
+    fn add_server(&self, url: &str) -> StoreFuture<usize> {
+        let fleet = self.fleet.clone();
+        let url = url.to_string();
+        self.spawn(async move { fleet.add_server(&url).await })
+    }
+
+    fn remove_server(&self, position: usize) -> StoreFuture<Drain> {
+        let fleet = self.fleet.clone();
+        self.spawn(async move { fleet.remove_server(position).await })
     }
 
     fn server_of(&self, collection: u64, partition: u64) -> Option<usize> {
@@ -933,7 +1012,7 @@ impl Store for PgFleet {
     }
 
     fn close(&self) -> StorageResult<()> {
-        for server in &self.fleet.servers {
+        for server in self.fleet.servers().iter() {
             server.pool.close();
         }
         Ok(())
@@ -979,7 +1058,7 @@ impl MetaStore for PgFleet {
         let fleet = self.fleet.clone();
         let key = key.clone();
         self.spawn(async move {
-            let meta = fleet.servers[0].client().await?;
+            let meta = fleet.meta().client().await?;
             fleet.sql.catalog_get(&meta, &key).await
         })
     }
@@ -987,7 +1066,7 @@ impl MetaStore for PgFleet {
     fn namespaces(&self) -> StoreFuture<Vec<(String, Vec<u8>)>> {
         let fleet = self.fleet.clone();
         self.spawn(async move {
-            let meta = fleet.servers[0].client().await?;
+            let meta = fleet.meta().client().await?;
             let rows = fleet
                 .sql
                 .catalog_range(&meta, layout::namespace_range())
@@ -1004,7 +1083,7 @@ impl MetaStore for PgFleet {
     fn databases(&self) -> StoreFuture<Vec<(String, Vec<u8>)>> {
         let fleet = self.fleet.clone();
         self.spawn(async move {
-            let meta = fleet.servers[0].client().await?;
+            let meta = fleet.meta().client().await?;
             let rows = fleet
                 .sql
                 .catalog_range(&meta, layout::database_range())

@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::placement::{Placed, ServerId};
+use super::placement::{least_loaded, Placed, ServerId};
 use super::sql::{MovedKey, ServerBatch};
 use super::Fleet;
 use crate::storage::{IndexEntryKey, RecordKey, StorageError, StorageResult, Usage, WriteOp};
@@ -118,7 +118,11 @@ impl Fleet {
         to: ServerId,
     ) -> StorageResult<()> {
         let _one_at_a_time = self.moving.lock().await;
-        self.server(to)?;
+        if !self.open().get(to).copied().unwrap_or(false) {
+            return Err(StorageError::Format(format!(
+                "server {to} takes no partitions: it is being removed"
+            )));
+        }
         let Some(placed) = self.placement().of_partition(collection, partition) else {
             return Err(StorageError::Format(format!(
                 "collection {collection} has no partition {partition}"
@@ -131,14 +135,14 @@ impl Fleet {
         // its commit, and every later one sees the move and notes its keys.
         {
             let _locked = self.lock_collection(collection).await?;
-            let meta = self.servers[0].client().await?;
+            let meta = self.meta().client().await?;
             self.sql
                 .set_moving(&meta, collection, partition, true)
                 .await?;
         }
         let moved = self.copy_and_switch(collection, placed, to).await;
         if let Err(e) = moved {
-            if let Ok(meta) = self.servers[0].client().await {
+            if let Ok(meta) = self.meta().client().await {
                 let _ = self
                     .sql
                     .set_moving(&meta, collection, partition, false)
@@ -158,8 +162,8 @@ impl Fleet {
         }
         tracing::info!(
             "moved partition p{partition} of collection {collection} from {} to {}",
-            self.servers[placed.server].name,
-            self.servers[to].name
+            self.server(placed.server)?.name,
+            self.server(to)?.name
         );
         let fleet = self.clone();
         tokio::spawn(async move {
@@ -177,7 +181,7 @@ impl Fleet {
             .sql
             .take_moved_keys(&client, collection, placed.partition)
             .await
-            .map_err(|e| super::at(source, e))?;
+            .map_err(|e| super::at(&source, e))?;
         Ok(Dirty::from_keys(keys))
     }
 
@@ -213,7 +217,7 @@ impl Fleet {
         };
         // A placement change is a catalog change: other gateways see the
         // version move and reload the placement.
-        let mut shares: Vec<ServerBatch> = (0..self.servers.len())
+        let mut shares: Vec<ServerBatch> = (0..self.servers().len())
             .map(|_| ServerBatch::default())
             .collect();
         shares[0].place(collection, placed.partition, Some(moved));
@@ -391,21 +395,32 @@ impl Fleet {
         }
     }
 
-    /// One balancing step: when the most loaded server holds at least two
-    /// partitions more than the least loaded, one of them moves over.
+    /// One balancing step: a partition of a draining server moves to the
+    /// least loaded open one; otherwise, when the most loaded open server
+    /// holds at least two partitions more than the least loaded, one of
+    /// them moves over.
     pub async fn balance_once(self: &Arc<Self>) -> StorageResult<bool> {
         let placement = self.placement();
-        let load = placement.load(self.servers.len());
-        let (Some(most), Some(least)) = (
-            (0..load.len()).max_by_key(|&i| (load[i], std::cmp::Reverse(i))),
-            (0..load.len()).min_by_key(|&i| (load[i], i)),
-        ) else {
-            return Ok(false);
-        };
-        if load[most] < load[least] + 2 {
+        let open = self.open();
+        let load = placement.load(open.len());
+        let least = least_loaded(&load, &open);
+        if !open.get(least).copied().unwrap_or(false) {
             return Ok(false);
         }
-        let Some((collection, placed)) = placement.on_server(most).into_iter().next() else {
+        let draining = (0..load.len()).find(|&i| !open[i] && load[i] > 0);
+        let from = match draining {
+            Some(server) => server,
+            None => {
+                let most = (0..load.len())
+                    .filter(|&i| open[i])
+                    .max_by_key(|&i| (load[i], std::cmp::Reverse(i)));
+                match most {
+                    Some(most) if load[most] >= load[least] + 2 => most,
+                    _ => return Ok(false),
+                }
+            }
+        };
+        let Some((collection, placed)) = placement.on_server(from).into_iter().next() else {
             return Ok(false);
         };
         self.move_partition(collection, placed.partition, least)

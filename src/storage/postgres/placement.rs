@@ -132,8 +132,10 @@ impl Placement {
     }
 
     /// The placement after the partition changes in `ops`, and the rows
-    /// to write for it; `None` when `ops` changes no placement.
-    pub fn apply(&self, ops: &[WriteOp], servers: usize) -> Option<(Placement, Vec<RowChange>)> {
+    /// to write for it; `None` when `ops` changes no placement. A new
+    /// partition goes to the least loaded server whose `open` is true
+    /// (not draining or removed).
+    pub fn apply(&self, ops: &[WriteOp], open: &[bool]) -> Option<(Placement, Vec<RowChange>)> {
         let changes = ops.iter().any(|op| {
             matches!(
                 op,
@@ -145,7 +147,7 @@ impl Placement {
         }
         let mut next = self.clone();
         let mut rows = Vec::new();
-        let mut load = self.load(servers);
+        let mut load = self.load(open.len());
         for op in ops {
             match *op {
                 WriteOp::PutPartition {
@@ -160,7 +162,7 @@ impl Placement {
                         None => match self.of_hash(collection, min) {
                             // Inside a partition this batch splits.
                             Some(parent) if max <= parent.max => parent.server,
-                            _ => least_loaded(&load),
+                            _ => least_loaded(&load, open),
                         },
                     };
                     if let Some(old) = existing {
@@ -207,10 +209,11 @@ impl Placement {
     }
 }
 
-/// The server with the fewest partitions (the first of equals).
-fn least_loaded(load: &[usize]) -> ServerId {
+/// The open server with the fewest partitions (the first of equals).
+pub fn least_loaded(load: &[usize], open: &[bool]) -> ServerId {
     load.iter()
         .enumerate()
+        .filter(|&(i, _)| open.get(i).copied().unwrap_or(false))
         .min_by_key(|&(i, n)| (*n, i))
         .map_or(0, |(i, _)| i)
 }
@@ -233,7 +236,7 @@ mod tests {
         let ops: Vec<WriteOp> = (0..4)
             .map(|i| put(7, i, i as i64 * 100, i as i64 * 100 + 99))
             .collect();
-        let (placement, rows) = Placement::default().apply(&ops, 3).unwrap();
+        let (placement, rows) = Placement::default().apply(&ops, &[true; 3]).unwrap();
         let servers: Vec<_> = (0..4)
             .map(|i| placement.of_partition(7, i).unwrap().server)
             .collect();
@@ -248,7 +251,7 @@ mod tests {
     #[test]
     fn the_halves_of_a_split_stay_on_their_server() {
         let start = [put(1, 0, i64::MIN, -1), put(1, 1, 0, i64::MAX)];
-        let (placement, _) = Placement::default().apply(&start, 2).unwrap();
+        let (placement, _) = Placement::default().apply(&start, &[true; 2]).unwrap();
         assert_eq!(placement.of_partition(1, 1).unwrap().server, 1);
         let split = [
             put(1, 2, 0, 999),
@@ -258,7 +261,7 @@ mod tests {
                 partition: 1,
             },
         ];
-        let (after, rows) = placement.apply(&split, 2).unwrap();
+        let (after, rows) = placement.apply(&split, &[true; 2]).unwrap();
         assert_eq!(after.of_hash(1, 5).unwrap(), {
             Placed {
                 partition: 2,
@@ -279,6 +282,6 @@ mod tests {
         let ops = [WriteOp::DeleteMeta(
             crate::storage::CatalogKey::FormatVersion,
         )];
-        assert!(Placement::default().apply(&ops, 3).is_none());
+        assert!(Placement::default().apply(&ops, &[true; 3]).is_none());
     }
 }

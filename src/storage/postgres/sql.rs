@@ -19,6 +19,7 @@
 //! | `version` | each server | — | the catalog version (one row) |
 //! | `moved_keys` | each server | `coll, part` | keys written to a partition while it moves |
 //! | `moving` | first | `coll, part` | partitions being moved |
+//! | `shards` | first | `position` | each server's URL and state (active, draining, removed) |
 //! | `catalog` | first | `key` (a catalog key) | `value` |
 //! | `placement` | first | `coll, part` | `min, max, server` |
 //! | `decisions` | first | `gid` | the outcome of a two-phase commit |
@@ -141,6 +142,8 @@ impl Sql {
                  CREATE TABLE IF NOT EXISTS {s}.placement (
                      coll bigint NOT NULL, part bigint NOT NULL, min bigint NOT NULL, max bigint NOT NULL,
                      server integer NOT NULL, PRIMARY KEY (coll, part));
+                 CREATE TABLE IF NOT EXISTS {s}.shards (
+                     position integer PRIMARY KEY, url text NOT NULL, state text NOT NULL);
                  CREATE TABLE IF NOT EXISTS {s}.moving (
                      coll bigint NOT NULL, part bigint NOT NULL, PRIMARY KEY (coll, part));
                  CREATE TABLE IF NOT EXISTS {s}.decisions (
@@ -196,6 +199,49 @@ impl Sql {
         Ok(row.get(0))
     }
 
+    /// Every server of the fleet: `(position, url, state)`.
+    pub async fn shards(
+        &self,
+        c: &impl GenericClient,
+    ) -> StorageResult<Vec<(i32, String, String)>> {
+        let statement = c
+            .prepare_cached(&format!(
+                "SELECT position, url, state FROM {}.shards",
+                self.s
+            ))
+            .await
+            .map_err(engine)?;
+        let rows = c.query(&statement, &[]).await.map_err(engine)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    /// Records a server of the fleet (outside any catalog change: the
+    /// `--postgres` servers at start).
+    pub async fn put_shard(
+        &self,
+        c: &impl GenericClient,
+        position: usize,
+        url: &str,
+        state: u8,
+    ) -> StorageResult<()> {
+        let mut share = ServerBatch::default();
+        share.put_shard(position, url, state);
+        run(c, self.statements(share), false).await
+    }
+
+    /// Sets the catalog version of a server joining the fleet.
+    pub async fn set_version(&self, c: &impl GenericClient, version: u64) -> StorageResult<()> {
+        execute(
+            c,
+            &format!("UPDATE {}.version SET v = $1", self.s),
+            &[&(version as i64)],
+        )
+        .await
+    }
+
     /// The catalog version a server is at.
     pub async fn version(&self, c: &impl GenericClient) -> StorageResult<u64> {
         let row = query_opt(c, &format!("SELECT v FROM {}.version", self.s), &[]).await?;
@@ -248,10 +294,7 @@ impl Sql {
         moving: bool,
     ) -> StorageResult<()> {
         let sql = if moving {
-            format!(
-                "INSERT INTO {}.moving (coll, part) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                self.s
-            )
+            format!("INSERT INTO {}.moving (coll, part) VALUES ($1, $2)", self.s)
         } else {
             format!(
                 "DELETE FROM {}.moving WHERE coll = $1 AND part = $2",
@@ -800,6 +843,14 @@ impl Sql {
                      SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::bigint[], $5::bytea[])"
                 ), vec![Box::new(coll), Box::new(part), Box::new(kinds), Box::new(hash), Box::new(key)]));
         }
+        if !batch.shards.is_empty() {
+            let (position, url, state) = unzip3(batch.shards);
+            steps.push((format!(
+                    "INSERT INTO {s}.shards (position, url, state)
+                     SELECT * FROM unnest($1::integer[], $2::text[], $3::text[])
+                     ON CONFLICT (position) DO UPDATE SET url = EXCLUDED.url, state = EXCLUDED.state"
+                ), vec![Box::new(position), Box::new(url), Box::new(state)]));
+        }
         if !batch.moves_done.is_empty() {
             let (coll, part): (Vec<i64>, Vec<i64>) = batch.moves_done.into_iter().unzip();
             steps.push((format!(
@@ -1032,6 +1083,8 @@ pub struct ServerBatch {
     pub moved: Vec<MovedKey>,
     /// Partitions whose move ends with this share (metadata server).
     moves_done: Vec<(i64, i64)>,
+    /// Servers recorded (metadata server): `(position, url, state)`.
+    shards: Vec<(i32, String, String)>,
 }
 
 /// A key written to a partition while it moves (see [`super::moves`]).
@@ -1110,12 +1163,12 @@ impl ServerBatch {
             WriteOp::PutPartitionTotal {
                 collection,
                 partition,
-                usage,
-                was,
+                added,
+                ..
             } => {
                 let add = Total::Add {
-                    count: usage.count as i64 - was.count as i64,
-                    bytes: usage.bytes as i64 - was.bytes as i64,
+                    count: added.count,
+                    bytes: added.bytes,
                 };
                 self.totals
                     .insert((collection as i64, partition as i64), Some(add));
@@ -1145,6 +1198,15 @@ impl ServerBatch {
         );
     }
 
+    /// Records server `position` of the fleet with its URL and state.
+    pub fn put_shard(&mut self, position: usize, url: &str, state: u8) {
+        self.shards.push((
+            position as i32,
+            url.to_string(),
+            super::shards::state_name(state).to_string(),
+        ));
+    }
+
     /// Ends the move of a partition (its row in `moving`).
     pub fn moved_away(&mut self, collection: u64, partition: u64) {
         self.moves_done.push((collection as i64, partition as i64));
@@ -1161,6 +1223,7 @@ impl ServerBatch {
     pub fn is_empty(&self) -> bool {
         self.moved.is_empty()
             && self.moves_done.is_empty()
+            && self.shards.is_empty()
             && self.records.is_empty()
             && self.entries.is_empty()
             && self.usage.is_empty()

@@ -86,7 +86,7 @@ impl PgView {
                     let fetched = spawn_on(&handle, async move {
                         let s = fleet.server(server)?;
                         let client = s.client().await?;
-                        let rows = query.run(&client).await.map_err(|e| super::at(s, e))?;
+                        let rows = query.run(&client).await.map_err(|e| super::at(&s, e))?;
                         rows.iter()
                             .map(|r| row(r))
                             .collect::<StorageResult<Vec<T>>>()
@@ -133,7 +133,7 @@ impl PgView {
             let client = s.client().await?;
             read(fleet.clone(), client)
                 .await
-                .map_err(|e| super::at(s, e))
+                .map_err(|e| super::at(&s, e))
         })
     }
 }
@@ -305,7 +305,7 @@ impl View for PgView {
                         .sql
                         .id_hash(&client, collection, &id)
                         .await
-                        .map_err(|e| super::at(s, e))
+                        .map_err(|e| super::at(&s, e))
                 }
             }))
             .await;
