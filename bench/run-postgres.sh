@@ -3,9 +3,12 @@
 # backends, back to back in one run, each beside the ceiling measured in the
 # same run, with the CPU each operation costs:
 #
-#   1. embedded   shardgate --data-dir (the default backend);
-#   2. postgres1  shardgate --backend postgres on a fleet of 1 PostgreSQL server;
-#   3. postgres3  the same on a fleet of 3 servers.
+#   1. embedded       shardgate --data-dir (the default backend);
+#   2. postgres1      shardgate --backend postgres on a fleet of 1 PostgreSQL server;
+#   3. postgres3      the same on a fleet of 3 servers;
+#   4. postgres1-2gw  two gateways in front of 1 server, the driver spreading
+#                     operations over both (a mongos list);
+#   5. postgres3-2gw  two gateways in front of 3 servers.
 #
 # Each fleet is started afresh by scripts/pg-fleet (fsync and synchronous
 # commit on) and stopped after its runs. Every configuration loads the same
@@ -19,17 +22,17 @@
 # Cost per operation: the CPU time (user + system, from /proc) Shardgate,
 # the PostgreSQL servers (each postmaster with all its backends and
 # auxiliary processes) and the ceiling used during each timed run, divided
-# by the operations it completed. Only one gateway is measured: a fleet
-# takes one gateway at a time.
+# by the operations it completed; with two gateways, `shardgate` is both.
 #
-# About 6 minutes on two cores (plus the build), loopback only.
+# About 6 minutes on two cores for the first three (plus the build),
+# loopback only.
 #
 #   bench/run-postgres.sh                     # defaults, see below
 #   DOCS=5000 DURATION=2 bench/run-postgres.sh   # a quick look
 #
 # Extra arguments go to every shardgate-bench run. Environment: DOCS (20000),
 # PARTITIONS (16), CONCURRENCY (16), DURATION (seconds per timed run, 5),
-# CONFIGS (embedded,postgres1,postgres3), CEILING_DIR (the ceiling's sources,
+# CONFIGS (embedded,postgres1,postgres3,postgres1-2gw,postgres3-2gw), CEILING_DIR (the ceiling's sources,
 # default ../shared/tools/ceiling beside the repository), CEILING_TARGET_DIR
 # (/tmp/ceiling-target), SHARDGATE_BIN, LOG (where the output is also
 # written), SKIP_BUILD=1 (use the binaries already built). CARGO_TARGET_DIR
@@ -46,15 +49,15 @@ docs="${DOCS:-20000}"
 partitions="${PARTITIONS:-16}"
 concurrency="${CONCURRENCY:-16}"
 duration="${DURATION:-5}"
-configs="${CONFIGS:-embedded,postgres1,postgres3}"
+configs="${CONFIGS:-embedded,postgres1,postgres3,postgres1-2gw,postgres3-2gw}"
 log="${LOG:-/tmp/shardgate-postgres-$(date +%Y%m%d-%H%M%S).log}"
 
 IFS=, read -r -a config_list <<<"$configs"
 for c in "${config_list[@]}"; do
     case "$c" in
-    embedded | postgres1 | postgres3) ;;
+    embedded | postgres1 | postgres3 | postgres1-2gw | postgres3-2gw) ;;
     *)
-        echo "unknown configuration '$c': pick from embedded, postgres1, postgres3" >&2
+        echo "unknown configuration '$c': pick from embedded, postgres1, postgres3, postgres1-2gw, postgres3-2gw" >&2
         exit 2
         ;;
     esac
@@ -96,6 +99,10 @@ echo "== load: $(uptime)" | tee -a "$log"
 for config in "${config_list[@]}"; do
     backend=()
     pg_cost=()
+    gateways=1
+    if [[ "$config" == *-2gw ]]; then
+        gateways=2
+    fi
     case "$config" in
     embedded)
         data_dir="$(mktemp -d /tmp/sgpg-data.XXXXXX)"
@@ -103,6 +110,7 @@ for config in "${config_list[@]}"; do
         ;;
     postgres*)
         servers="${config#postgres}"
+        servers="${servers%%-*}"
         fleet_dir="$(mktemp -d /tmp/sgpg-fleet.XXXXXX)"
         echo "== starting $servers PostgreSQL server(s) in $fleet_dir"
         "$repo/scripts/pg-fleet" start "$servers" "$fleet_dir" >/dev/null
@@ -118,17 +126,28 @@ for config in "${config_list[@]}"; do
         ;;
     esac
 
-    port="$(free_port)"
-    require_free "$port"
-    echo "== $config: shardgate on 127.0.0.1:$port"
-    "$shardgate_bin" --bind "127.0.0.1:$port" "${backend[@]}" --log-level warn \
-        >"/tmp/shardgate-$config.log" 2>&1 &
-    shardgate_pid=$!
-    pids+=("$shardgate_pid")
-    wait_for_port "$port" shardgate "$shardgate_pid"
+    gateway_pids=()
+    hosts=()
+    for g in $(seq 1 "$gateways"); do
+        port="$(free_port)"
+        require_free "$port"
+        echo "== $config: shardgate (gateway $g) on 127.0.0.1:$port"
+        "$shardgate_bin" --bind "127.0.0.1:$port" "${backend[@]}" --log-level warn \
+            >"/tmp/shardgate-$config-$g.log" 2>&1 &
+        gateway_pids+=("$!")
+        pids+=("$!")
+        wait_for_port "$port" shardgate "$!"
+        hosts+=("127.0.0.1:$port")
+    done
+    shardgate_pid="${gateway_pids[0]}"
+    if [[ "$gateways" == 1 ]]; then
+        uri="mongodb://${hosts[0]}/?directConnection=true"
+    else
+        uri="mongodb://$(IFS=,; echo "${hosts[*]}")/"
+    fi
 
     "$bench_bin" \
-        --uri "mongodb://127.0.0.1:$port/?directConnection=true" \
+        --uri "$uri" \
         --label "$config" \
         --compare-uri "mongodb://127.0.0.1:$ceiling_port/?directConnection=true" \
         --workloads load,read,update,fanout-query \
@@ -136,14 +155,16 @@ for config in "${config_list[@]}"; do
         --fanout-docs "$docs" --fanout-partitions "$partitions" \
         --concurrency "$concurrency" --duration "$duration" --warmup 1 \
         --server-pid "$shardgate_pid" \
-        --cost "shardgate=$shardgate_pid" ${pg_cost[@]+"${pg_cost[@]}"} \
+        --cost "shardgate=$(IFS=,; echo "${gateway_pids[*]}")" ${pg_cost[@]+"${pg_cost[@]}"} \
         --compare-cost "ceiling=$ceiling_pid" \
         "$@" 2>&1 | tee -a "$log"
 
     # This configuration's servers go before the next one starts, so the
     # next runs have the machine to themselves.
-    kill "$shardgate_pid" 2>/dev/null || true
-    wait "$shardgate_pid" 2>/dev/null || true
+    for pid in "${gateway_pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
     pids=("$ceiling_pid")
     stop_fleet
     if [[ "$config" == embedded ]]; then
@@ -174,11 +195,11 @@ function field(name,   i) {
     sg[n] = field("shardgate_us_per_op"); pg[n] = field("postgres_us_per_op")
 }
 END {
-    printf "%-10s %-13s %5s %10s %8s %13s %12s %12s %11s\n", "backend", "workload", "conc", "ops/s", "vs ceil", "shardgate us", "postgres us", "total us/op", "ceiling us"
+    printf "%-13s %-13s %5s %10s %8s %13s %12s %12s %11s\n", "backend", "workload", "conc", "ops/s", "vs ceil", "shardgate us", "postgres us", "total us/op", "ceiling us"
     for (i = 1; i <= n; i++) {
         split(k[i], wk, " ")
         ratio = (ceil_ops[i] > 0) ? sprintf("%.3f", ops[i] / ceil_ops[i]) : "-"
-        printf "%-10s %-13s %5s %10s %8s %13s %12s %12.1f %11s\n", t[i], wk[1], wk[2], ops[i], ratio, sg[i], (pg[i] == "" ? "-" : pg[i]), sg[i] + pg[i], (i in ceil_us ? ceil_us[i] : "-")
+        printf "%-13s %-13s %5s %10s %8s %13s %12s %12.1f %11s\n", t[i], wk[1], wk[2], ops[i], ratio, sg[i], (pg[i] == "" ? "-" : pg[i]), sg[i] + pg[i], (i in ceil_us ? ceil_us[i] : "-")
     }
 }
 ' "$log" | tee -a "$log"

@@ -360,7 +360,8 @@ impl OwnFleet {
         OwnFleet { dir, urls }
     }
 
-    fn run(&self, verb: &str, server: usize) {
+    /// Runs `scripts/pg-fleet VERB DIR SERVER`; returns what it printed.
+    fn run(&self, verb: &str, server: usize) -> String {
         let out = Command::new(pg_fleet())
             .arg(verb)
             .arg(self.dir.path())
@@ -372,6 +373,7 @@ impl OwnFleet {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }
 
@@ -784,4 +786,84 @@ async fn a_server_is_added_and_another_drained_and_removed_while_serving() {
     assert_eq!(c.count_documents(doc! {}).await.unwrap(), next as u64);
     assert_eq!(shard_names(&srv).await, vec!["shard0", "shard2"]);
     assert_eq!(shard_of(&srv, "f", "c", &k).await, "shard2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_server_is_followed_through_failover() {
+    if !on_fleet() {
+        return;
+    }
+    // One server of the fleet is a primary with a synchronous standby,
+    // named by one URL with both hosts.
+    let pair = OwnFleet::start(1);
+    let url = pair.run("standby", 0);
+    assert!(url.contains("target_session_attrs=read-write"), "{url}");
+    let srv = TestServer::start_with_args(&[
+        "--backend",
+        "postgres",
+        "--postgres",
+        &url,
+        "--postgres-schema",
+        "failover",
+    ])
+    .await;
+    let c: Collection<Document> = srv.db("f").collection("c");
+    c.insert_many((0..100).map(|i| doc! {"_id": i, "n": 0}))
+        .await
+        .unwrap();
+
+    // A writer goes on while the primary dies and the standby takes over.
+    let writer = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let mut acknowledged = Vec::new();
+            let mut codes = BTreeSet::new();
+            let started = Instant::now();
+            let mut id = 100;
+            while started.elapsed() < Duration::from_secs(60) {
+                match c.insert_one(doc! {"_id": id, "n": 1}).await {
+                    Ok(_) => {
+                        acknowledged.push(id);
+                        id += 1;
+                        // Enough written after the failover.
+                        if acknowledged.len() > 400 && !codes.is_empty() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        codes.insert(code_of(&e));
+                        id += 1;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+            (acknowledged, codes)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    pair.run("kill", 0);
+    pair.run("promote", 1);
+    let (acknowledged, codes) = writer.await.unwrap();
+
+    // The writes failed only while no primary answered, as retryable
+    // HostUnreachable (6), and went on on the new primary.
+    assert!(!codes.is_empty(), "the failover went unnoticed");
+    assert!(codes.iter().all(|&c| c == Some(6)), "{codes:?}");
+    assert!(acknowledged.len() > 400, "{} written", acknowledged.len());
+    // Every acknowledged write is on the new primary: the standby was
+    // synchronous.
+    let mut stored = Vec::new();
+    let mut cursor = c.find(doc! {"_id": {"$gte": 100}}).await.unwrap();
+    while let Some(d) = futures::TryStreamExt::try_next(&mut cursor).await.unwrap() {
+        stored.push(d.get_i32("_id").unwrap());
+    }
+    stored.sort_unstable();
+    let mut want = acknowledged.clone();
+    want.sort_unstable();
+    let missing: Vec<_> = want
+        .iter()
+        .filter(|i| stored.binary_search(i).is_err())
+        .collect();
+    assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
+    assert_eq!(c.count_documents(doc! {"n": 0}).await.unwrap(), 100);
 }

@@ -258,7 +258,13 @@ async fn partitions_split_under_load_without_losing_or_repeating_anything() {
     // balancer may move a partition to another server meanwhile, so there
     // the partitions' bounds and the totals must, not the servers.
     let moves = compat_tests::fleet().is_some();
-    let shown = |shard: &str| if moves { String::new() } else { shard.to_string() };
+    let shown = |shard: &str| {
+        if moves {
+            String::new()
+        } else {
+            shard.to_string()
+        }
+    };
     let bounds: Vec<_> = chunks
         .iter()
         .map(|c| (c.min, c.max, shown(&c.shard)))

@@ -22,7 +22,7 @@ use super::catalog::{usage_entries, Usage};
 use super::write::CollectionBatch;
 use super::{Collection, Namespace, Router, Sharding};
 use crate::bail;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 use crate::partition::{Partition, PartitionMap, ShardKey};
 pub use crate::storage::Drain;
 use crate::storage::{
@@ -167,7 +167,18 @@ impl Router {
             let pending: Vec<Namespace> = self.splits.pending.lock().drain().collect();
             for ns in pending {
                 let router = self.clone();
-                let result = tokio::task::spawn_blocking(move || router.split_oversized(&ns)).await;
+                let result = tokio::task::spawn_blocking(move || {
+                    match router.split_oversized(&ns) {
+                        // Another gateway changed the catalog (perhaps
+                        // split this very partition): reload, look again.
+                        Err(e) if e.code == ErrorCode::StaleConfig => {
+                            router.catalog.refresh()?;
+                            router.split_oversized(&ns)
+                        }
+                        done => done,
+                    }
+                })
+                .await;
                 match result {
                     Ok(Ok(seq)) => {
                         if let Err(e) = self.durable(seq).await {
