@@ -417,15 +417,17 @@ impl Catalog {
     }
 
     /// Held while the catalog or a collection's data changes (see
-    /// `refreshing`); a thread may hold it more than once.
+    /// `refreshing`). Taken first, it waits for a refresh that is waiting
+    /// (so writers cannot starve one); [`Catalog::lock_writes`] inside it
+    /// takes it again without waiting.
     pub fn changing(&self) -> RwLockReadGuard<'_, ()> {
-        self.refreshing.read_recursive()
+        self.refreshing.read()
     }
 
     /// Takes `coll`'s write lock: the one in memory and, where several
     /// gateways share the store, the store's.
     pub fn lock_writes<'a>(&'a self, coll: &'a Collection) -> Result<WriteGuard<'a>> {
-        let changing = self.changing();
+        let changing = self.refreshing.read_recursive();
         let local = coll.write_lock.lock();
         let shared = blocking::wait(self.store.lock_collection(coll.id))?;
         Ok(WriteGuard {

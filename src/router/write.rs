@@ -661,6 +661,7 @@ impl Router {
             let done = match resolved {
                 Ok(None) => return Ok(None),
                 Ok(Some((coll, created_seq))) => {
+                    let _changing = self.catalog.changing();
                     let _guard = self.catalog.lock_writes(&coll)?;
                     if coll.is_dropped() {
                         continue;
