@@ -879,6 +879,19 @@ fn batch(cursor: &Document, key: &str) -> Vec<Document> {
         .collect()
 }
 
+/// Runs a cursor-returning command and follows the cursor to its end
+/// through the driver, whose `getMore`s go to the gateway that opened it.
+pub async fn drain_cursor(db: &Database, cmd: Document) -> Vec<Document> {
+    use futures::TryStreamExt;
+    let shown = format!("{cmd}");
+    db.run_cursor_command(cmd)
+        .await
+        .unwrap_or_else(|e| panic!("{shown}: {e}"))
+        .try_collect()
+        .await
+        .unwrap_or_else(|e| panic!("{shown}: getMore: {e}"))
+}
+
 /// The cursor id of a find/aggregate/getMore reply.
 #[track_caller]
 pub fn cursor_id(reply: &Document) -> i64 {

@@ -56,19 +56,12 @@ async fn agg(db: &Database, name: &str, pipeline: Vec<Document>) -> Vec<Document
 }
 
 /// Runs a raw `aggregate` command (with `cursor: {}` unless given) and
-/// follows the cursor to its end (the driver's cursor keeps its `getMore`s
-/// on the gateway that opened it).
+/// follows the cursor to its end.
 async fn agg_cmd(db: &Database, mut cmd: Document) -> Vec<Document> {
     if !cmd.contains_key("cursor") {
         cmd.insert("cursor", doc! {});
     }
-    let shown = format!("{cmd}");
-    db.run_cursor_command(cmd)
-        .await
-        .unwrap_or_else(|e| panic!("{shown}: {e}"))
-        .try_collect()
-        .await
-        .unwrap_or_else(|e| panic!("{shown}: getMore: {e}"))
+    compat_tests::drain_cursor(db, cmd).await
 }
 
 async fn insert(db: &Database, name: &str, docs: Vec<Document>) {

@@ -340,20 +340,22 @@ fn pg_fleet() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/pg-fleet")
 }
 
+/// Runs `scripts/pg-fleet` with `args`; returns what it printed.
+fn pg_fleet_run(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(pg_fleet()).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 impl OwnFleet {
     fn start(n: usize) -> OwnFleet {
         let dir = tempfile::Builder::new().prefix("fleet-").tempdir().unwrap();
-        let out = Command::new(pg_fleet())
-            .args(["start", &n.to_string()])
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let urls = String::from_utf8_lossy(&out.stdout)
+        let n = n.to_string();
+        let urls = pg_fleet_run(&["start".as_ref(), n.as_ref(), dir.path().as_os_str()])
             .split_whitespace()
             .map(str::to_string)
             .collect();
@@ -362,18 +364,8 @@ impl OwnFleet {
 
     /// Runs `scripts/pg-fleet VERB DIR SERVER`; returns what it printed.
     fn run(&self, verb: &str, server: usize) -> String {
-        let out = Command::new(pg_fleet())
-            .arg(verb)
-            .arg(self.dir.path())
-            .arg(server.to_string())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        let server = server.to_string();
+        pg_fleet_run(&[verb.as_ref(), self.dir.path().as_os_str(), server.as_ref()])
     }
 }
 

@@ -57,16 +57,9 @@ fn spec(key: Document, name: &str, options: Document) -> Document {
     d
 }
 
-/// Runs a cursor-returning command and follows `getMore` to the end (the
-/// driver's cursor keeps its `getMore`s on the gateway that opened it).
+/// Runs a cursor-returning command and follows `getMore` to the end.
 async fn drain(db: &Database, cmd: Document) -> Vec<Document> {
-    let shown = format!("{cmd}");
-    db.run_cursor_command(cmd)
-        .await
-        .unwrap_or_else(|e| panic!("{shown}: {e}"))
-        .try_collect()
-        .await
-        .unwrap_or_else(|e| panic!("{shown}: getMore: {e}"))
+    compat_tests::drain_cursor(db, cmd).await
 }
 
 async fn list_indexes(db: &Database, coll: &str) -> Vec<Document> {
