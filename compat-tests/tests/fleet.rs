@@ -70,6 +70,19 @@ async fn key_elsewhere(srv: &TestServer, db: &str, coll: &str, not: &[&str]) -> 
     panic!("no key lands outside {not:?}");
 }
 
+/// Asserts that no document of `all` appears twice and that each string
+/// `_id` in `acked` is among them.
+fn assert_each_once(all: &[Document], acked: &[impl std::fmt::Display]) {
+    let ids: BTreeSet<String> = all
+        .iter()
+        .map(|d| format!("{}", d.get("_id").unwrap()))
+        .collect();
+    assert_eq!(ids.len(), all.len(), "a document seen twice");
+    for id in acked {
+        assert!(ids.contains(&format!("\"{id}\"")), "{id} lost");
+    }
+}
+
 fn code_of(e: &Error) -> Option<i32> {
     match &*e.kind {
         ErrorKind::Command(c) => Some(c.code),
@@ -470,14 +483,7 @@ async fn a_stopped_server_fails_only_what_needs_it_until_it_is_back() {
     let all: Vec<Document> = futures::TryStreamExt::try_collect(c.find(doc! {}).await.unwrap())
         .await
         .unwrap();
-    let ids: BTreeSet<String> = all
-        .iter()
-        .map(|d| format!("{}", d.get("_id").unwrap()))
-        .collect();
-    assert_eq!(ids.len(), all.len(), "a document twice");
-    for id in &acked {
-        assert!(ids.contains(&format!("\"{id}\"")), "{id} lost");
-    }
+    assert_each_once(&all, &acked);
     assert_eq!(
         c.count_documents(doc! {"_id": {"$in": ["w1", "w2"]}})
             .await
@@ -583,14 +589,7 @@ async fn a_partition_moves_while_writers_write_and_nothing_is_lost_or_doubled() 
         PRELOADED as usize + inserted.len(),
         "documents after the moves"
     );
-    let ids: BTreeSet<String> = all
-        .iter()
-        .map(|d| format!("{}", d.get("_id").unwrap()))
-        .collect();
-    assert_eq!(ids.len(), all.len(), "a document seen twice");
-    for id in &inserted {
-        assert!(ids.contains(&format!("\"{id}\"")), "{id} lost");
-    }
+    assert_each_once(&all, &inserted);
     for d in &all {
         if let Ok(id) = d.get_i32("_id") {
             let want = incs.get(&id).copied().unwrap_or(0);

@@ -420,21 +420,13 @@ impl Router {
         let Some(sharding) = &coll.sharding else {
             bail!(NamespaceNotSharded, "Collection {ns} is not sharded");
         };
-        let Some(servers) = self.store.servers() else {
+        let Some((server, state)) = self.fleet_shard(to)? else {
             bail!(
                 IllegalOperation,
                 "partitions move between servers only on a fleet (--backend postgres); here each partition is its own shard"
             );
         };
-        let server = shard_position(to).filter(|&n| {
-            servers
-                .get(n)
-                .is_some_and(|s| s.state != ServerState::Removed)
-        });
-        let Some(server) = server else {
-            bail!(ShardNotFound, "Shard {to} not found");
-        };
-        if servers[server].state == ServerState::Draining {
+        if state == ServerState::Draining {
             bail!(
                 IllegalOperation,
                 "Shard {to} is draining: partitions move off it, not onto it"
@@ -465,19 +457,11 @@ impl Router {
     /// One step of removing shard `name` from the fleet, as `removeShard`
     /// reports it: started, ongoing (with the partitions left), completed.
     pub async fn remove_shard(&self, name: &str) -> Result<Drain> {
-        let Some(servers) = self.store.servers() else {
+        let Some((position, _)) = self.fleet_shard(name)? else {
             bail!(
                 IllegalOperation,
                 "servers are removed only from a fleet (--backend postgres); the embedded store is one server"
             );
-        };
-        let position = shard_position(name).filter(|&n| {
-            servers
-                .get(n)
-                .is_some_and(|s| s.state != ServerState::Removed)
-        });
-        let Some(position) = position else {
-            bail!(ShardNotFound, "Shard {name} not found");
         };
         if position == 0 {
             bail!(
@@ -489,7 +473,22 @@ impl Router {
     }
 }
 
-/// The position of server shard `name` (`shard<N>`).
-fn shard_position(name: &str) -> Option<usize> {
-    name.strip_prefix("shard")?.parse::<usize>().ok()
+impl Router {
+    /// The position and state of server shard `name` (`shard<N>`) of the
+    /// fleet; `None` when the store places no partitions on servers, and
+    /// `ShardNotFound` for a shard it does not have (or removed).
+    fn fleet_shard(&self, name: &str) -> Result<Option<(usize, ServerState)>> {
+        let Some(servers) = self.store.servers() else {
+            return Ok(None);
+        };
+        let found = name
+            .strip_prefix("shard")
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| Some((n, servers.get(n)?.state)))
+            .filter(|(_, state)| *state != ServerState::Removed);
+        match found {
+            Some(shard) => Ok(Some(shard)),
+            None => bail!(ShardNotFound, "Shard {name} not found"),
+        }
+    }
 }
