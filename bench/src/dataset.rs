@@ -36,11 +36,18 @@ pub struct Dataset {
     pub updates: Vec<Document>,
     /// Encoded BSON size of the first document, for the report.
     pub doc_bytes: usize,
+    /// When not 0, each document has `tenant: "tNNN"` with `NNN` its
+    /// `_id` modulo this ([`Dataset::tenant`]).
+    pub tenants: u64,
+    /// Documents each `scan` returns at most.
+    pub scan_limit: i64,
 }
 
 impl Dataset {
     /// Builds `docs` documents of roughly `doc_size` encoded bytes each.
-    pub fn generate(docs: u64, doc_size: usize, batch: usize, seed: u64) -> Dataset {
+    /// `tenants` as [`Dataset::tenants`]; `scan` returns 10 documents until
+    /// told otherwise.
+    pub fn generate(docs: u64, doc_size: usize, batch: usize, tenants: u64, seed: u64) -> Dataset {
         let field_len = (doc_size.saturating_sub(OVERHEAD_BYTES) / FIELD_COUNT).max(1);
         let text = Text::new(field_len, seed);
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed);
@@ -52,6 +59,9 @@ impl Dataset {
         for key in 0..docs {
             let mut d = Document::new();
             d.insert("_id", Bson::Int64(key as i64));
+            if tenants > 0 {
+                d.insert("tenant", tenant_name(key, tenants));
+            }
             for name in &field_names {
                 d.insert(name.as_str(), text.sample(&mut rng));
             }
@@ -89,13 +99,24 @@ impl Dataset {
             docs,
             updates,
             doc_bytes,
+            tenants,
+            scan_limit: 10,
         }
+    }
+
+    /// The tenant of document `key`, when documents have one.
+    pub fn tenant(&self, key: i64) -> Option<String> {
+        (self.tenants > 0).then(|| tenant_name(key as u64, self.tenants))
     }
 
     /// One of the pre-built update documents.
     pub fn update(&self, rng: &mut impl Rng) -> &Document {
         &self.updates[rng.random_range(0..self.updates.len())]
     }
+}
+
+fn tenant_name(key: u64, tenants: u64) -> String {
+    format!("t{:03}", key % tenants)
 }
 
 /// A data set that loaders send as numbered `insertMany` batches.

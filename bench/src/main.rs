@@ -223,6 +223,15 @@ struct Args {
     /// scan run on a sharded collection.
     #[arg(long, default_value_t = 0)]
     usertable_partitions: u32,
+    /// When not 0, every `usertable` document gets `tenant: "tNNN"` (its
+    /// `_id` modulo this); read and update then name `{_id, tenant}`, scan
+    /// becomes `find({tenant, _id: {$gte: k}}).sort({_id: 1})`, and
+    /// `--usertable-partitions` shards on `{tenant: "hashed"}`.
+    #[arg(long, default_value_t = 0)]
+    tenants: u64,
+    /// Documents each `scan` returns at most.
+    #[arg(long, default_value_t = 10)]
+    scan_limit: i64,
     /// Tokio worker threads for the client (default: one per CPU).
     #[arg(long)]
     client_threads: Option<usize>,
@@ -441,7 +450,14 @@ async fn run(args: Args) -> Result<(), String> {
 fn dataset(args: &Args, slot: &mut Option<Arc<Dataset>>) -> Arc<Dataset> {
     let data = slot.get_or_insert_with(|| {
         let started = Instant::now();
-        let data = Dataset::generate(args.docs, args.doc_size, args.batch, args.seed);
+        let mut data = Dataset::generate(
+            args.docs,
+            args.doc_size,
+            args.batch,
+            args.tenants,
+            args.seed,
+        );
+        data.scan_limit = args.scan_limit;
         println!(
             "data set: {} documents of {} bytes ({} batches of {}), built in {:.2}s",
             data.docs,
@@ -470,7 +486,8 @@ async fn unsharded(
                 let timeout = Duration::from_secs_f64(args.load_timeout);
                 let n = args.usertable_partitions;
                 let keep = if n > 0 && !args.no_drop {
-                    sharded::shard_collection(target, "_id", n).await?;
+                    let key = if args.tenants > 0 { "tenant" } else { "_id" };
+                    sharded::shard_collection(target, key, n).await?;
                     true
                 } else {
                     args.no_drop

@@ -33,7 +33,8 @@ pub enum Workload {
     Update,
     /// Half reads, half updates, chosen at random per operation.
     Mixed,
-    /// `find({_id: {$gte: k}}).sort({_id: 1}).limit(10)`, all results collected.
+    /// `find({_id: {$gte: k}}).sort({_id: 1}).limit(--scan-limit)`, all
+    /// results collected; within one tenant with `--tenants`.
     Scan,
     /// `read` against a copy of the data set in a collection sharded on
     /// `{_id: "hashed"}`, once per `--partitions` count.
@@ -416,17 +417,19 @@ async fn worker(
             other => other,
         };
         let update = (op == Workload::Update).then(|| data.update(&mut rng).clone());
+        let tenant = data.tenant(key);
+        let point = match &tenant {
+            Some(t) => doc! { "_id": key, "tenant": t },
+            None => doc! { "_id": key },
+        };
         let request = async {
             match (op, update) {
-                (Workload::Read, _) => coll
-                    .find_one(doc! { "_id": key })
-                    .await
-                    .map(|d| d.is_some()),
+                (Workload::Read, _) => coll.find_one(point).await.map(|d| d.is_some()),
                 (Workload::Update, Some(update)) => coll
-                    .update_one(doc! { "_id": key }, update)
+                    .update_one(point, update)
                     .await
                     .map(|r| r.matched_count > 0),
-                (Workload::Scan, _) => scan(&coll, key).await,
+                (Workload::Scan, _) => scan(&coll, tenant, key, data.scan_limit).await,
                 (Workload::Ping, _) => coll
                     .client()
                     .database("admin")
@@ -444,11 +447,22 @@ async fn worker(
     stats
 }
 
-async fn scan(coll: &Collection<RawDocumentBuf>, key: i64) -> Result<bool, mongodb::error::Error> {
+/// `find({_id: {$gte: key}})`, within `tenant` when there is one, in
+/// `_id` order, `limit` documents at most.
+async fn scan(
+    coll: &Collection<RawDocumentBuf>,
+    tenant: Option<String>,
+    key: i64,
+    limit: i64,
+) -> Result<bool, mongodb::error::Error> {
+    let filter = match tenant {
+        Some(t) => doc! { "tenant": t, "_id": { "$gte": key } },
+        None => doc! { "_id": { "$gte": key } },
+    };
     let cursor = coll
-        .find(doc! { "_id": { "$gte": key } })
+        .find(filter)
         .sort(doc! { "_id": 1 })
-        .limit(10)
+        .limit(limit)
         .await?;
     let docs: Vec<RawDocumentBuf> = cursor.try_collect().await?;
     Ok(!docs.is_empty())

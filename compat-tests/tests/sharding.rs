@@ -790,6 +790,60 @@ async fn equality_on_the_shard_key_targets_one_partition() {
 }
 
 #[tokio::test]
+async fn a_range_of_id_within_one_key_value_reads_only_what_it_returns() {
+    let srv = start().await;
+    shard_hashed(&srv, "r.t", "tenant").await;
+    let sharded = coll(&srv, "r", "t");
+    let plain = coll(&srv, "r", "plain");
+    let docs: Vec<Document> = (0..2000)
+        .map(|i| doc! {"_id": i, "tenant": format!("t{:02}", i % 16), "v": i})
+        .collect();
+    sharded.insert_many(docs.clone()).await.unwrap();
+    plain.insert_many(docs).await.unwrap();
+
+    // Same answers as an unsharded copy, in both directions, with and
+    // without a limit, for one key value and for two.
+    let filters = [
+        doc! {"tenant": "t03", "_id": {"$gte": 500}},
+        doc! {"tenant": "t03", "_id": {"$gt": 100, "$lte": 900}},
+        doc! {"tenant": {"$in": ["t03", "t11"]}, "_id": {"$lt": 700}},
+        doc! {"tenant": "t15"},
+    ];
+    for filter in &filters {
+        for sort in [doc! {"_id": 1}, doc! {"_id": -1}] {
+            for limit in [0, 1, 50] {
+                let mut results = Vec::new();
+                for c in [&sharded, &plain] {
+                    let cursor = c.find(filter.clone()).sort(sort.clone()).limit(limit);
+                    let docs: Vec<Document> = cursor.await.unwrap().try_collect().await.unwrap();
+                    results.push(docs);
+                }
+                let (got, want) = (&results[0], &results[1]);
+                assert_eq!(ids(got), ids(want), "{filter} sort {sort} limit {limit}");
+            }
+        }
+    }
+
+    // The 50 documents come straight from the partition, in `_id` order:
+    // 50 examined, no sort stage.
+    let e = run(
+        &srv,
+        "r",
+        doc! {
+            "explain": {"find": "t", "filter": {"tenant": "t03", "_id": {"$gte": 500}},
+                        "sort": {"_id": 1}, "limit": 50},
+            "verbosity": "executionStats",
+        },
+    )
+    .await;
+    assert_eq!(route(&e).shards.len(), 1, "{e}");
+    let stats = e.get_document("executionStats").unwrap();
+    assert_eq!(num(stats, "nReturned"), 50, "{e}");
+    assert_eq!(num(stats, "totalDocsExamined"), 50, "{e}");
+    assert!(!format!("{e}").contains("\"SORT\""), "a sort stage: {e}");
+}
+
+#[tokio::test]
 async fn in_on_the_shard_key_targets_exactly_the_owning_partitions() {
     if compat_tests::embedded_only("a fleet shows one shard per server, not one per partition") {
         return;

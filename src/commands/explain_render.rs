@@ -137,7 +137,7 @@ fn partition_plan(kind: Kind, spec: &FindSpec, plan: &QueryPlan, part: &Partitio
     let key_path = plan.shard_key.clone();
     let mut stages = match &part.access {
         Access::Index(chosen) => index_stages(chosen),
-        Access::KeyHashes(_) => {
+        Access::KeyHashes { reverse, .. } => {
             let path = key_path.clone().unwrap_or_default();
             doc! {
                 "stage": "FETCH",
@@ -146,7 +146,7 @@ fn partition_plan(kind: Kind, spec: &FindSpec, plan: &QueryPlan, part: &Partitio
                     "keyPattern": {path.clone(): "hashed"},
                     "indexName": format!("{path}_hashed"),
                     "isMultiKey": false,
-                    "direction": "forward",
+                    "direction": if *reverse { "backward" } else { "forward" },
                 },
             }
         }

@@ -664,16 +664,25 @@ fn access_records(
                 Box::new(keys.into_iter().filter_map(fetch))
             }
         }
-        Access::KeyHashes(hashes) => {
+        Access::KeyHashes {
+            hashes,
+            from,
+            to,
+            reverse,
+        } => {
             let (view, filter) = (reader.view.clone(), filter.cloned());
-            Box::new(hashes.clone().into_iter().flat_map(move |h| {
-                scan_records(
-                    &view,
-                    RecordScan::hashes(id, h, h),
-                    filter.as_ref(),
-                    examined.clone(),
-                    loaded,
-                )
+            let (from, to, reverse) = (from.clone(), to.clone(), *reverse);
+            let mut hashes = hashes.clone();
+            if reverse {
+                hashes.reverse();
+            }
+            Box::new(hashes.into_iter().flat_map(move |h| {
+                let scan = RecordScan {
+                    ids: Some((from.clone(), to.clone())),
+                    reverse,
+                    ..RecordScan::hashes(id, h, h)
+                };
+                scan_records(&view, scan, filter.as_ref(), examined.clone(), loaded)
             }))
         }
         Access::Index(chosen) => {

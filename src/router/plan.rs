@@ -70,8 +70,15 @@ pub enum Access {
         keys: BTreeSet<RecordKey>,
         reverse: bool,
     },
-    /// Every record under these hashes (the filter pins the shard key).
-    KeyHashes(Vec<i64>),
+    /// The records under these hashes (the filter pins the shard key)
+    /// whose `keystring(_id)` lies in `from..to`: under one hash they
+    /// are in `_id` order, forward or `reverse`.
+    KeyHashes {
+        hashes: Vec<i64>,
+        from: Bound<Vec<u8>>,
+        to: Bound<Vec<u8>>,
+        reverse: bool,
+    },
     /// Entries of a secondary index, then their records unless covered.
     Index(Arc<ChosenPlan>),
     /// A range of `keystring(_id)` under the partition's one hash, in
@@ -197,7 +204,7 @@ impl Router {
 pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Result<QueryPlan> {
     let filter = spec.filter.as_ref();
     let limit = spec.limit.filter(|&l| l > 0);
-    let index = choose_index(coll, spec)?;
+    let index = choose_index(coll, spec)?.filter(|chosen| !redundant_with_key(coll, spec, chosen));
     let ids = pinned_ids(filter);
     let id_sort = spec.sort.as_ref().and_then(id_sort_direction);
     let parts = match &coll.sharding {
@@ -241,6 +248,8 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Resul
         Some(_) => parts.iter().all(|p| match &p.access {
             Access::Index(chosen) => chosen.scan.provides_sort,
             Access::IdRange { .. } | Access::IdIndex { .. } => id_sort.is_some(),
+            // Under one hash records are in `_id` order.
+            Access::KeyHashes { hashes, .. } => id_sort.is_some() && hashes.len() <= 1,
             // A single point read per partition is trivially in order.
             Access::IdPoints { keys, .. } => {
                 (id_sort.is_some() && coll.sharding.is_none()) || keys.len() <= 1
@@ -350,7 +359,15 @@ fn sharded_parts(
                             .collect(),
                         reverse: false,
                     },
-                    None => Access::KeyHashes(mine),
+                    None => {
+                        let (from, to) = id_key_range(filter);
+                        Access::KeyHashes {
+                            hashes: mine,
+                            from,
+                            to,
+                            reverse: id_sort == Some(false),
+                        }
+                    }
                 }
             } else if by_id_index {
                 Access::IdIndex {
@@ -393,6 +410,24 @@ fn choose_index(coll: &Collection, spec: &FindSpec) -> Result<Option<ChosenPlan>
             Plan::Collscan => None,
         },
     )
+}
+
+/// Whether `chosen` is an index on the shard key alone while the filter
+/// pins the key: the records under the pinned hashes are its candidates
+/// already, read without index lookups and in `_id` order, so a range or
+/// sort on `_id` streams. A hint still forces the index.
+fn redundant_with_key(coll: &Collection, spec: &FindSpec, chosen: &ChosenPlan) -> bool {
+    let Some(sharding) = &coll.sharding else {
+        return false;
+    };
+    spec.hint.is_none()
+        && chosen
+            .scan
+            .index
+            .fields
+            .iter()
+            .all(|f| f.path == sharding.key.path)
+        && key_hashes(sharding, spec.filter.as_ref()).is_some()
 }
 
 /// Expected documents examined: the point count for point reads, the
@@ -625,13 +660,68 @@ mod tests {
             },
         );
         assert_eq!(p.parts.len(), 1);
-        assert!(matches!(&p.parts[0].access, Access::KeyHashes(h) if h.len() == 1));
+        assert!(
+            matches!(&p.parts[0].access, Access::KeyHashes { hashes, .. } if hashes.len() == 1)
+        );
         assert_eq!(p.key_hashes.as_ref().map(Vec::len), Some(1));
 
         let p = plan_of(&router, "sharded", FindSpec::default());
         assert_eq!(p.parts.len(), 4);
         assert!(p.parts.iter().all(|x| matches!(x.access, Access::Scan)));
         assert_eq!(p.cost.docs, Some(20), "scans cost the partitions' counts");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pinned_key_with_an_id_range_streams_in_id_order() {
+        let (_dir, router) = router(200).await;
+        let ns = Namespace::new("t", "sharded").unwrap();
+        // The shard key's own index adds nothing once the key is pinned.
+        router
+            .create_indexes_now(&ns, &[doc! {"key": {"k": "hashed"}, "name": "k_hashed"}])
+            .unwrap();
+        let spec = FindSpec {
+            filter: filter(doc! {"k": 3, "_id": {"$gte": 50}}),
+            sort: Some(SortSpec::parse(&doc! {"_id": -1}).unwrap()),
+            limit: Some(5),
+            ..FindSpec::default()
+        };
+        let p = plan_of(&router, "sharded", spec.clone());
+        assert!(p.index.is_none());
+        assert_eq!(p.parts.len(), 1);
+        let Access::KeyHashes {
+            hashes,
+            from,
+            reverse,
+            ..
+        } = &p.parts[0].access
+        else {
+            panic!("not a key read: {:?}", p.parts[0].access);
+        };
+        assert_eq!(hashes.len(), 1);
+        assert!(*reverse);
+        assert!(matches!(from, Bound::Included(_)));
+        assert_eq!(p.sort, SortStrategy::Streamed);
+
+        let ids: Vec<i32> = router
+            .find_stream(&ns, spec.clone())
+            .unwrap()
+            .map(|d| d.unwrap().get_i32("_id").unwrap())
+            .collect();
+        assert_eq!(ids, [193, 183, 173, 163, 153]);
+        let explained = router.explain_now(&ns, &spec).unwrap();
+        let examined: u64 = explained.runs.iter().map(|r| r.examined).sum();
+        assert_eq!(examined, 5, "the read stops at the limit");
+
+        // A hint keeps the index.
+        let p = plan_of(
+            &router,
+            "sharded",
+            FindSpec {
+                hint: Some(Hint::Name("k_hashed".into())),
+                ..spec
+            },
+        );
+        assert!(p.index.is_some());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
