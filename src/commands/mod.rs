@@ -43,7 +43,8 @@ pub mod write_concern;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use bson::{doc, Binary, Bson, Document};
+use bson::raw::cstr;
+use bson::{doc, rawdoc, Binary, Bson, Document, RawDocumentBuf};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::interrupt::{self, Operation};
@@ -72,7 +73,7 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
             command: name.clone(),
             charge: charges.iter().map(|c| c.micro).sum(),
             millis: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
-            activity_id: bson::Uuid::new().to_string(),
+            activity: state::ActivityId::next(),
         });
     }
     let result = result.and_then(|reply| {
@@ -84,7 +85,7 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
         }
         Ok(reply)
     });
-    let mut reply = match result {
+    let reply = match result {
         Ok(mut reply) => {
             if !reply.contains_key("ok") {
                 reply.insert("ok", 1.0);
@@ -104,10 +105,19 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
             reply
         }
     };
+    reply
+}
+
+/// The bytes of a reply document with `$clusterTime` and `operationTime`
+/// added, as a mongos sends them. They are appended to the encoded reply
+/// rather than inserted in the document: every reply carries them, and
+/// building their nested documents cost more than most replies.
+pub fn encode_reply(state: &ServerState, reply: &Document) -> bson::error::Result<Vec<u8>> {
     let time = state.tick_cluster_time();
-    reply.insert(
-        "$clusterTime",
-        doc! {
+    let mut raw = RawDocumentBuf::try_from(reply)?;
+    raw.append(
+        cstr!("$clusterTime"),
+        rawdoc! {
             "clusterTime": time,
             "signature": {
                 "hash": Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] },
@@ -115,8 +125,8 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
             },
         },
     );
-    reply.insert("operationTime", time);
-    reply
+    raw.append(cstr!("operationTime"), time);
+    Ok(raw.into_bytes())
 }
 
 /// Commands that answer without the catalog: they do not ask first
@@ -195,7 +205,7 @@ async fn run(
             format!("{name} may only be run against the admin database."),
         ));
     }
-    let write_concern_error = write_concern::check(&name, &body)?;
+    let write_concern = write_concern::check(&name, &body)?;
     state.counters.op_command.fetch_add(1, Ordering::Relaxed);
     let retry = retry::is_retryable_write(&name)
         .then(|| retry::retry_key(&body))
@@ -218,7 +228,13 @@ async fn run(
     }
     let mut stale = 0;
     let mut reply = loop {
-        match (entry.handler)(&req).await {
+        let handled = (entry.handler)(&req);
+        let handled = if write_concern.journal {
+            handled.await
+        } else {
+            crate::router::without_journal_wait(handled).await
+        };
+        match handled {
             // Another gateway changed the catalog while the command ran,
             // and the store refused what it wrote whole: reload, retry.
             Err(e) if e.code == ErrorCode::StaleConfig && stale < STALE_RETRIES => {
@@ -228,7 +244,7 @@ async fn run(
             done => break done?,
         }
     };
-    if let Some(e) = write_concern_error {
+    if let Some(e) = write_concern.error {
         reply.insert("writeConcernError", e);
     }
     if let Some((session, txn)) = retry {

@@ -37,7 +37,12 @@ pub fn replaces_last_request(command: &str) -> bool {
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     let last = req.conn.last_request();
     let (command, charge, millis, activity) = match last {
-        Some(l) => (l.command, l.charge, l.millis, l.activity_id),
+        Some(l) => (
+            l.command,
+            l.charge,
+            l.millis,
+            l.activity.to_uuid().to_string(),
+        ),
         None => (String::new(), 0, 0, String::new()),
     };
     Ok(doc! {

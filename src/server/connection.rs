@@ -32,7 +32,7 @@ use super::WarnLimit;
 use crate::commands::{self, ConnectionInfo, ServerState};
 use crate::error::{Error, ErrorCode};
 use crate::query::interrupt::Probe;
-use crate::wire::message::checked_document;
+use crate::wire::message::checked_body;
 use crate::wire::{BsonCheckError, Command, Message, MessageCodec, Reply};
 
 /// Bad frames from many connections (a fuzzer, a confused client) would
@@ -132,7 +132,7 @@ async fn respond(
             if msg.more_to_come() {
                 return None;
             }
-            Some(encode(&body).map(|body| Reply::Msg {
+            Some(encode_reply(state, &body).map(|body| Reply::Msg {
                 response_to: msg.request_id,
                 body,
             }))
@@ -148,7 +148,7 @@ async fn respond(
                 }
                 Err(e) => error_reply(&e),
             };
-            Some(encode(&body).map(|body| Reply::Legacy {
+            Some(encode_reply(state, &body).map(|body| Reply::Legacy {
                 response_to: q.request_id,
                 body,
             }))
@@ -255,6 +255,17 @@ fn client_connected(socket: &TcpStream) -> bool {
     }
 }
 
+/// A command's reply, with the cluster time every reply carries.
+fn encode_reply(state: &ServerState, doc: &Document) -> Option<Vec<u8>> {
+    match commands::encode_reply(state, doc) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::error!("cannot encode reply: {e}");
+            None
+        }
+    }
+}
+
 fn encode(doc: &Document) -> Option<Vec<u8>> {
     match doc.to_vec() {
         Ok(v) => Some(v),
@@ -286,7 +297,7 @@ fn legacy_command(full_name: &str, query: &[u8]) -> Result<Document, Error> {
             format!("OP_QUERY is only supported for commands, not for {full_name}; use OP_MSG"),
         ));
     };
-    let mut cmd = checked_document(query).map_err(|e| bson_error(&e))?;
+    let mut cmd = checked_body(query).map_err(|e| bson_error(&e))?;
     // Old drivers wrap the command as {$query: {...}, $readPreference: ...}.
     if let Some(Bson::Document(inner)) = cmd.get("$query") {
         cmd = inner.clone();

@@ -3,7 +3,7 @@
 //! Every length read from the wire is checked before it is used; a
 //! malformed message is a [`WireError`] that ends its connection.
 
-use bson::{Document, RawDocument};
+use bson::{Bson, Document, RawDocument};
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::validate::{check_document, BsonCheckError};
@@ -68,7 +68,7 @@ impl OpMsg {
     /// still as bytes (an `insert` can store them as they came). Every
     /// document is validated first, without recursion.
     pub fn command(&self) -> Result<Command, BsonCheckError> {
-        let body = checked_document(&self.body)?;
+        let body = checked_body(&self.body)?;
         for (_, docs) in &self.sequences {
             for d in docs {
                 check_document(d)?;
@@ -87,6 +87,24 @@ pub struct Command {
     pub body: Document,
     /// `(identifier, validated BSON documents)` of each kind-1 section.
     pub sequences: Vec<(String, Vec<Bytes>)>,
+}
+
+/// Validates a command body, then turns it into a document, leaving out
+/// `$clusterTime`: drivers echo the last one they saw on every command,
+/// nothing here reads it (without authentication it carries no proof
+/// either), and it is three nested documents to build.
+pub fn checked_body(bytes: &[u8]) -> Result<Document, BsonCheckError> {
+    check_document(bytes)?;
+    let invalid = |e: bson::error::Error| BsonCheckError::Invalid(e.to_string());
+    let raw = RawDocument::from_bytes(bytes).map_err(invalid)?;
+    let mut body = Document::new();
+    for element in raw {
+        let (key, value) = element.map_err(invalid)?;
+        if key != "$clusterTime" {
+            body.insert(key.as_str(), Bson::try_from(value).map_err(invalid)?);
+        }
+    }
+    Ok(body)
 }
 
 /// Validates BSON bytes, then turns them into a document.
