@@ -10,7 +10,9 @@
 # beside the repository), CEILING_PORT (27200), SHARDGATE_PORT (27300),
 # CONCURRENCY (1,16), LOG (where the output is also written), SKIP_BUILD=1 (use
 # the binaries already built), SHARDGATE_BIN (another server build, e.g. for a
-# before/after comparison).
+# before/after comparison), URI_OPTIONS (appended to both servers' URIs, e.g.
+# `&w=1&journal=false` for writes acknowledged before the journal sync),
+# SHARDGATE_ARGS (extra server flags).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,7 +41,7 @@ ceiling_pid=$!
 pids+=("$ceiling_pid")
 echo "== starting shardgate on 127.0.0.1:$shardgate_port, data in $data_dir"
 "${SHARDGATE_BIN:-$repo/target/release/shardgate}" --bind "127.0.0.1:$shardgate_port" --data-dir "$data_dir" \
-    --log-level warn >/tmp/shardgate-bench-server.log 2>&1 &
+    --log-level warn ${SHARDGATE_ARGS:-} >/tmp/shardgate-bench-server.log 2>&1 &
 shardgate_pid=$!
 pids+=("$shardgate_pid")
 wait_for_port "$ceiling_port" ceiling "$ceiling_pid"
@@ -47,8 +49,8 @@ wait_for_port "$shardgate_port" shardgate "$shardgate_pid"
 
 echo "== benchmark (output also in $log)"
 "$repo/target/release/shardgate-bench" \
-    --uri "mongodb://127.0.0.1:$shardgate_port/?directConnection=true" \
-    --compare-uri "mongodb://127.0.0.1:$ceiling_port/?directConnection=true" \
+    --uri "mongodb://127.0.0.1:$shardgate_port/?directConnection=true${URI_OPTIONS:-}" \
+    --compare-uri "mongodb://127.0.0.1:$ceiling_port/?directConnection=true${URI_OPTIONS:-}" \
     --concurrency "$concurrency" \
     --rss-pid "$shardgate_pid" \
     "$@" 2>&1 | tee "$log"

@@ -78,6 +78,13 @@ pub struct Config {
     #[arg(long, default_value_t = 256)]
     pub cache_mb: u64,
 
+    /// Most milliseconds between the embedded engine's journal syncs of
+    /// writes acknowledged with `j: false` (mongod's
+    /// `journalCommitInterval`). Other writes are synced before their
+    /// reply.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=500))]
+    pub journal_commit_interval_ms: u64,
+
     /// Physical partitions of a newly sharded collection when
     /// `shardCollection` names no `numInitialChunks`.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=8192))]
@@ -168,6 +175,7 @@ impl Config {
             Backend::Embedded => crate::storage::embedded::EmbeddedEngine::open_store(
                 &self.data_dir,
                 self.cache_mb * 1024 * 1024,
+                std::time::Duration::from_millis(self.journal_commit_interval_ms),
             )?,
             Backend::Memory => crate::storage::memory::MemoryEngine::store().0,
             Backend::Postgres => {

@@ -12,6 +12,7 @@ use std::{
 
 use compat_tests::{
     bson::{doc, Bson, Document},
+    mongodb::options::{Acknowledgment, CollectionOptions, WriteConcern},
     TestServer,
 };
 use futures::TryStreamExt;
@@ -19,11 +20,13 @@ use futures::TryStreamExt;
 const WRITERS: usize = 6;
 
 /// Runs `WRITERS` clients inserting until `stop` is set or the server goes
-/// away; returns every acknowledged `_id`.
+/// away, with write concern `wc` (the default when `None`); returns every
+/// acknowledged `_id`.
 async fn load(
     srv: &TestServer,
     round: usize,
     stop: Arc<AtomicBool>,
+    wc: Option<WriteConcern>,
 ) -> Vec<tokio::task::JoinHandle<Vec<String>>> {
     let mut handles = Vec::new();
     for w in 0..WRITERS {
@@ -34,8 +37,13 @@ async fn load(
             })
             .await;
         let stop = stop.clone();
+        let options = CollectionOptions::builder()
+            .write_concern(wc.clone())
+            .build();
         handles.push(tokio::spawn(async move {
-            let coll = client.database("crash").collection::<Document>("c");
+            let coll = client
+                .database("crash")
+                .collection_with_options::<Document>("c", options);
             let mut acked = Vec::new();
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -85,12 +93,30 @@ async fn all_ids(srv: &TestServer) -> HashSet<String> {
 
 #[tokio::test]
 async fn acknowledged_writes_survive_kill_9() {
+    kill_9_under_writers(None).await;
+}
+
+/// `j: false` acknowledges before the journal sync, but not before the
+/// journal write reached the operating system: a killed process loses
+/// nothing either.
+#[tokio::test]
+async fn writes_acknowledged_without_the_journal_survive_kill_9() {
+    let unjournaled = WriteConcern::builder()
+        .w(Acknowledgment::Nodes(1))
+        .journal(false)
+        .build();
+    kill_9_under_writers(Some(unjournaled)).await;
+}
+
+/// Kills the server twice under `WRITERS` inserting clients, and checks
+/// after each restart that every acknowledged document is there.
+async fn kill_9_under_writers(wc: Option<WriteConcern>) {
     let mut srv = TestServer::start().await;
     let acked_all: Arc<Mutex<Vec<String>>> = Arc::default();
 
     for round in 0..2 {
         let stop = Arc::new(AtomicBool::new(false));
-        let handles = load(&srv, round, stop.clone()).await;
+        let handles = load(&srv, round, stop.clone(), wc.clone()).await;
         // Let the load run, then kill the server in the middle of it.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         srv.kill9();

@@ -34,12 +34,26 @@ const WRITE_COMMANDS: &[&str] = &[
     "update",
 ];
 
-/// Checks the command's `writeConcern`. Fails when it is malformed;
-/// returns the `writeConcernError` to put in a write command's reply when
-/// it cannot be satisfied.
-pub fn check(command: &str, body: &Document) -> Result<Option<Document>> {
+/// What a command's `writeConcern` asks of its reply.
+#[derive(Debug, Default, PartialEq)]
+pub struct Checked {
+    /// The `writeConcernError` to put in a write command's reply when the
+    /// write concern cannot be satisfied.
+    pub error: Option<Document>,
+    /// False when the client asked not to wait for the journal
+    /// (`j: false`, without `w: "majority"` or `fsync`): the write is
+    /// acknowledged once it survives a crash of the process, and synced
+    /// within `--journal-commit-interval-ms`.
+    pub journal: bool,
+}
+
+/// Checks the command's `writeConcern`. Fails when it is malformed.
+pub fn check(command: &str, body: &Document) -> Result<Checked> {
     let Some(wc) = body.get("writeConcern") else {
-        return Ok(None);
+        return Ok(Checked {
+            error: None,
+            journal: true,
+        });
     };
     let Bson::Document(wc) = wc else {
         return Err(Error::type_mismatch(format!(
@@ -47,30 +61,44 @@ pub fn check(command: &str, body: &Document) -> Result<Option<Document>> {
             type_name(wc)
         )));
     };
-    let unsatisfiable = parse(wc)?;
-    if !WRITE_COMMANDS.contains(&command) {
-        return Ok(None);
-    }
-    Ok(unsatisfiable.map(|e| {
-        doc! {
-            "code": e.code.number(),
-            "codeName": e.code.name().as_ref(),
-            "errmsg": e.message,
-            "errInfo": {"writeConcern": wc.clone()},
-        }
-    }))
+    let parsed = parse(wc)?;
+    let error = parsed
+        .unsatisfiable
+        .filter(|_| WRITE_COMMANDS.contains(&command))
+        .map(|e| {
+            doc! {
+                "code": e.code.number(),
+                "codeName": e.code.name().as_ref(),
+                "errmsg": e.message,
+                "errInfo": {"writeConcern": wc.clone()},
+            }
+        });
+    Ok(Checked {
+        error,
+        journal: parsed.journal,
+    })
 }
 
-/// Parses a write concern document; returns why it cannot be satisfied,
-/// if it cannot.
-fn parse(wc: &Document) -> Result<Option<Error>> {
+/// A parsed write concern.
+struct Parsed {
+    /// Why it cannot be satisfied, if it cannot.
+    unsatisfiable: Option<Error>,
+    journal: bool,
+}
+
+/// Parses a write concern document.
+fn parse(wc: &Document) -> Result<Parsed> {
     let mut unsatisfiable = None;
-    let mut j = false;
+    let mut j = None;
     let mut fsync = false;
+    let mut majority = false;
     for (field, value) in wc {
         match field.as_str() {
-            "w" => unsatisfiable = parse_w(value)?,
-            "j" => j = safe_bool(field, value)?,
+            "w" => {
+                unsatisfiable = parse_w(value)?;
+                majority = matches!(value, Bson::String(m) if m == "majority");
+            }
+            "j" => j = Some(safe_bool(field, value)?),
             "fsync" => fsync = safe_bool(field, value)?,
             // Any value: a number that is not one counts as 0.
             "wtimeout" => {}
@@ -84,12 +112,15 @@ fn parse(wc: &Document) -> Result<Option<Error>> {
             }
         }
     }
-    if j && fsync {
+    if j == Some(true) && fsync {
         return Err(Error::failed_to_parse(
             "fsync and j options cannot be used together",
         ));
     }
-    Ok(unsatisfiable)
+    Ok(Parsed {
+        unsatisfiable,
+        journal: j != Some(false) || fsync || majority,
+    })
 }
 
 fn parse_w(w: &Bson) -> Result<Option<Error>> {
@@ -178,7 +209,14 @@ mod tests {
     fn wc_error(wc: Bson) -> Option<i32> {
         check("insert", &doc! {"insert": "c", "writeConcern": wc})
             .unwrap()
+            .error
             .map(|d| d.get_i32("code").unwrap())
+    }
+
+    fn journal(wc: Document) -> bool {
+        check("insert", &doc! {"insert": "c", "writeConcern": wc})
+            .unwrap()
+            .journal
     }
 
     #[test]
@@ -224,6 +262,18 @@ mod tests {
         assert_eq!(wc_error(Bson::Document(doc! {"w": {"dc": 1}})), Some(100));
         // Reads have nothing to report.
         let find = check("find", &doc! {"find": "c", "writeConcern": {"w": 2}}).unwrap();
-        assert!(find.is_none());
+        assert!(find.error.is_none());
+    }
+
+    #[test]
+    fn only_an_explicit_j_false_skips_the_journal_wait() {
+        assert!(check("insert", &doc! {"insert": "c"}).unwrap().journal);
+        assert!(journal(doc! {}));
+        assert!(journal(doc! {"w": 1}));
+        assert!(journal(doc! {"w": 1, "j": true}));
+        assert!(!journal(doc! {"w": 1, "j": false}));
+        assert!(!journal(doc! {"j": 0}));
+        assert!(journal(doc! {"w": "majority", "j": false}));
+        assert!(journal(doc! {"j": false, "fsync": true}));
     }
 }

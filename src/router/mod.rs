@@ -146,6 +146,18 @@ pub(crate) fn decode_record(key: RecordKey, value: &[u8]) -> Result<Record> {
     })
 }
 
+tokio::task_local! {
+    /// Set while a command runs whose write concern is `j: false`.
+    static UNJOURNALED: ();
+}
+
+/// Runs a command whose writes are acknowledged once they survive a crash
+/// of the process, without waiting for the journal sync (a write concern
+/// of `j: false`); the sync follows within the store's commit interval.
+pub async fn without_journal_wait<F: std::future::Future>(command: F) -> F::Output {
+    UNJOURNALED.scope((), command).await
+}
+
 /// A partition a query reads: its name and, for a sharded collection,
 /// its hash range.
 #[derive(Debug, Clone)]
@@ -256,10 +268,14 @@ impl Router {
         Ok(blocking::wait(self.store.apply(batch))?)
     }
 
-    /// Waits until the commit `seq` is durable.
+    /// Waits until the commit `seq` is durable; inside
+    /// [`without_journal_wait`], until it survives a crash of the process.
     pub async fn durable(&self, seq: u64) -> Result<()> {
         if seq == 0 {
             return Ok(());
+        }
+        if UNJOURNALED.try_with(|_| ()).is_ok() {
+            return Ok(self.store.written(seq).await?);
         }
         Ok(self.store.durable(seq).await?)
     }

@@ -7,13 +7,17 @@
 //! before that sync started is released by it. Under load one sync covers
 //! every writer that arrived while the previous sync ran.
 //!
+//! Writes nobody waits for (a write concern of `j: false`) are synced by
+//! the same thread at most `interval` after they were issued, as mongod's
+//! `journalCommitInterval` does.
+//!
 //! Dropping the [`GroupCommit`] stops the thread and waits for it, after
 //! a last sync of anything still pending.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::watch;
@@ -45,8 +49,9 @@ struct SyncState {
 }
 
 impl GroupCommit {
-    /// Starts the syncer thread.
-    pub fn start(sync: SyncFn) -> Arc<GroupCommit> {
+    /// Starts the syncer thread; writes not waited for are synced within
+    /// `interval`.
+    pub fn start(sync: SyncFn, interval: Duration) -> Arc<GroupCommit> {
         let (synced, _) = watch::channel(SyncState {
             upto: 0,
             failed: false,
@@ -61,7 +66,7 @@ impl GroupCommit {
         let worker = shared.clone();
         let thread = thread::Builder::new()
             .name("shardgate-sync".into())
-            .spawn(move || worker.run(sync));
+            .spawn(move || worker.run(sync, interval));
         let thread = match thread {
             Ok(t) => Some(t),
             Err(e) => {
@@ -123,14 +128,22 @@ impl Drop for GroupCommit {
 }
 
 impl Shared {
-    fn run(&self, sync: SyncFn) {
+    /// Whether writes were issued since the last sync started.
+    fn unsynced(&self) -> bool {
+        self.issued.load(Ordering::Acquire) > self.synced.borrow().upto
+    }
+
+    fn run(&self, sync: SyncFn, interval: Duration) {
         loop {
             {
                 let mut pending = self.pending.lock();
                 while !*pending && !self.stopping.load(Ordering::Acquire) {
-                    self.wake.wait(&mut pending);
+                    let timed_out = self.wake.wait_for(&mut pending, interval).timed_out();
+                    if timed_out && self.unsynced() {
+                        break;
+                    }
                 }
-                if !*pending {
+                if !*pending && !self.unsynced() {
                     return;
                 }
                 *pending = false;
@@ -151,6 +164,9 @@ impl Shared {
                     s.upto = target;
                 }
             });
+            if failed && self.stopping.load(Ordering::Acquire) {
+                return;
+            }
         }
     }
 }
@@ -160,15 +176,20 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
+    const INTERVAL: Duration = Duration::from_millis(100);
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_writers_share_syncs() {
         let syncs = Arc::new(AtomicUsize::new(0));
         let counter = syncs.clone();
-        let gc = GroupCommit::start(Box::new(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(std::time::Duration::from_millis(5));
-            Ok(())
-        }));
+        let gc = GroupCommit::start(
+            Box::new(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                Ok(())
+            }),
+            INTERVAL,
+        );
         let mut tasks = Vec::new();
         for _ in 0..64 {
             let gc = gc.clone();
@@ -188,10 +209,13 @@ mod tests {
     async fn dropping_stops_the_thread_after_a_last_sync() {
         let syncs = Arc::new(AtomicUsize::new(0));
         let counter = syncs.clone();
-        let gc = GroupCommit::start(Box::new(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            Ok(())
-        }));
+        let gc = GroupCommit::start(
+            Box::new(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }),
+            INTERVAL,
+        );
         let t = gc.ticket();
         gc.wait(t).await.unwrap();
         drop(gc);
@@ -200,8 +224,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn writes_nobody_waits_for_are_synced_within_the_interval() {
+        let syncs = Arc::new(AtomicUsize::new(0));
+        let counter = syncs.clone();
+        let gc = GroupCommit::start(
+            Box::new(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }),
+            Duration::from_millis(20),
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(syncs.load(Ordering::SeqCst), 0, "nothing to sync, no sync");
+        let t = gc.ticket();
+        let mut synced = gc.shared.synced.subscribe();
+        let waited =
+            tokio::time::timeout(Duration::from_secs(5), synced.wait_for(|s| s.upto >= t)).await;
+        assert!(waited.is_ok(), "the unwaited write was never synced");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(syncs.load(Ordering::SeqCst), 1, "one write, one sync");
+    }
+
+    #[tokio::test]
     async fn a_failed_sync_fails_the_waiters() {
-        let gc = GroupCommit::start(Box::new(|| Err(StorageError::Engine("disk".into()))));
+        let gc = GroupCommit::start(
+            Box::new(|| Err(StorageError::Engine("disk".into()))),
+            INTERVAL,
+        );
         let t = gc.ticket();
         assert!(gc.wait(t).await.is_err());
     }

@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -158,12 +159,26 @@ impl KvRead for Spaces {
 
 impl EmbeddedEngine {
     /// Opens (or creates) the store in `dir`, recovering from the journal.
-    pub fn open_store(dir: &Path, cache_bytes: u64) -> StorageResult<Arc<KvStore>> {
-        Ok(KvStore::new(EmbeddedEngine::open(dir, cache_bytes)?))
+    pub fn open_store(
+        dir: &Path,
+        cache_bytes: u64,
+        commit_interval: Duration,
+    ) -> StorageResult<Arc<KvStore>> {
+        Ok(KvStore::new(EmbeddedEngine::open(
+            dir,
+            cache_bytes,
+            commit_interval,
+        )?))
     }
 
-    /// Opens (or creates) the database in `dir`, recovering from the journal.
-    pub fn open(dir: &Path, cache_bytes: u64) -> StorageResult<Arc<EmbeddedEngine>> {
+    /// Opens (or creates) the database in `dir`, recovering from the
+    /// journal. Writes nobody waits to be durable are synced within
+    /// `commit_interval`.
+    pub fn open(
+        dir: &Path,
+        cache_bytes: u64,
+        commit_interval: Duration,
+    ) -> StorageResult<Arc<EmbeddedEngine>> {
         std::fs::create_dir_all(dir)
             .map_err(|e| StorageError::Engine(format!("cannot create {}: {e}", dir.display())))?;
         let db = Database::builder(dir.join("engine"))
@@ -190,19 +205,24 @@ impl EmbeddedEngine {
             .map_err(engine_err)?;
         let sync_db = db.clone();
         let journal = Mutex::new(ActiveJournal::new(dir.join("engine")));
-        let group = GroupCommit::start(Box::new(move || {
-            // Hand the journal's buffered bytes to the OS (brief, under
-            // fjall's journal lock), then sync the file outside that lock
-            // so writers keep appending while the disk works.
-            sync_db.persist(PersistMode::Buffer).map_err(engine_err)?;
-            match journal.lock().sync() {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    tracing::warn!("journal sync by file failed ({e}); syncing through the engine");
-                    sync_db.persist(PersistMode::SyncData).map_err(engine_err)
+        let group = GroupCommit::start(
+            Box::new(move || {
+                // Hand the journal's buffered bytes to the OS (brief, under
+                // fjall's journal lock), then sync the file outside that lock
+                // so writers keep appending while the disk works.
+                sync_db.persist(PersistMode::Buffer).map_err(engine_err)?;
+                match journal.lock().sync() {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        tracing::warn!(
+                            "journal sync by file failed ({e}); syncing through the engine"
+                        );
+                        sync_db.persist(PersistMode::SyncData).map_err(engine_err)
+                    }
                 }
-            }
-        }));
+            }),
+            commit_interval,
+        );
         Ok(Arc::new(EmbeddedEngine {
             db,
             spaces: Spaces {
@@ -255,6 +275,13 @@ impl KvEngine for EmbeddedEngine {
         Box::pin(async move { group.wait(seq).await })
     }
 
+    /// Hands the journal's buffered bytes, this commit's among them, to
+    /// the OS; the group commit syncs them within its interval.
+    fn written(&self, _seq: CommitSeq) -> BoxFuture<'static, StorageResult<()>> {
+        let flushed = self.db.persist(PersistMode::Buffer).map_err(engine_err);
+        Box::pin(async move { flushed })
+    }
+
     fn disk_bytes(&self) -> u64 {
         self.db.disk_space().unwrap_or(0)
     }
@@ -281,7 +308,7 @@ mod tests {
     async fn writes_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let e = EmbeddedEngine::open(dir.path(), 1 << 20).unwrap();
+            let e = EmbeddedEngine::open(dir.path(), 1 << 20, Duration::from_millis(100)).unwrap();
             let seq = e
                 .write(vec![
                     put(Space::Records, b"k1", b"v1"),
@@ -291,7 +318,7 @@ mod tests {
                 .unwrap();
             e.durable(seq).await.unwrap();
         }
-        let e = EmbeddedEngine::open(dir.path(), 1 << 20).unwrap();
+        let e = EmbeddedEngine::open(dir.path(), 1 << 20, Duration::from_millis(100)).unwrap();
         assert_eq!(
             KvRead::get(&*e, Space::Records, b"k1").unwrap(),
             Some(b"v1".to_vec())
@@ -310,7 +337,7 @@ mod tests {
     #[test]
     fn scans_are_ordered_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let e = EmbeddedEngine::open(dir.path(), 1 << 20).unwrap();
+        let e = EmbeddedEngine::open(dir.path(), 1 << 20, Duration::from_millis(100)).unwrap();
         let ops = [b"a3", b"a1", b"b1", b"a2"]
             .into_iter()
             .map(|k| put(Space::Records, k, b""))

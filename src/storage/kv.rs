@@ -73,6 +73,12 @@ pub trait KvEngine: KvRead {
 
     fn durable(&self, seq: CommitSeq) -> BoxFuture<'static, StorageResult<()>>;
 
+    /// Resolves once the commit `seq` survives a crash of this process
+    /// (not necessarily of the machine); by default, once durable.
+    fn written(&self, seq: CommitSeq) -> BoxFuture<'static, StorageResult<()>> {
+        self.durable(seq)
+    }
+
     fn disk_bytes(&self) -> u64;
 
     fn close(&self) -> StorageResult<()>;
@@ -262,6 +268,10 @@ impl Store for KvStore {
 
     fn durable(&self, seq: CommitSeq) -> StoreFuture<()> {
         self.engine.durable(seq)
+    }
+
+    fn written(&self, seq: CommitSeq) -> StoreFuture<()> {
+        self.engine.written(seq)
     }
 
     fn clear_collection(&self, collection: u64) -> StoreFuture<CommitSeq> {

@@ -253,6 +253,13 @@ pub trait Store: Send + Sync + 'static {
     /// Resolves once everything up to `seq` survives a crash.
     fn durable(&self, seq: CommitSeq) -> StoreFuture<()>;
 
+    /// Resolves once everything up to `seq` survives a crash of this
+    /// process, though perhaps not a power loss: what a write concern of
+    /// `j: false` waits for. By default, once durable.
+    fn written(&self, seq: CommitSeq) -> StoreFuture<()> {
+        self.durable(seq)
+    }
+
     /// Removes every record, entry and counter of a collection (not its
     /// metadata); may take several commits, the last one returned.
     fn clear_collection(&self, collection: u64) -> StoreFuture<CommitSeq>;
