@@ -841,6 +841,39 @@ async fn a_range_of_id_within_one_key_value_reads_only_what_it_returns() {
     assert_eq!(num(stats, "nReturned"), 50, "{e}");
     assert_eq!(num(stats, "totalDocsExamined"), 50, "{e}");
     assert!(!format!("{e}").contains("\"SORT\""), "a sort stage: {e}");
+
+    // The same read as an aggregation: `$match`, `$sort`, `$limit` give
+    // the unsharded answer, and the limit stops the read, as its request
+    // charge shows (one connection, so the statistics are this one's).
+    let one = srv.client_with(|o| o.max_pool_size = Some(1)).await;
+    let db = one.database("r");
+    let mut charges = Vec::new();
+    for limit in [None, Some(2)] {
+        let mut pipeline = vec![
+            doc! {"$match": {"tenant": "t03", "_id": {"$gte": 500}}},
+            doc! {"$sort": {"_id": -1}},
+        ];
+        pipeline.extend(limit.map(|l| doc! {"$limit": l}));
+        let mut results = Vec::new();
+        // The sharded collection last: its charge is the one read below.
+        for name in ["plain", "t"] {
+            let c = db.collection::<Document>(name);
+            let cursor = c.aggregate(pipeline.clone()).await.unwrap();
+            let docs: Vec<Document> = cursor.try_collect().await.unwrap();
+            results.push(docs);
+        }
+        assert_eq!(ids(&results[1]), ids(&results[0]), "limit {limit:?}");
+        let stats = db
+            .run_command(doc! {"getLastRequestStatistics": 1})
+            .await
+            .unwrap();
+        charges.push(stats.get_f64("RequestCharge").unwrap());
+    }
+    assert!(
+        charges[1] * 2.0 < charges[0],
+        "2 documents should cost far less than all {}: {charges:?}",
+        1500 / 16
+    );
 }
 
 #[tokio::test]

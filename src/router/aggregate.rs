@@ -11,6 +11,7 @@ use std::time::Instant;
 use bson::{doc, Bson, Document};
 
 use super::merge::{Merge, Row, RowStream};
+use super::plan::SortStrategy;
 use super::{access_records, filter_records, DocStream, Namespace, Router};
 use crate::aggregate::parse_update;
 use crate::aggregate::{
@@ -333,32 +334,37 @@ async fn merge_one(
 impl Router {
     /// The documents of each partition of `ns` that `filter` targets and
     /// matches, as lazy streams (through one snapshot when there are
-    /// several), following the query plan.
-    fn partition_inputs(&self, ns: &Namespace, filter: Option<&Filter>) -> Result<Vec<DocStream>> {
-        let whole = || -> Result<Vec<DocStream>> {
-            let spec = super::FindSpec {
-                filter: filter.cloned(),
-                ..super::FindSpec::default()
-            };
-            Ok(vec![self.find_stream(ns, spec)?])
-        };
-        // The generated `config` collections are one stream.
-        let Some(coll) = self.catalog.get(ns) else {
-            return whole();
-        };
-        let reader = self.reader_for(&coll);
+    /// several), following the query plan; and whether each stream comes
+    /// in `sort` order already.
+    fn partition_inputs(
+        &self,
+        ns: &Namespace,
+        filter: Option<&Filter>,
+        sort: Option<&SortSpec>,
+    ) -> Result<(Vec<DocStream>, bool)> {
         let spec = super::FindSpec {
             filter: filter.cloned(),
+            sort: sort.cloned(),
             ..super::FindSpec::default()
         };
-        let plan = self.plan(&coll, &spec, &reader)?;
+        // The generated `config` collections are one stream, sorted by
+        // the pipeline.
+        let Some(coll) = self.catalog.get(ns) else {
+            let whole = super::FindSpec { sort: None, ..spec };
+            return Ok((vec![self.find_stream(ns, whole)?], false));
+        };
+        let reader = self.reader_for(&coll);
+        // The plan without Cosmos DB's strict sort rule: the pipeline's
+        // `$sort` is not a query's.
+        let plan = super::plan::plan(&coll, &spec, &reader)?;
         let mut inputs = Vec::new();
         for part in &plan.parts {
             let records = access_records(&reader, coll.id, &plan, part, filter, None);
             let docs = filter_records(records, filter.cloned()).map(|r| r.map(|(rec, _)| rec.doc));
             inputs.push(Box::new(docs) as DocStream);
         }
-        Ok(inputs)
+        let in_order = sort.is_some() && plan.sort == SortStrategy::Streamed;
+        Ok((inputs, in_order))
     }
 
     /// Parses and runs `stages` over `ns`: a leading `$match` picks the
@@ -385,9 +391,16 @@ impl Router {
             &bound[..]
         };
         let (filter, rest) = leading_match(stages)?;
+        let sort = leading_sort(rest);
+        let (inputs, in_order) = self.partition_inputs(ns, filter.as_ref(), sort.as_ref())?;
+        // One input already in the `$sort`'s order needs no sort stage, so
+        // a `$limit` after it stops the read.
+        let rest = match rest.split_first() {
+            Some((_, after_sort)) if in_order && inputs.len() <= 1 => after_sort,
+            _ => rest,
+        };
         let pipeline = Pipeline::parse(rest, parse)?;
-        let inputs: Vec<DocStream> = self
-            .partition_inputs(ns, filter.as_ref())?
+        let inputs: Vec<DocStream> = inputs
             .into_iter()
             .map(|input| until(deadline, input))
             .collect();
@@ -441,6 +454,23 @@ fn partition_rows(
 
 /// Takes the leading `$match` stages off a pipeline: they become the
 /// filter records are read with (and the partitions targeted by).
+/// The order a `$sort` first in `stages` asks for, when it is one a
+/// query plan can stream (no `$meta`); a `$sort` it cannot parse is left
+/// to the pipeline, which reports the error.
+fn leading_sort(stages: &[Bson]) -> Option<SortSpec> {
+    let Some(Bson::Document(first)) = stages.first() else {
+        return None;
+    };
+    if first.len() != 1 {
+        return None;
+    }
+    let spec = first.get_document("$sort").ok()?;
+    if spec.values().any(|v| matches!(v, Bson::Document(_))) {
+        return None;
+    }
+    SortSpec::parse(spec).ok()
+}
+
 pub fn leading_match(stages: &[Bson]) -> Result<(Option<Filter>, &[Bson])> {
     let mut conditions = Vec::new();
     let mut rest = stages;
