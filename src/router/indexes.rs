@@ -153,10 +153,19 @@ impl IndexWrites {
     }
 
     /// The entries (key → value) `doc` gives every index.
-    fn entries(&self, doc: &Document, id_key: &[u8], hash: i64) -> Result<Vec<(usize, EntryKeys)>> {
+    fn entries(
+        &self,
+        doc: &Document,
+        id_key: &[u8],
+        hash: i64,
+        skip: &[bool],
+    ) -> Result<Vec<(usize, EntryKeys)>> {
         let partition = self.partitions.start_of(hash);
         let mut out = Vec::with_capacity(self.indexes.len());
         for (i, index) in self.indexes.iter().enumerate() {
+            if skip.get(i).copied().unwrap_or(false) {
+                continue;
+            }
             let keys = index.keys_of(doc)?;
             let entries = keys
                 .keys
@@ -244,16 +253,26 @@ impl IndexWrites {
         if self.indexes.is_empty() {
             return Ok(ops);
         }
+        // Entries both documents give (under the same hash) stay as they are.
+        let same_hash = matches!((old, new), (Some((_, a)), Some((_, b))) if a == b);
+        // An update that left an index's fields alone leaves its entries
+        // alone: they are not even computed.
+        let unchanged: Vec<bool> = match (old, new) {
+            (Some((before, _)), Some((after, _))) if same_hash => self
+                .indexes
+                .iter()
+                .map(|index| same_keys(index, before, after))
+                .collect(),
+            _ => Vec::new(),
+        };
         let old_entries = match old {
-            Some((doc, hash)) => self.entries(doc, id_key, hash)?,
+            Some((doc, hash)) => self.entries(doc, id_key, hash, &unchanged)?,
             None => Vec::new(),
         };
         let (new_entries, new_hash) = match new {
-            Some((doc, hash)) => (self.entries(doc, id_key, hash)?, hash),
+            Some((doc, hash)) => (self.entries(doc, id_key, hash, &unchanged)?, hash),
             None => (Vec::new(), 0),
         };
-        // Entries both documents give (under the same hash) stay as they are.
-        let same_hash = matches!((old, new), (Some((_, a)), Some((_, b))) if a == b);
         let keys_of = |entries: &[(usize, EntryKeys)]| -> HashSet<IndexEntryKey> {
             entries
                 .iter()
@@ -310,6 +329,18 @@ impl IndexWrites {
             }
         }
     }
+}
+
+/// Whether `before` and `after` certainly give `index` the same keys:
+/// each key path's first field holds the same value in both (so every
+/// value below it, through any array, is the same). A partial index's
+/// filter may read any field, so its keys are always recomputed.
+fn same_keys(index: &Index, before: &Document, after: &Document) -> bool {
+    index.partial.is_none()
+        && index.fields.iter().all(|f| {
+            let top = f.path.split('.').next().unwrap_or_default();
+            before.get(top) == after.get(top)
+        })
 }
 
 /// One entry: `(entry key, keystring of the key, key values)`.
@@ -918,6 +949,29 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bson::doc;
+
+    #[test]
+    fn only_a_change_under_an_index_path_recomputes_its_keys() {
+        let index = |spec: Document| Index::parse(&spec, 1).unwrap();
+        let ab = index(doc! {"key": {"a.b": 1, "c": -1}, "name": "ab_c"});
+        let before = doc! {"_id": 1, "a": [{"b": 1}, {"b": 2}], "c": 3, "x": "old"};
+        let mut after = before.clone();
+        after.insert("x", "new");
+        assert!(same_keys(&ab, &before, &after));
+        after.insert("a", vec![Bson::Document(doc! {"b": 1})]);
+        assert!(!same_keys(&ab, &before, &after));
+        let mut after = before.clone();
+        after.remove("c");
+        assert!(!same_keys(&ab, &before, &after));
+        // A partial index's filter may read any field.
+        let partial = index(doc! {
+            "key": {"c": 1}, "name": "c_1", "partialFilterExpression": {"x": "old"},
+        });
+        let mut after = before.clone();
+        after.insert("x", "new");
+        assert!(!same_keys(&partial, &before, &after));
+    }
 
     #[test]
     fn prefix_bounds_hold_exactly_their_prefix() {

@@ -137,9 +137,8 @@ pub(crate) struct Record {
 }
 
 pub(crate) fn decode_record(key: RecordKey, value: &[u8]) -> Result<Record> {
-    let invalid = |e: bson::error::Error| {
-        Error::internal(format!("stored document is not valid BSON: {e}"))
-    };
+    let invalid =
+        |e: bson::error::Error| Error::internal(format!("stored document is not valid BSON: {e}"));
     // Straight from the stored bytes, without first copying them.
     let doc = Document::try_from(bson::RawDocument::from_bytes(value).map_err(invalid)?)
         .map_err(invalid)?;
