@@ -1,14 +1,13 @@
-//! The documents the workloads send, generated once before any timing starts so
-//! that the client spends its CPU on the wire path and not on building BSON.
+//! The documents the workloads send, each computed from its number as its
+//! batch is sent, so that any data set fits the client's memory; update
+//! specifications are built before any timing starts, so that the timed
+//! client spends its CPU on the wire path and not on building BSON.
 //!
 //! The shape follows YCSB's `usertable`: an integer `_id`, ten string fields
 //! `field0`..`field9` that share the payload, and a `counter` that updates
 //! increment.
 //!
-//! The sharded workloads use smaller documents computed from their index as
-//! each batch is sent ([`FanoutData`], [`KeyRange`]): a million of them would
-//! cost more memory held than they cost CPU built, and loading is not what
-//! those workloads time.
+//! The sharded workloads use smaller documents ([`FanoutData`], [`KeyRange`]).
 
 use std::borrow::Cow;
 
@@ -26,10 +25,11 @@ const OVERHEAD_BYTES: usize = 5 + 13 + 17 + FIELD_COUNT * 13 + 1;
 /// Distinct update documents cycled through by the update workload.
 const UPDATE_POOL: usize = 1024;
 
-/// Pre-built documents for loading and pre-built update specifications.
+/// The `usertable` documents, computed batch by batch as loaders send
+/// them (so a data set of ten million fits), and pre-built update
+/// specifications.
 pub struct Dataset {
-    /// Documents in `_id` order, already cut into `insertMany` batches.
-    pub batches: Vec<Vec<Document>>,
+    rows: WideRows,
     /// Number of documents, i.e. keys are `0..docs`.
     pub docs: u64,
     /// `{$set: {fieldN: ...}, $inc: {counter: 1}}` documents.
@@ -44,58 +44,24 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Builds `docs` documents of roughly `doc_size` encoded bytes each.
-    /// `tenants` as [`Dataset::tenants`]; `scan` returns 10 documents until
-    /// told otherwise.
+    /// `docs` documents of roughly `doc_size` encoded bytes each, in
+    /// batches of `batch`. `tenants` as [`Dataset::tenants`]; `scan`
+    /// returns 10 documents until told otherwise.
     pub fn generate(docs: u64, doc_size: usize, batch: usize, tenants: u64, seed: u64) -> Dataset {
-        let field_len = (doc_size.saturating_sub(OVERHEAD_BYTES) / FIELD_COUNT).max(1);
-        let text = Text::new(field_len, seed);
+        let mut rows = WideRows::new(docs, doc_size, batch, seed);
+        rows.tenants = tenants;
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed);
-        let field_names: Vec<String> = (0..FIELD_COUNT).map(|i| format!("field{i}")).collect();
-
-        let batch = batch.max(1);
-        let mut batches = Vec::with_capacity(usize::try_from(docs).unwrap_or(0) / batch + 1);
-        let mut current = Vec::with_capacity(batch);
-        for key in 0..docs {
-            let mut d = Document::new();
-            d.insert("_id", Bson::Int64(key as i64));
-            if tenants > 0 {
-                d.insert("tenant", tenant_name(key, tenants));
-            }
-            for name in &field_names {
-                d.insert(name.as_str(), text.sample(&mut rng));
-            }
-            d.insert("counter", Bson::Int64(0));
-            current.push(d);
-            if current.len() == batch {
-                batches.push(std::mem::replace(&mut current, Vec::with_capacity(batch)));
-            }
-        }
-        if !current.is_empty() {
-            batches.push(current);
-        }
-
-        let updates = (0..UPDATE_POOL)
-            .map(|i| {
-                let field = &field_names[i % FIELD_COUNT];
-                doc! {
-                    "$set": { field.as_str(): text.sample(&mut rng) },
-                    "$inc": { "counter": 1_i64 },
-                }
-            })
-            .collect();
-
-        let doc_bytes = batches
-            .first()
-            .and_then(|b| b.first())
-            .and_then(|d| {
-                let mut bytes = Vec::new();
-                d.to_writer(&mut bytes).ok().map(|()| bytes)
-            })
-            .map_or(0, |v| v.len());
-
+        let updates = (0..UPDATE_POOL).map(|_| rows.update(&mut rng)).collect();
+        let mut bytes = Vec::new();
+        let doc_bytes = if docs > 0 {
+            rows.document(0)
+                .to_writer(&mut bytes)
+                .map_or(0, |()| bytes.len())
+        } else {
+            0
+        };
         Dataset {
-            batches,
+            rows,
             docs,
             updates,
             doc_bytes,
@@ -104,14 +70,14 @@ impl Dataset {
         }
     }
 
-    /// The tenant of document `key`, when documents have one.
-    pub fn tenant(&self, key: i64) -> Option<String> {
-        (self.tenants > 0).then(|| tenant_name(key as u64, self.tenants))
-    }
-
     /// One of the pre-built update documents.
     pub fn update(&self, rng: &mut impl Rng) -> &Document {
         &self.updates[rng.random_range(0..self.updates.len())]
+    }
+
+    /// The tenant of document `key`, when documents have one.
+    pub fn tenant(&self, key: i64) -> Option<String> {
+        (self.tenants > 0).then(|| tenant_name(key as u64, self.tenants))
     }
 }
 
@@ -158,11 +124,11 @@ impl Batches for Dataset {
     }
 
     fn batch_count(&self) -> usize {
-        self.batches.len()
+        self.rows.batch_count()
     }
 
     fn batch(&self, index: usize) -> Cow<'_, [Document]> {
-        Cow::Borrowed(&self.batches[index])
+        self.rows.batch(index)
     }
 }
 
@@ -308,6 +274,8 @@ pub struct WideRows {
     salt: u64,
     text: Text,
     field_names: Vec<String>,
+    /// When not 0, documents get a `tenant` ([`Dataset::tenants`]).
+    pub tenants: u64,
 }
 
 impl WideRows {
@@ -319,12 +287,16 @@ impl WideRows {
             salt: mix(seed ^ 0x3017_e000),
             text: Text::new(field_len, seed),
             field_names: (0..FIELD_COUNT).map(|i| format!("field{i}")).collect(),
+            tenants: 0,
         }
     }
 
     fn document(&self, i: u64) -> Document {
         let mut d = Document::new();
         d.insert("_id", Bson::Int64(i as i64));
+        if self.tenants > 0 {
+            d.insert("tenant", tenant_name(i, self.tenants));
+        }
         for (f, name) in self.field_names.iter().enumerate() {
             let at = mix(self
                 .salt

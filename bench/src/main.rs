@@ -39,7 +39,7 @@ use mongodb::bson::{Document, RawDocumentBuf};
 use mongodb::options::ClientOptions;
 use mongodb::Client;
 
-use crate::dataset::Dataset;
+use crate::dataset::{Batches, Dataset};
 use crate::report::{Measurement, Outcome};
 use crate::workload::{Target, Workload};
 
@@ -462,7 +462,7 @@ fn dataset(args: &Args, slot: &mut Option<Arc<Dataset>>) -> Arc<Dataset> {
             "data set: {} documents of {} bytes ({} batches of {}), built in {:.2}s",
             data.docs,
             data.doc_bytes,
-            data.batches.len(),
+            data.batch_count(),
             args.batch,
             started.elapsed().as_secs_f64()
         );
