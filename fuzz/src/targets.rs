@@ -189,7 +189,7 @@ fn wire(data: &[u8]) -> u64 {
 /// Feeds `data` to the codec `piece` bytes at a time; returns a summary
 /// of each message or error in order.
 fn decode_stream(data: &[u8], piece: usize, sig: &mut Signature) -> Vec<String> {
-    let mut codec = MessageCodec;
+    let mut codec = MessageCodec::default();
     let mut buf = BytesMut::new();
     let mut out = Vec::new();
     for chunk in data.chunks(piece) {
@@ -733,7 +733,7 @@ mod tests {
         for checksum in [false, true] {
             let frame = op_msg_frame(1, checksum, &body, Some(("documents", vec![body.clone()])));
             let mut buf = BytesMut::from(&frame[..]);
-            let Ok(Some(Message::Msg(m))) = MessageCodec.decode(&mut buf) else {
+            let Ok(Some(Message::Msg(m))) = MessageCodec::default().decode(&mut buf) else {
                 panic!("frame did not decode");
             };
             assert_eq!(m.command().unwrap().sequences.len(), 1);

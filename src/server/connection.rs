@@ -49,7 +49,7 @@ pub async fn serve(
     let conn = ConnectionInfo::open(&state, peer, Some(socket.probe()));
     tracing::info!(conn = conn.id, %peer, "connection opened");
     let partial_limit = state.config.partial_message_timeout();
-    let mut framed = Framed::new(socket, MessageCodec);
+    let mut framed = Framed::new(socket, MessageCodec::default());
     let reason = loop {
         if framed.read_buffer().is_empty() {
             // Idle: wait as long as it takes for the next message to begin.
@@ -123,7 +123,7 @@ async fn respond(
     conn: &ConnectionInfo,
     message: Message,
 ) -> Option<Option<Reply>> {
-    match message {
+    let body = match &message {
         Message::Msg(msg) => {
             let body = match msg.command() {
                 Ok(cmd) => commands::handle(state, conn, cmd).await,
@@ -132,28 +132,20 @@ async fn respond(
             if msg.more_to_come() {
                 return None;
             }
-            Some(encode(&body).map(|body| Reply::Msg {
-                response_to: msg.request_id,
-                body,
-            }))
+            body
         }
-        Message::Query(q) => {
-            let body = match legacy_command(&q.full_collection_name, &q.query) {
-                Ok(body) => {
-                    let cmd = Command {
-                        body,
-                        sequences: Vec::new(),
-                    };
-                    commands::handle(state, conn, cmd).await
-                }
-                Err(e) => error_reply(&e),
-            };
-            Some(encode(&body).map(|body| Reply::Legacy {
-                response_to: q.request_id,
-                body,
-            }))
-        }
-    }
+        Message::Query(q) => match legacy_command(&q.full_collection_name, &q.query) {
+            Ok(body) => {
+                let cmd = Command {
+                    body,
+                    sequences: Vec::new(),
+                };
+                commands::handle(state, conn, cmd).await
+            }
+            Err(e) => error_reply(&e),
+        },
+    };
+    Some(encode(&body).map(|body| Reply::to(&message, body)))
 }
 
 /// Over `--max-connections`: answers the connection's first message with
@@ -161,7 +153,7 @@ async fn respond(
 /// answer tells the client why instead of leaving it to guess. A client
 /// that sends nothing within `wait` is closed without one.
 pub async fn refuse(socket: TcpStream, open: usize, wait: Duration) {
-    let mut framed = Framed::new(socket, MessageCodec);
+    let mut framed = Framed::new(socket, MessageCodec::default());
     let Ok(Some(Ok(message))) = tokio::time::timeout(wait, framed.next()).await else {
         return;
     };
@@ -172,16 +164,7 @@ pub async fn refuse(socket: TcpStream, open: usize, wait: Duration) {
     let Some(body) = encode(&error_reply(&error)) else {
         return;
     };
-    let reply = match message {
-        Message::Msg(m) => Reply::Msg {
-            response_to: m.request_id,
-            body,
-        },
-        Message::Query(q) => Reply::Legacy {
-            response_to: q.request_id,
-            body,
-        },
-    };
+    let reply = Reply::to(&message, body);
     let _ = tokio::time::timeout(wait, framed.send(reply)).await;
 }
 
