@@ -9,6 +9,10 @@
 //! `--partial-message-timeout-secs`, so a client cannot hold a connection
 //! (and the buffer its message header asked for) by trickling bytes.
 //!
+//! The codec learns what compressors `hello` agreed on after each request
+//! (it reads [`ConnectionInfo::compressors`]), so the next frame may use
+//! them.
+//!
 //! While a command runs, its operation asks [`client_connected`] every so
 //! often whether the client is still there, and stops if it is not; the
 //! socket is shared ([`SharedSocket`]) so it can be asked from any thread
@@ -102,7 +106,9 @@ pub async fn serve(
             }
             Some(Ok(m)) => m,
         };
-        let Some(reply) = respond(&state, &conn, message).await else {
+        let reply = respond(&state, &conn, message).await;
+        framed.codec_mut().accept(conn.compressors());
+        let Some(reply) = reply else {
             continue;
         };
         let Some(reply) = reply else {
