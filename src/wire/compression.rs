@@ -5,11 +5,12 @@
 //! compressorId u8 | compressed bytes`, where the compressed bytes are the
 //! original message without its header. Before anything is decompressed,
 //! the compressor must be one the connection negotiated in `hello` (noop
-//! once any was) and `uncompressedSize` must fit in a message; then
-//! exactly that many bytes are allocated, and the data must decompress to
-//! exactly that many — a frame that would give more fails when the buffer
-//! is full, so a "bomb" costs no more memory than an honest frame of the
-//! size it claims.
+//! once any was) and `uncompressedSize` must fit in a message and be no
+//! more than the compressed data can give by its format's own limits (so
+//! a few bytes cannot claim 48 MB); then exactly that many bytes are
+//! allocated, and the data must decompress to exactly that many — a frame
+//! that would give more fails when the buffer is full, so a "bomb" costs
+//! no more memory than an honest frame of the size it claims.
 //!
 //! The compression contexts are made the first time a connection needs
 //! them ([`Contexts`]); a connection that never compresses has none. The
@@ -78,6 +79,13 @@ pub(super) fn decompress_frame(
     let header = read_header(frame, accepted)?;
     let data = &frame[PREFIX_LEN..];
     let size = header.uncompressed_size;
+    let most = max_decompressed_len(header.compressor, data)?;
+    if most < size {
+        return Err(WireError::Decompression(
+            header.compressor,
+            format!("can give at most {most} bytes, not the uncompressedSize {size}"),
+        ));
+    }
     let mut whole = BytesMut::zeroed(16 + size);
     // `size` is at most MAX_MESSAGE_SIZE_BYTES - 16, so this fits an i32.
     whole[..4].copy_from_slice(&((16 + size) as i32).to_le_bytes());
@@ -142,6 +150,24 @@ fn max_compressed_len(compressor: Compressor, n: usize) -> usize {
         // more still, the reply goes uncompressed.
         Compressor::Zlib => n + (n >> 12) + (n >> 14) + (n >> 25) + 13 + 6,
         Compressor::Zstd => zstd::zstd_safe::compress_bound(n),
+    }
+}
+
+/// The most bytes `data` can decompress to, by what its format allows:
+/// asked before the output is allocated.
+fn max_decompressed_len(compressor: Compressor, data: &[u8]) -> Result<usize, WireError> {
+    let fail = |reason: String| WireError::Decompression(compressor, reason);
+    match compressor {
+        Compressor::Noop => Ok(data.len()),
+        // Snappy states its length up front; decompressing checks it.
+        Compressor::Snappy => snap::raw::decompress_len(data).map_err(|e| fail(e.to_string())),
+        // Deflate expands at most 1032 to 1 (the zlib FAQ's figure).
+        Compressor::Zlib => Ok(data.len().saturating_mul(1032)),
+        // The frames' content sizes, or their blocks times the most a
+        // block may hold.
+        Compressor::Zstd => zstd::zstd_safe::decompress_bound(data)
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .map_err(|code| fail(zstd::zstd_safe::get_error_name(code).to_string())),
     }
 }
 
@@ -548,6 +574,26 @@ mod tests {
             let small = with_declared_size(&frame, 1000);
             match unwrap_frame(&small, all) {
                 Err(WireError::Decompression(..)) => {}
+                other => panic!("{c}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_few_bytes_cannot_claim_a_large_message() {
+        let message = op_msg(100);
+        let all = CompressorList::all();
+        for c in Compressor::ALL {
+            let frame = compress_message(&message, c);
+            let claim = with_declared_size(&frame, 40_000_000);
+            match unwrap_frame(&claim, all) {
+                Err(WireError::Decompression(_, why)) if c == Compressor::Snappy => {
+                    // snappy's own header says how long it is.
+                    assert!(why.contains("not the uncompressedSize"), "{why}");
+                }
+                Err(WireError::Decompression(_, why)) => {
+                    assert!(why.contains("at most"), "{c}: {why}")
+                }
                 other => panic!("{c}: {other:?}"),
             }
         }
