@@ -120,6 +120,17 @@ pub struct Config {
     /// forever). Idle connections are never closed.
     #[arg(long, default_value_t = 30)]
     pub partial_message_timeout_secs: u64,
+
+    /// Wire compressors offered to clients, in the server's order
+    /// (snappy, zstd, zlib, noop), or `disabled`; mongod's
+    /// `net.compression.compressors`.
+    #[arg(
+        long,
+        default_value = crate::base::CompressorList::DEFAULT_FLAG,
+        value_parser = crate::base::CompressorList::parse_flag
+    )]
+    pub compressors: crate::base::CompressorList,
+
     /// Most cursors one connection may have open (opened by it and not
     /// yet exhausted, killed or timed out).
     #[arg(long, default_value_t = crate::cursor::DEFAULT_MAX_CURSORS_PER_CONNECTION)]

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use mongodb::bson::{Document, RawDocumentBuf};
-use mongodb::options::ClientOptions;
+use mongodb::options::{ClientOptions, Compressor};
 use mongodb::Client;
 
 use crate::dataset::{Batches, Dataset};
@@ -238,6 +238,18 @@ struct Args {
     /// Seed for keys and payloads; runs with the same seed send the same requests.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Wire compressors every client offers (`snappy`, `zlib`, `zstd`; a
+    /// list in order of preference), as the URI's `compressors` option; a
+    /// server that agrees gets compressed requests and answers in kind.
+    #[arg(long, value_delimiter = ',', value_parser = parse_compressor)]
+    compressors: Vec<String>,
+}
+
+/// A compressor name the driver knows.
+fn parse_compressor(name: &str) -> Result<String, String> {
+    name.parse::<Compressor>()
+        .map(|_| name.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 impl Args {
@@ -326,6 +338,19 @@ impl Args {
 
     fn server_pid(&self) -> Option<u32> {
         self.server_pid.or(self.rss_pid)
+    }
+
+    /// The driver's options for `uri`, with `--compressors` when given.
+    pub async fn client_options(&self, uri: &str) -> Result<ClientOptions, String> {
+        let mut options = ClientOptions::parse(uri)
+            .await
+            .map_err(|e| format!("bad URI {uri}: {e}"))?;
+        if !self.compressors.is_empty() {
+            let parsed: Result<Vec<Compressor>, _> =
+                self.compressors.iter().map(|name| name.parse()).collect();
+            options.compressors = Some(parsed.map_err(|e| e.to_string())?);
+        }
+        Ok(options)
     }
 
     /// The `--cost` groups of the `index`th server (0: the server under
@@ -520,9 +545,10 @@ async fn unsharded(
 }
 
 async fn connect(args: &Args, label: &str, uri: &str, pool: usize) -> Result<Target, String> {
-    let mut options = ClientOptions::parse(uri)
+    let mut options = args
+        .client_options(uri)
         .await
-        .map_err(|e| format!("{label}: bad URI {uri}: {e}"))?;
+        .map_err(|e| format!("{label}: {e}"))?;
     let want = u32::try_from(pool).unwrap_or(u32::MAX).saturating_add(2);
     options.max_pool_size = Some(options.max_pool_size.unwrap_or(0).max(want));
     options
@@ -536,7 +562,14 @@ async fn connect(args: &Args, label: &str, uri: &str, pool: usize) -> Result<Tar
     db.run_command(mongodb::bson::doc! { "ping": 1 })
         .await
         .map_err(|e| format!("{label}: cannot reach {uri}: {e}"))?;
-    println!("{label}: {uri}");
+    if args.compressors.is_empty() {
+        println!("{label}: {uri}");
+    } else {
+        println!(
+            "{label}: {uri} (compressors: {})",
+            args.compressors.join(",")
+        );
+    }
     Ok(Target {
         label: label.to_owned(),
         docs: db.collection::<Document>(&args.collection),

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::{ErrorKind, WriteFailure};
-use mongodb::options::ClientOptions;
 use mongodb::Client;
 use rand::Rng;
 
@@ -85,8 +84,8 @@ async fn fill(t: &Target, n: u32, docs: u64) -> Result<(), String> {
 }
 
 /// The charge of one point read, asked on the connection that made it.
-async fn read_charge(uri: &str, t: &Target, name: &str) -> Result<f64, String> {
-    let mut options = ClientOptions::parse(uri).await.map_err(|e| e.to_string())?;
+async fn read_charge(args: &Args, t: &Target, name: &str) -> Result<f64, String> {
+    let mut options = args.client_options(&args.uri).await?;
     options.max_pool_size = Some(1);
     let client = Client::with_options(options).map_err(|e| e.to_string())?;
     let db = client.database(&t.db);
@@ -138,7 +137,7 @@ pub async fn ru_enforcement(args: &Args, target: &Target) -> Result<Outcome, Str
     for &n in &args.ru_partitions {
         fill(target, n, args.ru_docs).await?;
         let name = format!("ru_{n}");
-        let charge = read_charge(&args.uri, target, &name).await?;
+        let charge = read_charge(args, target, &name).await?;
         let served = Arc::new(AtomicU64::new(0));
         let refused = Arc::new(AtomicU64::new(0));
         let counting = Arc::new(AtomicBool::new(false));

@@ -72,7 +72,15 @@ pub enum Workload {
     /// updates: the move's duration and the throughput around it
     /// (`partition_move`).
     MovePartition,
+    /// `find({})` limited to [`FIND_MANY_DOCS`] documents, every batch
+    /// read: replies large enough for wire compression to matter. Last
+    /// so that the workloads before it keep their seeds (a seed mixes in
+    /// the workload's position).
+    FindMany,
 }
+
+/// Documents one `find-many` operation reads (fewer when `--docs` is less).
+pub const FIND_MANY_DOCS: u64 = 1000;
 
 impl Workload {
     pub fn name(self) -> &'static str {
@@ -95,6 +103,7 @@ impl Workload {
             Workload::CursorMemory => "cursor-memory",
             Workload::RuEnforcement => "ru-enforcement",
             Workload::MovePartition => "move-partition",
+            Workload::FindMany => "find-many",
         }
     }
 
@@ -374,7 +383,7 @@ pub async fn warmed_up(
     Ok(m)
 }
 
-/// Runs a read/update/mixed/scan/partitioned-read workload for `duration`
+/// Runs a read/update/mixed/scan/find-many/partitioned-read workload for `duration`
 /// with `concurrency` tasks, each issuing one operation at a time.
 pub async fn timed(
     target: &Target,
@@ -430,6 +439,7 @@ async fn worker(
                     .await
                     .map(|r| r.matched_count > 0),
                 (Workload::Scan, _) => scan(&coll, tenant, key, data.scan_limit).await,
+                (Workload::FindMany, _) => find_many(&coll, FIND_MANY_DOCS.min(keys)).await,
                 (Workload::Ping, _) => coll
                     .client()
                     .database("admin")
@@ -466,6 +476,20 @@ async fn scan(
         .await?;
     let docs: Vec<RawDocumentBuf> = cursor.try_collect().await?;
     Ok(!docs.is_empty())
+}
+
+/// Reads `find({})` limited to [`FIND_MANY_DOCS`] to its end, without
+/// parsing the documents; a hit when `expected` documents came.
+async fn find_many(
+    coll: &Collection<RawDocumentBuf>,
+    expected: u64,
+) -> Result<bool, mongodb::error::Error> {
+    let mut cursor = coll.find(doc! {}).limit(FIND_MANY_DOCS as i64).await?;
+    let mut n = 0;
+    while cursor.advance().await? {
+        n += 1;
+    }
+    Ok(n == expected)
 }
 
 /// Waits for every task, keeping a panicked task as an error instead of

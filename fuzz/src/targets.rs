@@ -20,11 +20,13 @@ use tokio_util::codec::Decoder;
 
 use shardgate::aggregate::parse_update;
 use shardgate::aggregate::{self, Context, DocStream, Limits, MergeSpec, ParseContext, Pipeline};
+use shardgate::base::{Compressor, CompressorList};
 use shardgate::error::{Error, Result};
 use shardgate::query::filter::Filter;
 use shardgate::query::projection::Projection;
 use shardgate::query::sort::SortSpec;
 use shardgate::query::update::ApplyContext;
+use shardgate::wire::compression::compress_message;
 use shardgate::wire::message::checked_document;
 use shardgate::wire::{check_document, Message, MessageCodec};
 
@@ -74,7 +76,7 @@ pub static TARGETS: &[Target] = &[
         input: Input::Bytes,
         run: wire,
         generate: generate_wire,
-        about: "a byte stream through MessageCodec (whole and in pieces), then each message's documents",
+        about: "a byte stream through MessageCodec (whole and in pieces, OP_COMPRESSED unwrapped), then each message's documents",
     },
     Target {
         name: "bson",
@@ -187,9 +189,11 @@ fn wire(data: &[u8]) -> u64 {
 }
 
 /// Feeds `data` to the codec `piece` bytes at a time; returns a summary
-/// of each message or error in order.
+/// of each message or error in order. The codec accepts every
+/// compressor, as if `hello` had agreed on them all, so OP_COMPRESSED
+/// frames reach the decompressors.
 fn decode_stream(data: &[u8], piece: usize, sig: &mut Signature) -> Vec<String> {
-    let mut codec = MessageCodec;
+    let mut codec = MessageCodec::accepting(CompressorList::all());
     let mut buf = BytesMut::new();
     let mut out = Vec::new();
     for chunk in data.chunks(piece) {
@@ -210,6 +214,17 @@ fn decode_stream(data: &[u8], piece: usize, sig: &mut Signature) -> Vec<String> 
 }
 
 fn message_summary(message: &Message, sig: &mut Signature) -> String {
+    let shape = message_shape(message, sig);
+    match message.compressor() {
+        Some(c) => {
+            sig.add(8 + u64::from(c.id()));
+            format!("{c}: {shape}")
+        }
+        None => shape,
+    }
+}
+
+fn message_shape(message: &Message, sig: &mut Signature) -> String {
     match message {
         Message::Msg(m) => {
             let command = m.command();
@@ -255,6 +270,11 @@ fn generate_wire(g: &mut Gen) -> Vec<u8> {
                 None
             };
             op_msg_frame(g.below(1000) as i32, g.chance(0.2), &body, sequence)
+        };
+        let frame = if g.chance(0.25) {
+            compress_message(&frame, Compressor::ALL[g.below(Compressor::ALL.len())])
+        } else {
+            frame
         };
         out.extend(frame);
     }
@@ -733,7 +753,7 @@ mod tests {
         for checksum in [false, true] {
             let frame = op_msg_frame(1, checksum, &body, Some(("documents", vec![body.clone()])));
             let mut buf = BytesMut::from(&frame[..]);
-            let Ok(Some(Message::Msg(m))) = MessageCodec.decode(&mut buf) else {
+            let Ok(Some(Message::Msg(m))) = MessageCodec::default().decode(&mut buf) else {
                 panic!("frame did not decode");
             };
             assert_eq!(m.command().unwrap().sequences.len(), 1);

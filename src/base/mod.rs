@@ -1,11 +1,14 @@
 //! The bottom layer, beside [`crate::error`]: values every layer agrees on
-//! and nothing else — MongoDB's size limits and validated namespaces.
+//! and nothing else — MongoDB's size limits, validated namespaces and the
+//! wire compressors' names and numbers.
 //!
 //! It sits below `query` rather than inside it because `wire`, which knows
 //! bytes and not BSON logic, needs the same limits; it imports only
 //! `error`.
 
+pub mod compressor;
 pub mod limits;
 pub mod namespace;
 
+pub use compressor::{Compressor, CompressorList};
 pub use namespace::{validate_db_name, Namespace};

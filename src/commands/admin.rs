@@ -121,6 +121,7 @@ pub async fn server_status(req: &Request<'_>) -> Result<Document> {
             "totalCreated": load(&c.connections_total),
         },
         "requestUnits": request_units(&req.state.router),
+        "network": {"compression": compression(req.state.config.compressors)},
         "opcounters": {
             "insert": load(&c.op_insert),
             "query": load(&c.op_query),
@@ -179,6 +180,31 @@ pub async fn start_session(_req: &Request<'_>) -> Result<Document> {
         "id": {"id": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: uuid.bytes().to_vec() }},
         "timeoutMinutes": 30,
     })
+}
+
+/// `serverStatus.network.compression`: for each compressor the server
+/// offers, the data bytes it compressed (replies) and decompressed
+/// (requests) since it started, as mongod counts them.
+fn compression(offered: crate::base::CompressorList) -> Document {
+    let mut out = Document::new();
+    for c in offered.iter() {
+        let s = crate::wire::compression::stats(c);
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        out.insert(
+            c.name(),
+            doc! {
+                "compressor": {
+                    "bytesIn": n(s.compressor_bytes_in),
+                    "bytesOut": n(s.compressor_bytes_out),
+                },
+                "decompressor": {
+                    "bytesIn": n(s.decompressor_bytes_in),
+                    "bytesOut": n(s.decompressor_bytes_out),
+                },
+            },
+        );
+    }
+    out
 }
 
 /// `serverStatus.requestUnits`: RU charged and requests throttled (16500)

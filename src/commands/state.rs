@@ -4,13 +4,14 @@
 //! and the dispatch in `mod.rs`.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bson::Timestamp;
 
 use super::retry;
+use crate::base::CompressorList;
 use crate::config::Config;
 use crate::cursor::CursorRegistry;
 use crate::query::interrupt::Probe;
@@ -103,6 +104,8 @@ pub struct ConnectionInfo {
     pub probe: Option<Probe>,
     /// What the last operation on it cost (`getLastRequestStatistics`).
     last_request: parking_lot::Mutex<Option<LastRequest>>,
+    /// The compressors `hello` agreed on ([`CompressorList::to_bits`]).
+    compressors: AtomicU16,
     state: ServerState,
 }
 
@@ -117,6 +120,7 @@ impl ConnectionInfo {
             peer,
             probe,
             last_request: parking_lot::Mutex::new(None),
+            compressors: AtomicU16::new(0),
             state: state.clone(),
         }
     }
@@ -128,6 +132,16 @@ impl ConnectionInfo {
 
     pub(super) fn set_last_request(&self, last: LastRequest) {
         *self.last_request.lock() = Some(last);
+    }
+
+    /// The compressors this connection's requests may use, in the
+    /// client's order of preference; none until `hello` agrees on some.
+    pub fn compressors(&self) -> CompressorList {
+        CompressorList::from_bits(self.compressors.load(Ordering::Relaxed))
+    }
+
+    pub(super) fn set_compressors(&self, list: CompressorList) {
+        self.compressors.store(list.to_bits(), Ordering::Relaxed);
     }
 }
 

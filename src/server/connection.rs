@@ -9,6 +9,10 @@
 //! `--partial-message-timeout-secs`, so a client cannot hold a connection
 //! (and the buffer its message header asked for) by trickling bytes.
 //!
+//! The codec learns what compressors `hello` agreed on after each request
+//! (it reads [`ConnectionInfo::compressors`]), so the next frame may use
+//! them.
+//!
 //! While a command runs, its operation asks [`client_connected`] every so
 //! often whether the client is still there, and stops if it is not; the
 //! socket is shared ([`SharedSocket`]) so it can be asked from any thread
@@ -49,7 +53,7 @@ pub async fn serve(
     let conn = ConnectionInfo::open(&state, peer, Some(socket.probe()));
     tracing::info!(conn = conn.id, %peer, "connection opened");
     let partial_limit = state.config.partial_message_timeout();
-    let mut framed = Framed::new(socket, MessageCodec);
+    let mut framed = Framed::new(socket, MessageCodec::default());
     let reason = loop {
         if framed.read_buffer().is_empty() {
             // Idle: wait as long as it takes for the next message to begin.
@@ -102,7 +106,9 @@ pub async fn serve(
             }
             Some(Ok(m)) => m,
         };
-        let Some(reply) = respond(&state, &conn, message).await else {
+        let reply = respond(&state, &conn, message).await;
+        framed.codec_mut().accept(conn.compressors());
+        let Some(reply) = reply else {
             continue;
         };
         let Some(reply) = reply else {
@@ -123,7 +129,7 @@ async fn respond(
     conn: &ConnectionInfo,
     message: Message,
 ) -> Option<Option<Reply>> {
-    match message {
+    let body = match &message {
         Message::Msg(msg) => {
             let body = match msg.command() {
                 Ok(cmd) => commands::handle(state, conn, cmd).await,
@@ -132,28 +138,20 @@ async fn respond(
             if msg.more_to_come() {
                 return None;
             }
-            Some(encode_reply(state, &body).map(|body| Reply::Msg {
-                response_to: msg.request_id,
-                body,
-            }))
+            body
         }
-        Message::Query(q) => {
-            let body = match legacy_command(&q.full_collection_name, &q.query) {
-                Ok(body) => {
-                    let cmd = Command {
-                        body,
-                        sequences: Vec::new(),
-                    };
-                    commands::handle(state, conn, cmd).await
-                }
-                Err(e) => error_reply(&e),
-            };
-            Some(encode_reply(state, &body).map(|body| Reply::Legacy {
-                response_to: q.request_id,
-                body,
-            }))
-        }
-    }
+        Message::Query(q) => match legacy_command(&q.full_collection_name, &q.query) {
+            Ok(body) => {
+                let cmd = Command {
+                    body,
+                    sequences: Vec::new(),
+                };
+                commands::handle(state, conn, cmd).await
+            }
+            Err(e) => error_reply(&e),
+        },
+    };
+    Some(encode_reply(state, &body).map(|body| Reply::to(&message, body)))
 }
 
 /// Over `--max-connections`: answers the connection's first message with
@@ -161,7 +159,7 @@ async fn respond(
 /// answer tells the client why instead of leaving it to guess. A client
 /// that sends nothing within `wait` is closed without one.
 pub async fn refuse(socket: TcpStream, open: usize, wait: Duration) {
-    let mut framed = Framed::new(socket, MessageCodec);
+    let mut framed = Framed::new(socket, MessageCodec::default());
     let Ok(Some(Ok(message))) = tokio::time::timeout(wait, framed.next()).await else {
         return;
     };
@@ -172,16 +170,7 @@ pub async fn refuse(socket: TcpStream, open: usize, wait: Duration) {
     let Some(body) = encode(&error_reply(&error)) else {
         return;
     };
-    let reply = match message {
-        Message::Msg(m) => Reply::Msg {
-            response_to: m.request_id,
-            body,
-        },
-        Message::Query(q) => Reply::Legacy {
-            response_to: q.request_id,
-            body,
-        },
-    };
+    let reply = Reply::to(&message, body);
     let _ = tokio::time::timeout(wait, framed.send(reply)).await;
 }
 

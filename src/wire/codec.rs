@@ -3,19 +3,53 @@
 //! The decoder reads the 16-byte header, rejects a length outside
 //! `[16, maxMessageSizeBytes]` before buffering anything, waits for the
 //! whole message ("incomplete, read more") and then parses it
-//! ("malformed" is an error that closes the connection).
+//! ("malformed" is an error that closes the connection). An OP_COMPRESSED
+//! message is unwrapped (see [`super::compression`]) and parsed as the
+//! message inside; a reply to it is compressed the same way.
 
 use bytes::{Buf, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
-use super::message::{encode_reply, parse_op_msg, parse_op_query};
-use super::{Message, Reply, WireError, MAX_MESSAGE_SIZE_BYTES, OP_COMPRESSED, OP_MSG, OP_QUERY};
+use super::compression::{self, Contexts};
+use super::message::{encode_reply, parse_message};
+use super::{Message, Reply, WireError, MAX_MESSAGE_SIZE_BYTES, OP_COMPRESSED};
+use crate::base::CompressorList;
 
 /// Most bytes reserved ahead of a message that is still arriving.
 const READ_AHEAD_BYTES: usize = 64 * 1024;
 
-#[derive(Debug, Default)]
-pub struct MessageCodec;
+/// One connection's codec. It holds what the connection negotiated: the
+/// compressors its OP_COMPRESSED frames may use (none until `hello`
+/// agrees on some) and, once one is used, their contexts.
+#[derive(Default)]
+pub struct MessageCodec {
+    accepted: CompressorList,
+    contexts: Option<Box<Contexts>>,
+}
+
+impl MessageCodec {
+    /// A codec that accepts frames compressed with `accepted`.
+    pub fn accepting(accepted: CompressorList) -> MessageCodec {
+        MessageCodec {
+            accepted,
+            contexts: None,
+        }
+    }
+
+    /// Sets the compressors later frames may use: what the connection's
+    /// latest `hello` agreed on.
+    pub fn accept(&mut self, accepted: CompressorList) {
+        self.accepted = accepted;
+    }
+}
+
+impl std::fmt::Debug for MessageCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageCodec")
+            .field("accepted", &self.accepted)
+            .finish_non_exhaustive()
+    }
+}
 
 impl Decoder for MessageCodec {
     type Item = Message;
@@ -40,14 +74,17 @@ impl Decoder for MessageCodec {
         let frame = src.split_to(len).freeze();
         let request_id = i32::from_le_bytes([frame[4], frame[5], frame[6], frame[7]]);
         let op_code = i32::from_le_bytes([frame[12], frame[13], frame[14], frame[15]]);
+        if op_code == OP_COMPRESSED {
+            let (compressor, whole) =
+                compression::decompress_frame(&frame, self.accepted, &mut self.contexts)?;
+            let inner_op = i32::from_le_bytes([whole[12], whole[13], whole[14], whole[15]]);
+            let body = whole.slice(16..);
+            let message = parse_message(inner_op, request_id, &whole, body)?;
+            return Ok(Some(message.compressed_with(compressor)));
+        }
         let mut body = frame.clone();
         body.advance(16);
-        match op_code {
-            OP_MSG => Ok(Some(Message::Msg(parse_op_msg(request_id, &frame, body)?))),
-            OP_QUERY => Ok(Some(Message::Query(parse_op_query(request_id, body)?))),
-            OP_COMPRESSED => Err(WireError::UnsupportedOpcode(op_code)),
-            other => Err(WireError::UnsupportedOpcode(other)),
-        }
+        parse_message(op_code, request_id, &frame, body).map(Some)
     }
 }
 
@@ -55,7 +92,11 @@ impl Encoder<Reply> for MessageCodec {
     type Error = WireError;
 
     fn encode(&mut self, reply: Reply, dst: &mut BytesMut) -> Result<(), WireError> {
+        let start = dst.len();
         encode_reply(&reply, dst);
+        if let Some(c) = reply.compressor {
+            compression::compress_in_place(dst, start, c, &mut self.contexts);
+        }
         Ok(())
     }
 }
@@ -63,6 +104,10 @@ impl Encoder<Reply> for MessageCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::Compressor;
+    use crate::wire::compression::compress_message;
+    use crate::wire::message::ReplyFormat;
+    use crate::wire::OP_MSG;
     use bson::doc;
 
     fn op_msg_frame(cmd: &bson::Document) -> Vec<u8> {
@@ -82,7 +127,7 @@ mod tests {
     #[test]
     fn decodes_only_whole_frames() {
         let frame = op_msg_frame(&doc! {"ping": 1});
-        let mut codec = MessageCodec;
+        let mut codec = MessageCodec::default();
         let mut buf = BytesMut::from(&frame[..10]);
         assert!(codec.decode(&mut buf).unwrap().is_none());
         buf.extend_from_slice(&frame[10..frame.len() - 1]);
@@ -97,7 +142,7 @@ mod tests {
 
     #[test]
     fn oversize_and_undersize_lengths_fail_before_buffering() {
-        let mut codec = MessageCodec;
+        let mut codec = MessageCodec::default();
         let mut huge = BytesMut::new();
         huge.extend_from_slice(&(1_000_000_000i32).to_le_bytes());
         huge.extend_from_slice(&[0u8; 12]);
@@ -118,5 +163,69 @@ mod tests {
         tiny.extend_from_slice(&(3i32).to_le_bytes());
         tiny.extend_from_slice(&[0u8; 12]);
         assert!(codec.decode(&mut tiny).is_err());
+    }
+
+    #[test]
+    fn compressed_frames_decode_once_negotiated() {
+        let frame = op_msg_frame(&doc! {"ping": 1, "$db": "admin"});
+        for c in [Compressor::Snappy, Compressor::Zlib, Compressor::Zstd] {
+            let packed = compress_message(&frame, c);
+            let mut plain = MessageCodec::default();
+            assert!(matches!(
+                plain.decode(&mut BytesMut::from(&packed[..])),
+                Err(WireError::CompressorNotNegotiated(_))
+            ));
+            let mut codec = MessageCodec::default();
+            codec.accept(CompressorList::from_iter([c]));
+            // In pieces, then whole, then an uncompressed one after it.
+            let mut buf = BytesMut::from(&packed[..7]);
+            assert!(codec.decode(&mut buf).unwrap().is_none());
+            buf.extend_from_slice(&packed[7..]);
+            buf.extend_from_slice(&frame);
+            let Some(Message::Msg(m)) = codec.decode(&mut buf).unwrap() else {
+                panic!("expected OP_MSG")
+            };
+            assert_eq!(m.request_id, 9);
+            assert_eq!(m.compressor, Some(c));
+            assert_eq!(m.command().unwrap().body, doc! {"ping": 1, "$db": "admin"});
+            let Some(next) = codec.decode(&mut buf).unwrap() else {
+                panic!("expected the second message")
+            };
+            assert_eq!(next.compressor(), None);
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_reply_goes_back_compressed_as_its_request_came() {
+        let body = doc! {"ok": 1.0, "n": "x".repeat(500)}.to_vec().unwrap();
+        for c in [None, Some(Compressor::Zstd), Some(Compressor::Snappy)] {
+            let mut codec = MessageCodec::accepting(CompressorList::all());
+            let reply = Reply {
+                response_to: 41,
+                format: ReplyFormat::Msg,
+                body: body.clone(),
+                compressor: c,
+            };
+            let mut out = BytesMut::new();
+            codec.encode(reply, &mut out).unwrap();
+            let op_code = i32::from_le_bytes([out[12], out[13], out[14], out[15]]);
+            let response_to = i32::from_le_bytes([out[8], out[9], out[10], out[11]]);
+            assert_eq!(response_to, 41);
+            let Some(c) = c else {
+                assert_eq!(op_code, OP_MSG);
+                continue;
+            };
+            assert_eq!(op_code, OP_COMPRESSED);
+            assert!(out.len() < body.len());
+            // A client reads it back as the OP_MSG it wraps.
+            let (used, whole) =
+                compression::decompress_frame(&out, CompressorList::from_iter([c]), &mut None)
+                    .unwrap();
+            assert_eq!(used, c);
+            assert_eq!(&whole[8..12], &41i32.to_le_bytes());
+            assert_eq!(&whole[12..16], &OP_MSG.to_le_bytes());
+            assert_eq!(&whole[21..], &body[..]);
+        }
     }
 }

@@ -7,7 +7,8 @@ use bson::{Bson, Document, RawDocument};
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::validate::{check_document, BsonCheckError};
-use super::{MAX_INTERNAL_OBJECT_SIZE, OP_MSG, OP_REPLY};
+use super::{MAX_INTERNAL_OBJECT_SIZE, OP_MSG, OP_QUERY, OP_REPLY};
+use crate::base::Compressor;
 
 /// Why a message could not be read. The connection is closed after it.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +25,14 @@ pub enum WireError {
     BadChecksum,
     #[error("OP_MSG has unknown required flag bits {0:#x}")]
     UnknownRequiredFlags(u32),
+    #[error("OP_COMPRESSED names unknown compressor id {0}")]
+    UnknownCompressor(u8),
+    #[error("OP_COMPRESSED uses {0}, which this connection did not negotiate")]
+    CompressorNotNegotiated(Compressor),
+    #[error("OP_COMPRESSED uncompressedSize {0} is outside the allowed range")]
+    BadUncompressedSize(i64),
+    #[error("OP_COMPRESSED {0} data {1}")]
+    Decompression(Compressor, String),
 }
 
 /// A request from a client.
@@ -40,6 +49,22 @@ impl Message {
             Message::Query(q) => q.request_id,
         }
     }
+
+    /// The compressor the request came with (OP_COMPRESSED), if any.
+    pub fn compressor(&self) -> Option<Compressor> {
+        match self {
+            Message::Msg(m) => m.compressor,
+            Message::Query(q) => q.compressor,
+        }
+    }
+
+    pub(super) fn compressed_with(mut self, c: Compressor) -> Message {
+        match &mut self {
+            Message::Msg(m) => m.compressor = Some(c),
+            Message::Query(q) => q.compressor = Some(c),
+        }
+        self
+    }
 }
 
 /// An OP_MSG request: the body plus document sequences, still as bytes.
@@ -52,6 +77,8 @@ pub struct OpMsg {
     pub body: Bytes,
     /// `(identifier, documents)` of each kind-1 section.
     pub sequences: Vec<(String, Vec<Bytes>)>,
+    /// Set when it came in OP_COMPRESSED.
+    pub compressor: Option<Compressor>,
 }
 
 pub const FLAG_CHECKSUM_PRESENT: u32 = 1;
@@ -123,15 +150,43 @@ pub struct OpQuery {
     pub number_to_skip: i32,
     pub number_to_return: i32,
     pub query: Bytes,
+    /// Set when it came in OP_COMPRESSED.
+    pub compressor: Option<Compressor>,
 }
 
-/// A reply to send.
+/// A reply to send: one document, in the format its request asked with.
 #[derive(Debug)]
-pub enum Reply {
-    /// OP_MSG reply with one body document.
-    Msg { response_to: i32, body: Vec<u8> },
-    /// OP_REPLY with one document.
-    Legacy { response_to: i32, body: Vec<u8> },
+pub struct Reply {
+    pub response_to: i32,
+    pub format: ReplyFormat,
+    /// The document, as BSON.
+    pub body: Vec<u8>,
+    /// Compress it with this: mongod answers a compressed request with
+    /// the same compressor, and anything else uncompressed.
+    pub compressor: Option<Compressor>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyFormat {
+    /// OP_MSG with one body section, for OP_MSG requests.
+    Msg,
+    /// OP_REPLY with one document, for OP_QUERY requests.
+    Legacy,
+}
+
+impl Reply {
+    /// The reply to `request` carrying `body`.
+    pub fn to(request: &Message, body: Vec<u8>) -> Reply {
+        Reply {
+            response_to: request.request_id(),
+            format: match request {
+                Message::Msg(_) => ReplyFormat::Msg,
+                Message::Query(_) => ReplyFormat::Legacy,
+            },
+            body,
+            compressor: request.compressor(),
+        }
+    }
 }
 
 /// Splits `n` bytes off the front of `buf`, or fails if there are fewer.
@@ -227,6 +282,7 @@ pub fn parse_op_msg(request_id: i32, whole: &[u8], mut body: Bytes) -> Result<Op
         flags,
         body,
         sequences,
+        compressor: None,
     })
 }
 
@@ -245,6 +301,7 @@ pub fn parse_op_query(request_id: i32, mut body: Bytes) -> Result<OpQuery, WireE
         number_to_skip,
         number_to_return,
         query,
+        compressor: None,
     })
 }
 
@@ -258,21 +315,37 @@ fn put_header(out: &mut BytesMut, len: usize, response_to: i32, op_code: i32) {
     out.put_i32_le(op_code);
 }
 
-/// Appends the wire form of `reply` to `out`.
+/// Parses a whole message (`whole`, header included) of opcode `op_code`;
+/// `body` is `whole` after the header.
+pub fn parse_message(
+    op_code: i32,
+    request_id: i32,
+    whole: &[u8],
+    body: Bytes,
+) -> Result<Message, WireError> {
+    match op_code {
+        OP_MSG => Ok(Message::Msg(parse_op_msg(request_id, whole, body)?)),
+        OP_QUERY => Ok(Message::Query(parse_op_query(request_id, body)?)),
+        other => Err(WireError::UnsupportedOpcode(other)),
+    }
+}
+
+/// Appends the wire form of `reply` to `out`, uncompressed.
 pub fn encode_reply(reply: &Reply, out: &mut BytesMut) {
-    match reply {
-        Reply::Msg { response_to, body } => {
+    let (response_to, body) = (reply.response_to, &reply.body);
+    match reply.format {
+        ReplyFormat::Msg => {
             let len = 16 + 4 + 1 + body.len();
             out.reserve(len);
-            put_header(out, len, *response_to, OP_MSG);
+            put_header(out, len, response_to, OP_MSG);
             out.put_u32_le(0);
             out.put_u8(0);
             out.put_slice(body);
         }
-        Reply::Legacy { response_to, body } => {
+        ReplyFormat::Legacy => {
             let len = 16 + 20 + body.len();
             out.reserve(len);
-            put_header(out, len, *response_to, OP_REPLY);
+            put_header(out, len, response_to, OP_REPLY);
             out.put_i32_le(8); // AwaitCapable
             out.put_i64_le(0);
             out.put_i32_le(0);

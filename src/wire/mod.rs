@@ -6,13 +6,16 @@
 //! - OP_MSG with body and document-sequence sections, the optional
 //!   CRC-32C checksum and `moreToCome`; OP_QUERY for the legacy handshake
 //!   and `$cmd` queries, answered with OP_REPLY.
+//! - OP_COMPRESSED (snappy, zlib, zstd; noop) around either, with the
+//!   compressors the connection negotiated ([`compression`]).
 
 pub mod codec;
+pub mod compression;
 pub mod message;
 pub mod validate;
 
 pub use codec::MessageCodec;
-pub use message::{Command, Message, OpMsg, OpQuery, Reply, WireError};
+pub use message::{Command, Message, OpMsg, OpQuery, Reply, ReplyFormat, WireError};
 pub use validate::{check_document, BsonCheckError};
 
 pub use crate::base::limits::{

@@ -158,7 +158,7 @@ fn default_docs() -> Vec<Bson> {
 }
 
 fn collect_stream(bytes: &[u8], c: &mut Collected) {
-    let mut codec = MessageCodec;
+    let mut codec = MessageCodec::default();
     let mut buf = BytesMut::from(bytes);
     let mut docs: Vec<Bson> = default_docs();
     let mut frames = Vec::new();
