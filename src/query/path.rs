@@ -35,8 +35,9 @@
 
 use std::borrow::Cow;
 
-use bson::raw::RawElement;
 use bson::{Bson, Document, RawBsonRef, RawDocument};
+
+use crate::query::raw_fields::unique_field;
 
 /// One component of a dotted path, split once at parse time.
 #[derive(Debug, Clone, PartialEq)]
@@ -230,13 +231,10 @@ pub enum RawLeaf<'a> {
 pub fn raw_leaf<'a, S: AsRef<str>>(doc: &'a RawDocument, parts: &[S]) -> RawLeaf<'a> {
     let mut current = doc;
     for (i, part) in parts.iter().enumerate() {
-        let element = match unique_field(current, part.as_ref()) {
-            Some(Some(element)) => element,
+        let value = match unique_field(current, part.as_ref()) {
+            Some(Some(value)) => value,
             Some(None) => return RawLeaf::Missing,
             None => return RawLeaf::Unknown,
-        };
-        let Ok(value) = element.value() else {
-            return RawLeaf::Unknown;
         };
         match value {
             value if i + 1 == parts.len() => return RawLeaf::Value(value),
@@ -246,23 +244,6 @@ pub fn raw_leaf<'a, S: AsRef<str>>(doc: &'a RawDocument, parts: &[S]) -> RawLeaf
         }
     }
     RawLeaf::Unknown
-}
-
-/// The one element of `doc` named `name` (`Some(None)` when there is
-/// none); `None` when the name appears twice or the bytes do not read.
-/// Every element is looked at, to see a repeated name.
-fn unique_field<'a>(doc: &'a RawDocument, name: &str) -> Option<Option<RawElement<'a>>> {
-    let mut found = None;
-    for element in doc.iter_elements() {
-        let element = element.ok()?;
-        if element.key().as_str() == name {
-            if found.is_some() {
-                return None;
-            }
-            found = Some(element);
-        }
-    }
-    Some(found)
 }
 
 /// Where a sort path ends in a document.
