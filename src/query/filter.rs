@@ -1650,6 +1650,7 @@ fn bits_match(value: &Bson, test: BitTest, mask: &BitMask) -> bool {
 mod tests {
     use super::*;
     use crate::error::ErrorCode;
+    use crate::query::raw_fields::arbitrary::{name, scalar, stored, Stored};
     use bson::{doc, Regex};
 
     #[test]
@@ -2671,107 +2672,14 @@ mod tests {
         assert_eq!(filter(doc! {"g": null}).matches_raw(&raw), Some(true));
     }
 
-    /// A stored document as written, field names possibly repeated (as
-    /// a client may send them).
-    #[derive(Debug, Clone)]
-    enum Stored {
-        Leaf(Bson),
-        Doc(Vec<(&'static str, Stored)>),
-        Arr(Vec<Stored>),
-    }
-
-    impl Stored {
-        fn raw(&self) -> bson::RawBson {
-            match self {
-                Stored::Leaf(v) => bson::RawBson::try_from(v.clone()).unwrap(),
-                Stored::Doc(fields) => {
-                    let mut d = bson::RawDocumentBuf::new();
-                    for (k, v) in fields {
-                        d.append(<&bson::raw::CStr>::try_from(*k).unwrap(), v.raw());
-                    }
-                    bson::RawBson::Document(d)
-                }
-                Stored::Arr(items) => {
-                    let mut a = bson::RawArrayBuf::new();
-                    for v in items {
-                        a.push(v.raw());
-                    }
-                    bson::RawBson::Array(a)
-                }
-            }
-        }
-    }
-
-    /// Scalars of every kind a comparison treats apart: numbers of the
-    /// four types around their edges, NaN, null and undefined, strings
-    /// and symbols, MinKey and MaxKey.
-    fn arb_scalar() -> impl proptest::strategy::Strategy<Value = Bson> {
-        use proptest::prelude::*;
-        let decimal = |s: &str| Bson::Decimal128(s.parse().unwrap());
-        prop_oneof![
-            Just(Bson::Null),
-            Just(Bson::MinKey),
-            Just(Bson::MaxKey),
-            (-2i32..3).prop_map(Bson::Int32),
-            prop_oneof![
-                Just(i64::MIN),
-                Just(-1i64),
-                Just(2),
-                Just(9_007_199_254_740_993),
-                Just(i64::MAX)
-            ]
-            .prop_map(Bson::Int64),
-            prop_oneof![
-                Just(f64::NAN),
-                Just(-0.0),
-                Just(0.5),
-                Just(1.0),
-                Just(2.0),
-                Just(9_007_199_254_740_992.0),
-                Just(f64::NEG_INFINITY)
-            ]
-            .prop_map(Bson::Double),
-            prop_oneof![
-                Just(decimal("1.00")),
-                Just(decimal("-0.5")),
-                Just(decimal("NaN")),
-                Just(decimal("9007199254740993"))
-            ],
-            "[ab]{0,2}".prop_map(Bson::String),
-            "[ab]{0,2}".prop_map(Bson::Symbol),
-            any::<bool>().prop_map(Bson::Boolean),
-            (0i64..3).prop_map(|ms| Bson::DateTime(bson::DateTime::from_millis(ms))),
-        ]
-    }
-
-    fn arb_stored() -> impl proptest::strategy::Strategy<Value = Stored> {
-        use proptest::prelude::*;
-        let leaf = prop_oneof![
-            arb_scalar().prop_map(Stored::Leaf),
-            Just(Stored::Leaf(Bson::Undefined)),
-            Just(Stored::Leaf(re("^a", ""))),
-        ];
-        leaf.prop_recursive(3, 24, 4, |inner| {
-            prop_oneof![
-                proptest::collection::vec((arb_name(), inner.clone()), 0..4).prop_map(Stored::Doc),
-                proptest::collection::vec(inner, 0..3).prop_map(Stored::Arr),
-            ]
-        })
-    }
-
-    fn arb_name() -> impl proptest::strategy::Strategy<Value = &'static str> {
-        use proptest::prelude::*;
-        prop_oneof![Just("a"), Just("b"), Just("c"), Just("0"), Just("1")]
-    }
-
     /// What a filter compares with: scalars, and arrays and documents of
     /// them.
     fn arb_constant() -> impl proptest::strategy::Strategy<Value = Bson> {
         use proptest::prelude::*;
         prop_oneof![
-            4 => arb_scalar(),
-            1 => proptest::collection::vec(arb_scalar(), 0..3).prop_map(Bson::Array),
-            1 => (arb_name(), arb_scalar()).prop_map(|(k, v)| Bson::Document(doc! {k: v})),
+            4 => scalar(),
+            1 => proptest::collection::vec(scalar(), 0..3).prop_map(Bson::Array),
+            1 => (name(), scalar()).prop_map(|(k, v)| Bson::Document(doc! {k: v})),
         ]
     }
 
@@ -2867,14 +2775,12 @@ mod tests {
         #[test]
         fn raw_decisions_agree_with_the_full_match(
             f in arb_raw_filter(),
-            fields in proptest::collection::vec((arb_name(), arb_stored()), 0..5),
+            fields in proptest::collection::vec((name(), stored()), 0..5),
         ) {
             let Ok(parsed) = Filter::parse(&f) else {
                 return Ok(());
             };
-            let bson::RawBson::Document(raw) = Stored::Doc(fields).raw() else {
-                unreachable!("a document builds a document");
-            };
+            let raw = Stored::document(fields);
             let decoded = Document::try_from(raw.as_ref()).unwrap();
             let full = parsed.try_matches_with_details(&decoded);
             if let Some(decided) = parsed.matches_raw(&raw) {

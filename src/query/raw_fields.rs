@@ -209,3 +209,119 @@ mod tests {
         }
     }
 }
+
+/// Stored documents for property tests of what reads stored bytes
+/// (filters, groups): arrays, nested documents, every numeric type
+/// around its edges, NaN, null, undefined, and field names repeated as a
+/// client may send them.
+#[cfg(test)]
+pub mod arbitrary {
+    use bson::{Bson, RawArrayBuf, RawBson, RawDocumentBuf, Regex};
+    use proptest::prelude::*;
+
+    /// A stored value as written, field names possibly repeated.
+    #[derive(Debug, Clone)]
+    pub enum Stored {
+        Leaf(Bson),
+        Doc(Vec<(&'static str, Stored)>),
+        Arr(Vec<Stored>),
+    }
+
+    impl Stored {
+        pub fn raw(&self) -> RawBson {
+            match self {
+                Stored::Leaf(v) => RawBson::try_from(v.clone()).expect("a test value encodes"),
+                Stored::Doc(fields) => {
+                    let mut d = RawDocumentBuf::new();
+                    for (k, v) in fields {
+                        d.append(
+                            <&bson::raw::CStr>::try_from(*k).expect("a test name"),
+                            v.raw(),
+                        );
+                    }
+                    RawBson::Document(d)
+                }
+                Stored::Arr(items) => {
+                    let mut a = RawArrayBuf::new();
+                    for v in items {
+                        a.push(v.raw());
+                    }
+                    RawBson::Array(a)
+                }
+            }
+        }
+
+        /// The document of these top-level fields.
+        pub fn document(fields: Vec<(&'static str, Stored)>) -> RawDocumentBuf {
+            match Stored::Doc(fields).raw() {
+                RawBson::Document(d) => d,
+                _ => unreachable!("a document builds a document"),
+            }
+        }
+    }
+
+    /// Scalars of every kind a comparison treats apart: numbers of the
+    /// four types around their edges, NaN, null, strings and symbols,
+    /// MinKey and MaxKey.
+    pub fn scalar() -> impl Strategy<Value = Bson> {
+        let decimal = |s: &str| Bson::Decimal128(s.parse().expect("a test decimal"));
+        prop_oneof![
+            Just(Bson::Null),
+            Just(Bson::MinKey),
+            Just(Bson::MaxKey),
+            (-2i32..3).prop_map(Bson::Int32),
+            prop_oneof![
+                Just(i64::MIN),
+                Just(-1i64),
+                Just(2),
+                Just(9_007_199_254_740_993),
+                Just(i64::MAX)
+            ]
+            .prop_map(Bson::Int64),
+            prop_oneof![
+                Just(f64::NAN),
+                Just(-0.0),
+                Just(0.5),
+                Just(1.0),
+                Just(2.0),
+                Just(9_007_199_254_740_992.0),
+                Just(f64::NEG_INFINITY)
+            ]
+            .prop_map(Bson::Double),
+            prop_oneof![
+                Just(decimal("1.00")),
+                Just(decimal("-0.5")),
+                Just(decimal("NaN")),
+                Just(decimal("9007199254740993"))
+            ],
+            "[ab]{0,2}".prop_map(Bson::String),
+            "[ab]{0,2}".prop_map(Bson::Symbol),
+            any::<bool>().prop_map(Bson::Boolean),
+            (0i64..3).prop_map(|ms| Bson::DateTime(bson::DateTime::from_millis(ms))),
+        ]
+    }
+
+    pub fn name() -> impl Strategy<Value = &'static str> {
+        prop_oneof![Just("a"), Just("b"), Just("c"), Just("0"), Just("1")]
+    }
+
+    /// A stored value: a scalar (undefined and a regex too), or arrays
+    /// and documents of them.
+    pub fn stored() -> impl Strategy<Value = Stored> {
+        let regex = Bson::RegularExpression(Regex {
+            pattern: "^a".try_into().expect("a test pattern"),
+            options: "".try_into().expect("no options"),
+        });
+        let leaf = prop_oneof![
+            scalar().prop_map(Stored::Leaf),
+            Just(Stored::Leaf(Bson::Undefined)),
+            Just(Stored::Leaf(regex)),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec((name(), inner.clone()), 0..4).prop_map(Stored::Doc),
+                proptest::collection::vec(inner, 0..3).prop_map(Stored::Arr),
+            ]
+        })
+    }
+}

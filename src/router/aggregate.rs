@@ -11,10 +11,11 @@ use std::time::Instant;
 use bson::{doc, Bson, Document};
 
 use super::merge::{Merge, Row, RowStream};
-use super::{access_records, filter_records, DocStream, Namespace, Router};
+use super::{access_records, matching_inputs, DocStream, Namespace, Router};
 use crate::aggregate::parse_update;
 use crate::aggregate::{
-    bind_variables, Context, Limits, MergeSpec, ParseContext, Pipeline, Split, Stage, WhenMatched,
+    bind_variables, run_stages, Context, InputDoc, InputStream, Limits, MergeSpec, ParseContext,
+    Pipeline, Split, Stage, WhenMatched,
 };
 use crate::error::{Error, Result};
 use crate::query::filter::Filter;
@@ -82,19 +83,6 @@ impl SplitPipeline {
     }
 }
 
-/// Runs `stages` over `input`.
-fn run_stages(
-    stages: &[Arc<dyn Stage>],
-    input: DocStream,
-    ctx: &Arc<dyn Context>,
-) -> Result<DocStream> {
-    let mut stream = input;
-    for stage in stages {
-        stream = stage.apply(crate::aggregate::interruptible(stream), ctx)?;
-    }
-    Ok(stream)
-}
-
 /// What the pipeline's stages may do through the router.
 pub struct RouterContext {
     router: Arc<Router>,
@@ -122,7 +110,10 @@ impl RouterContext {
 }
 
 /// Ends `stream` with `MaxTimeMSExpired` once `deadline` passes.
-fn until(deadline: Option<Instant>, stream: DocStream) -> DocStream {
+fn until<T: 'static>(
+    deadline: Option<Instant>,
+    stream: Box<dyn Iterator<Item = Result<T>> + Send>,
+) -> Box<dyn Iterator<Item = Result<T>> + Send> {
     let Some(deadline) = deadline else {
         return stream;
     };
@@ -333,14 +324,20 @@ async fn merge_one(
 impl Router {
     /// The documents of each partition of `ns` that `filter` targets and
     /// matches, as lazy streams (through one snapshot when there are
-    /// several), following the query plan.
-    fn partition_inputs(&self, ns: &Namespace, filter: Option<&Filter>) -> Result<Vec<DocStream>> {
-        let whole = || -> Result<Vec<DocStream>> {
+    /// several), following the query plan; those the filter decided on
+    /// their bytes stay in BSON form for the first stage.
+    fn partition_inputs(
+        &self,
+        ns: &Namespace,
+        filter: Option<&Filter>,
+    ) -> Result<Vec<InputStream>> {
+        let whole = || -> Result<Vec<InputStream>> {
             let spec = super::FindSpec {
                 filter: filter.cloned(),
                 ..super::FindSpec::default()
             };
-            Ok(vec![self.find_stream(ns, spec)?])
+            let docs = self.find_stream(ns, spec)?;
+            Ok(vec![Box::new(docs.map(|d| d.map(InputDoc::Decoded)))])
         };
         // The generated `config` collections are one stream.
         let Some(coll) = self.catalog.get(ns) else {
@@ -355,8 +352,7 @@ impl Router {
         let mut inputs = Vec::new();
         for part in &plan.parts {
             let records = access_records(&reader, coll.id, &plan, part, filter, None);
-            let docs = filter_records(records, filter.cloned()).map(|r| r.map(|(rec, _)| rec.doc));
-            inputs.push(Box::new(docs) as DocStream);
+            inputs.push(Box::new(matching_inputs(records, filter.cloned())) as InputStream);
         }
         Ok(inputs)
     }
@@ -386,7 +382,7 @@ impl Router {
         };
         let (filter, rest) = leading_match(stages)?;
         let pipeline = Pipeline::parse(rest, parse)?;
-        let inputs: Vec<DocStream> = self
+        let inputs: Vec<InputStream> = self
             .partition_inputs(ns, filter.as_ref())?
             .into_iter()
             .map(|input| until(deadline, input))
@@ -396,7 +392,7 @@ impl Router {
                 .into_iter()
                 .next()
                 .unwrap_or_else(|| Box::new(std::iter::empty()));
-            return pipeline.run(input, &ctx);
+            return pipeline.run_input(input, &ctx);
         }
         let split = SplitPipeline::split(pipeline);
         let parallelism = self.parallelism(inputs.len());
@@ -407,14 +403,18 @@ impl Router {
             .map(|input| partition_rows(input, partition.clone(), merge_sort.clone(), ctx.clone()))
             .collect();
         let merged: DocStream = Box::new(Merge::new(streams, merge_sort, parallelism));
-        run_stages(&split.router, merged, &ctx)
+        let mut stream = merged;
+        for stage in &split.router {
+            stream = stage.apply(crate::aggregate::interruptible(stream), &ctx)?;
+        }
+        Ok(stream)
     }
 }
 
 /// One partition's part of a pipeline, as rows for the merge; nothing
 /// runs until the merge first asks (on a pool thread).
 fn partition_rows(
-    input: DocStream,
+    input: InputStream,
     stages: Arc<Vec<Arc<dyn Stage>>>,
     sort: Option<SortSpec>,
     ctx: Arc<dyn Context>,

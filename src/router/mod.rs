@@ -31,14 +31,14 @@ mod write;
 
 use std::sync::Arc;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocumentBuf};
 
 pub use catalog::{Collection, Namespace, Sharding};
 
 pub use write::{InsertOutcome, ModifyOutcome, UpdateStatement};
 
 use crate::aggregate::spill::{sort_memory_error, KeyedSort};
-use crate::aggregate::{Limits, DEFAULT_MAX_BLOCKING_BYTES};
+use crate::aggregate::{InputDoc, Limits, DEFAULT_MAX_BLOCKING_BYTES};
 use crate::error::{Error, Result};
 use crate::index::plan::{Hint, IndexPlan};
 use crate::partition::{Partition, PartitionMap};
@@ -887,6 +887,48 @@ fn filter_records(
     })
 }
 
+/// The documents of records that match `filter`, as a pipeline reads
+/// them: those decided on their bytes still in BSON form, so that its
+/// first stage may read them undecoded; those the full match decided,
+/// decoded (as they had to be).
+pub(crate) fn matching_inputs(
+    records: CandidateIter,
+    filter: Option<Filter>,
+) -> impl Iterator<Item = Result<InputDoc>> + Send + 'static {
+    records.filter_map(move |item| {
+        let rec = match item {
+            Err(e) => return Some(Err(e)),
+            Ok(Candidate::Decoded(rec)) => rec,
+            Ok(Candidate::Raw(key, bytes)) => {
+                match filter
+                    .as_ref()
+                    .map_or(Some(true), |f| decide_raw(f, &bytes))
+                {
+                    Some(false) => return None,
+                    Some(true) => {
+                        return Some(
+                            RawDocumentBuf::from_bytes(bytes)
+                                .map(InputDoc::Raw)
+                                .map_err(|e| {
+                                    Error::internal(format!(
+                                        "stored document is not valid BSON: {e}"
+                                    ))
+                                }),
+                        )
+                    }
+                    None => match decode_record(key, &bytes) {
+                        Ok(rec) => rec,
+                        Err(e) => return Some(Err(e)),
+                    },
+                }
+            }
+        };
+        full_match(rec, filter.as_ref())
+            .map(|found| found.map(|(rec, _)| InputDoc::Decoded(rec.doc)))
+            .transpose()
+    })
+}
+
 /// A match found on a record's bytes, or with no filter: it records no
 /// array position (no array was on the way).
 fn plain_match() -> MatchDetails {
@@ -912,6 +954,11 @@ fn matching(
         },
         Candidate::Decoded(rec) => rec,
     };
+    full_match(rec, filter)
+}
+
+/// The record, if the full match of `filter` on it says it matches.
+fn full_match(rec: Record, filter: Option<&Filter>) -> Result<Option<(Record, MatchDetails)>> {
     let Some(f) = filter else {
         return Ok(Some((rec, plain_match())));
     };
