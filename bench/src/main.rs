@@ -27,6 +27,7 @@ mod partition_move;
 mod report;
 mod request_units;
 mod robustness;
+mod scan_filter;
 mod sharded;
 mod workload;
 
@@ -204,8 +205,8 @@ struct Args {
     /// Process whose VmRSS/VmHWM is printed after each load and at the end.
     #[arg(long)]
     rss_pid: Option<u32>,
-    /// Server process whose CPU use fanout-query, agg-group and agg-topk
-    /// report [default: --rss-pid].
+    /// Server process whose CPU use fanout-query, agg-group, agg-topk and
+    /// scan-filter report [default: --rss-pid].
     #[arg(long)]
     server_pid: Option<u32>,
     /// `NAME=PID[,PID...]`: processes (each with every process below it,
@@ -285,7 +286,10 @@ impl Args {
             if self.workloads.iter().any(|w| {
                 matches!(
                     w,
-                    Workload::FanoutQuery | Workload::AggGroup | Workload::AggTopk
+                    Workload::FanoutQuery
+                        | Workload::AggGroup
+                        | Workload::AggTopk
+                        | Workload::ScanFilter
                 )
             }) {
                 report::read_cpu_secs(pid)
@@ -420,6 +424,7 @@ async fn run(args: Args) -> Result<(), String> {
                 let data = dataset(&args, &mut usertable);
                 sharded::partitioned_read(&args, &targets, &data).await?
             }
+            Workload::ScanFilter => scan_filter::scan_filter(&args, &targets[0]).await?,
             Workload::FanoutQuery => fanout::fanout_query(&args, &targets).await?,
             Workload::Distribution => sharded::distribution(&args, &targets[0]).await?,
             Workload::IndexEq => indexes::index_eq(&args, &targets[0]).await?,

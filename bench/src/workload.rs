@@ -36,6 +36,9 @@ pub enum Workload {
     /// `find({_id: {$gte: k}}).sort({_id: 1}).limit(--scan-limit)`, all
     /// results collected; within one tenant with `--tenants`.
     Scan,
+    /// `find` and `$match` + `$group` on `field0`, which no index serves:
+    /// documents examined per second of server CPU (`scan_filter`).
+    ScanFilter,
     /// `read` against a copy of the data set in a collection sharded on
     /// `{_id: "hashed"}`, once per `--partitions` count.
     PartitionedRead,
@@ -90,6 +93,7 @@ impl Workload {
             Workload::Update => "update",
             Workload::Mixed => "mixed",
             Workload::Scan => "scan",
+            Workload::ScanFilter => "scan-filter",
             Workload::PartitionedRead => "partitioned-read",
             Workload::FanoutQuery => "fanout-query",
             Workload::Distribution => "distribution",
@@ -111,7 +115,8 @@ impl Workload {
     pub fn uses_usertable(self) -> bool {
         !matches!(
             self,
-            Workload::FanoutQuery
+            Workload::ScanFilter
+                | Workload::FanoutQuery
                 | Workload::Distribution
                 | Workload::IndexEq
                 | Workload::IndexRange

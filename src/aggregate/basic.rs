@@ -13,7 +13,7 @@ use bson::{doc, Bson, Document};
 use rand::Rng;
 
 use super::spill::{doc_size, park, sort_memory_error, KeyedSort, MergedRuns, SpillRun};
-use super::{Context, DocStream, ParseContext, Split, Stage, StageParser};
+use super::{Context, DocStream, InputStream, ParseContext, Split, Stage, StageParser};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{type_name, Number};
 use crate::query::expr::Expr;
@@ -1143,6 +1143,16 @@ impl Stage for Chain {
     fn apply(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
         let mut stream = input;
         for s in &self.stages {
+            stream = s.apply(stream, ctx)?;
+        }
+        Ok(stream)
+    }
+    fn apply_input(&self, input: InputStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        let Some((first, rest)) = self.stages.split_first() else {
+            return Ok(super::decoded(input));
+        };
+        let mut stream = first.apply_input(input, ctx)?;
+        for s in rest {
             stream = s.apply(stream, ctx)?;
         }
         Ok(stream)

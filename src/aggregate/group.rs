@@ -25,18 +25,18 @@ use std::collections::{HashMap, HashSet};
 use std::iter::Peekable;
 use std::sync::Arc;
 
-use bson::{doc, Binary, Bson, Document};
+use bson::{doc, Binary, Bson, Document, RawBsonRef, RawDocument};
 
 use super::basic::{eval, Chain};
 use super::spill::{
     approx_size, bucket_auto_memory_error, group_memory_error, park, KeyedSort, KeyedStream,
     MergedRuns, SpillRun,
 };
-use super::{Context, DocStream, ParseContext, Split, Stage, StageParser};
+use super::{Context, DocStream, InputDoc, InputStream, ParseContext, Split, Stage, StageParser};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, type_name, DecimalValue, Number};
-use crate::query::expr::Expr;
-use crate::query::keystring::encode_id;
+use crate::query::expr::{Expr, RawValue};
+use crate::query::keystring::{encode_id, encode_value};
 use crate::query::size::{
     accumulator_memory_error, field_size, SizeBudget, ACCUMULATOR_MEMORY_LIMIT,
 };
@@ -1019,62 +1019,186 @@ fn same_type(a: &Bson, b: &Bson) -> bool {
     crate::query::compare::canonical_type_rank(a) == crate::query::compare::canonical_type_rank(b)
 }
 
-impl Group {
-    fn run(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
-        let limits = ctx.limits().clone();
+impl GroupSpec {
+    /// True when documents still in BSON form can be grouped without
+    /// decoding them: the key and every accumulator's input only read
+    /// field paths, and no accumulator sorts by the document.
+    fn reads_raw(&self) -> bool {
+        matches!(&self.key, KeyFn::Expr(e) if e.reads_fields_only())
+            && self
+                .accs
+                .iter()
+                .all(|a| a.arg.reads_fields_only() && !matches!(a.op, Op::Sorted { .. }))
+    }
+}
+
+/// The value an accumulator takes from a field of a document still in
+/// BSON form: what [`eval`] gives on the decoded document, or, for the
+/// accumulators that only add numbers, the number alone (they take
+/// anything else as they take a missing value).
+fn raw_input(op: &Op, value: RawValue<'_>) -> Option<Option<Bson>> {
+    let field = match value {
+        RawValue::Missing => return Some(None),
+        RawValue::Built(v) => return Some(Some(v.into_owned())),
+        RawValue::Field(field) => field,
+    };
+    match op {
+        Op::Count => Some(None),
+        Op::Sum | Op::Avg | Op::StdDevPop | Op::StdDevSamp => Some(match field {
+            RawBsonRef::Int32(i) => Some(Bson::Int32(i)),
+            RawBsonRef::Int64(i) => Some(Bson::Int64(i)),
+            RawBsonRef::Double(d) => Some(Bson::Double(d)),
+            RawBsonRef::Decimal128(d) => Some(Bson::Decimal128(d)),
+            _ => None,
+        }),
+        _ => Bson::try_from(field).ok().map(Some),
+    }
+}
+
+/// The groups of one run of a `$group`, with their states, the memory
+/// they hold and the runs spilled so far.
+struct Groups {
+    spec: Arc<GroupSpec>,
+    mode: Mode,
+    limits: super::Limits,
+    index: HashMap<Vec<u8>, usize>,
+    groups: Vec<GroupEntry>,
+    bytes: usize,
+    runs: Vec<SpillRun>,
+    /// The encoded key of the document at hand.
+    key_bytes: Vec<u8>,
+    /// The accumulators' inputs of the document at hand.
+    inputs: Vec<Option<Bson>>,
+}
+
+impl Groups {
+    fn new(spec: Arc<GroupSpec>, mode: Mode, limits: super::Limits) -> Groups {
+        Groups {
+            spec,
+            mode,
+            limits,
+            index: HashMap::new(),
+            groups: Vec::new(),
+            bytes: 0,
+            runs: Vec::new(),
+            key_bytes: Vec::new(),
+            inputs: Vec::new(),
+        }
+    }
+
+    /// The position of the group of `key`, made when new.
+    fn group_of(&mut self, key: Bson) -> usize {
+        self.key_bytes.clear();
+        encode_value(&key, &mut self.key_bytes);
+        if let Some(&at) = self.index.get(self.key_bytes.as_slice()) {
+            return at;
+        }
+        let kb = self.key_bytes.clone();
+        self.bytes +=
+            2 * kb.len() + approx_size(&key) + GROUP_OVERHEAD * (1 + self.spec.accs.len());
+        self.index.insert(kb, self.groups.len());
+        self.groups.push(GroupEntry {
+            key,
+            states: self.spec.new_states(),
+        });
+        self.groups.len() - 1
+    }
+
+    /// Adds a decoded document (a partial group's output, in final mode).
+    fn add_document(&mut self, d: &Document) -> Result<()> {
         let spec = self.spec.clone();
-        let mode = self.mode;
-        let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
-        let mut groups: Vec<GroupEntry> = Vec::new();
-        let mut bytes = 0usize;
-        let mut runs: Vec<SpillRun> = Vec::new();
-        for d in input {
-            let d = d?;
-            let key = spec.key_of(&d, mode)?;
-            let kb = encode_id(&key);
-            let at = match index.get(&kb) {
-                Some(at) => *at,
-                None => {
-                    bytes +=
-                        2 * kb.len() + approx_size(&key) + GROUP_OVERHEAD * (1 + spec.accs.len());
-                    index.insert(kb, groups.len());
-                    groups.push(GroupEntry {
-                        key,
-                        states: spec.new_states(),
-                    });
-                    groups.len() - 1
-                }
+        let key = spec.key_of(d, self.mode)?;
+        let at = self.group_of(key);
+        let Some(entry) = self.groups.get_mut(at) else {
+            return Err(Error::internal("group index out of range"));
+        };
+        for (acc, state) in spec.accs.iter().zip(entry.states.iter_mut()) {
+            self.bytes += if self.mode == Mode::Final {
+                state.merge_partial(&acc.op, d.get(&acc.field).unwrap_or(&Bson::Null))?
+            } else {
+                let v = eval(&acc.arg, d, &spec.vars)?;
+                state.add(&acc.op, v, d)?
             };
-            let Some(entry) = groups.get_mut(at) else {
-                return Err(Error::internal("group index out of range"));
-            };
-            for (acc, state) in spec.accs.iter().zip(entry.states.iter_mut()) {
-                bytes += if mode == Mode::Final {
-                    state.merge_partial(&acc.op, d.get(&acc.field).unwrap_or(&Bson::Null))?
-                } else {
-                    let v = eval(&acc.arg, &d, &spec.vars)?;
-                    state.add(&acc.op, v, &d)?
-                };
-            }
-            if bytes > limits.max_blocking_bytes {
-                if !limits.allow_disk_use {
-                    return Err(group_memory_error());
-                }
-                runs.push(spill_groups(
-                    &spec,
-                    &limits.spill_dir,
-                    &mut index,
-                    &mut groups,
-                )?);
-                bytes = 0;
+        }
+        self.spill_if_full()
+    }
+
+    /// Adds a document still in BSON form without decoding it, as
+    /// [`Groups::add_document`] would add it decoded; false (and nothing
+    /// added) when only the decoded document can tell
+    /// ([`Expr::evaluate_raw`]). Only for [`GroupSpec::reads_raw`].
+    fn add_raw(&mut self, doc: &RawDocument) -> Result<bool> {
+        let spec = self.spec.clone();
+        let KeyFn::Expr(key_expr) = &spec.key else {
+            return Ok(false);
+        };
+        let Some(key) = key_expr.evaluate_raw(doc) else {
+            return Ok(false);
+        };
+        self.inputs.clear();
+        for acc in &spec.accs {
+            let input = acc
+                .arg
+                .evaluate_raw(doc)
+                .and_then(|v| raw_input(&acc.op, v));
+            match input {
+                Some(input) => self.inputs.push(input),
+                None => return Ok(false),
             }
         }
-        if runs.is_empty() {
-            let mut out: Vec<Document> = groups
+        let key = match key {
+            RawValue::Missing => Bson::Null,
+            RawValue::Built(v) => v.into_owned(),
+            RawValue::Field(v) => match Bson::try_from(v) {
+                Ok(v) => v,
+                Err(_) => return Ok(false),
+            },
+        };
+        let at = self.group_of(key);
+        let Some(entry) = self.groups.get_mut(at) else {
+            return Err(Error::internal("group index out of range"));
+        };
+        // Only `$top`/`$bottom` read the document, and they read no raw.
+        let unread = Document::new();
+        for ((acc, state), input) in spec
+            .accs
+            .iter()
+            .zip(entry.states.iter_mut())
+            .zip(self.inputs.drain(..))
+        {
+            self.bytes += state.add(&acc.op, input, &unread)?;
+        }
+        self.spill_if_full()?;
+        Ok(true)
+    }
+
+    fn spill_if_full(&mut self) -> Result<()> {
+        if self.bytes > self.limits.max_blocking_bytes {
+            if !self.limits.allow_disk_use {
+                return Err(group_memory_error());
+            }
+            self.runs.push(spill_groups(
+                &self.spec,
+                &self.limits.spill_dir,
+                &mut self.index,
+                &mut self.groups,
+            )?);
+            self.bytes = 0;
+        }
+        Ok(())
+    }
+
+    /// The groups' results (or partial states), in the order they were
+    /// first met; merged back from disk when some were spilled.
+    fn finish(mut self, sort_output: bool) -> Result<DocStream> {
+        let (spec, mode) = (self.spec.clone(), self.mode);
+        if self.runs.is_empty() {
+            let mut out: Vec<Document> = self
+                .groups
                 .into_iter()
                 .map(|g| spec.output(g.key, g.states, mode))
                 .collect();
-            if self.sort_output {
+            if sort_output {
                 out.sort_by(|a, b| {
                     compare(
                         a.get("_id").unwrap_or(&Bson::Null),
@@ -1082,18 +1206,18 @@ impl Group {
                     )
                 });
             }
-            return park(out, bytes, &limits.spill_dir);
+            return park(out, self.bytes, &self.limits.spill_dir);
         }
-        if !groups.is_empty() {
-            runs.push(spill_groups(
+        if !self.groups.is_empty() {
+            self.runs.push(spill_groups(
                 &spec,
-                &limits.spill_dir,
-                &mut index,
-                &mut groups,
+                &self.limits.spill_dir,
+                &mut self.index,
+                &mut self.groups,
             )?);
         }
-        let mut sources: Vec<DocStream> = Vec::with_capacity(runs.len());
-        for run in runs {
+        let mut sources: Vec<DocStream> = Vec::with_capacity(self.runs.len());
+        for run in self.runs {
             sources.push(Box::new(run.into_reader()?));
         }
         let merged = MergedRuns::new(
@@ -1110,6 +1234,27 @@ impl Group {
             mode,
             runs: merged.peekable(),
         }))
+    }
+}
+
+impl Group {
+    /// Groups a collection's documents; those still in BSON form are
+    /// grouped without decoding when the key and inputs allow
+    /// ([`GroupSpec::reads_raw`]).
+    fn run(&self, input: InputStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        let mut groups = Groups::new(self.spec.clone(), self.mode, ctx.limits().clone());
+        let raw = self.mode != Mode::Final && self.spec.reads_raw();
+        for item in input {
+            match item? {
+                InputDoc::Raw(doc) if raw => {
+                    if !groups.add_raw(&doc)? {
+                        groups.add_document(&InputDoc::Raw(doc).into_document()?)?;
+                    }
+                }
+                other => groups.add_document(&other.into_document()?)?,
+            }
+        }
+        groups.finish(self.sort_output)
     }
 }
 
@@ -1211,6 +1356,9 @@ impl Stage for Group {
         }
     }
     fn apply(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        self.run(Box::new(input.map(|d| d.map(InputDoc::Decoded))), ctx)
+    }
+    fn apply_input(&self, input: InputStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
         self.run(input, ctx)
     }
     fn split(&self) -> Split {
@@ -1982,6 +2130,124 @@ mod tests {
     #[test]
     fn table_is_sorted() {
         assert!(STAGES.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    /// What a stage gives, or the code of its error, as text (so that NaN
+    /// equals NaN).
+    fn outcome(result: Result<DocStream>) -> String {
+        match result.and_then(|s| s.collect::<Result<Vec<Document>>>()) {
+            Ok(docs) => format!("{docs:?}"),
+            Err(e) => format!("error {}", e.code.number()),
+        }
+    }
+
+    /// The stage's output from documents still in BSON form and from the
+    /// same documents decoded.
+    fn raw_and_decoded(stage: &dyn Stage, raws: &[bson::RawDocumentBuf]) -> (String, String) {
+        let decoded: Vec<Document> = raws
+            .iter()
+            .map(|r| Document::try_from(r.as_ref()).unwrap())
+            .collect();
+        let owned: Vec<bson::RawDocumentBuf> = raws.to_vec();
+        let raw_input: super::super::InputStream =
+            Box::new(owned.into_iter().map(|r| Ok(InputDoc::Raw(r))));
+        (
+            outcome(stage.apply_input(raw_input, &ctx())),
+            outcome(stage.apply(Box::new(decoded.into_iter().map(Ok)), &ctx())),
+        )
+    }
+
+    #[test]
+    fn stored_bytes_group_without_decoding_as_decoded_documents_do() {
+        let raws: Vec<bson::RawDocumentBuf> = sales()
+            .iter()
+            .map(|d| bson::RawDocumentBuf::try_from(d).unwrap())
+            .collect();
+        let spec = doc! {
+            "_id": {"item": "$item", "p": "$o.p"},
+            "n": {"$sum": 1},
+            "total": {"$sum": "$price"},
+            "avg": {"$avg": "$qty"},
+            "lo": {"$min": "$price"},
+            "hi": {"$max": "$tags"},
+            "first": {"$first": "$o"},
+            "last": {"$last": "$price"},
+            "count": {"$count": {}},
+        };
+        let stage = parse_group(&Bson::Document(spec), &ParseContext::default()).unwrap();
+        let (raw, decoded) = raw_and_decoded(&*stage, &raws);
+        assert_eq!(raw, decoded);
+        assert!(raw.contains("total"), "{raw}");
+    }
+
+    fn arb_group_spec() -> impl proptest::strategy::Strategy<Value = Document> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            Just(Bson::from("$a")),
+            Just(Bson::from("$a.b")),
+            Just(Bson::from("$zz")),
+            Just(Bson::Null),
+            Just(Bson::Int32(5)),
+            Just(Bson::Document(doc! {"x": "$a", "y": "$b.c"})),
+            Just(Bson::Document(doc! {"$add": ["$b", 1]})),
+        ];
+        let accs = proptest::sample::subsequence(
+            vec![
+                ("n", doc! {"$sum": 1}),
+                ("s", doc! {"$sum": "$b"}),
+                ("av", doc! {"$avg": "$b"}),
+                ("mn", doc! {"$min": "$b"}),
+                ("mx", doc! {"$max": "$a"}),
+                ("f", doc! {"$first": "$b"}),
+                ("l", doc! {"$last": "$a.b"}),
+                ("c", doc! {"$count": {}}),
+                ("p", doc! {"$push": "$c"}),
+                ("ts", doc! {"$addToSet": "$a"}),
+                ("sd", doc! {"$stdDevSamp": "$b"}),
+                ("mo", doc! {"$mergeObjects": "$c"}),
+                ("t", doc! {"$top": {"sortBy": {"b": 1}, "output": "$a"}}),
+                ("e", doc! {"$sum": {"$add": ["$b", 1]}}),
+            ],
+            0..5,
+        );
+        (key, accs).prop_map(|(key, accs)| {
+            let mut spec = doc! {"_id": key};
+            for (name, acc) in accs {
+                spec.insert(name, acc);
+            }
+            spec
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn groups_of_stored_bytes_are_the_groups_of_decoded_documents(
+            spec in arb_group_spec(),
+            docs in proptest::collection::vec(
+                proptest::collection::vec(
+                    (
+                        crate::query::raw_fields::arbitrary::name(),
+                        crate::query::raw_fields::arbitrary::stored(),
+                    ),
+                    0..4,
+                ),
+                0..8,
+            ),
+        ) {
+            let raws: Vec<bson::RawDocumentBuf> = docs
+                .into_iter()
+                .map(crate::query::raw_fields::arbitrary::Stored::document)
+                .collect();
+            let stage = parse_group(&Bson::Document(spec.clone()), &ParseContext::default()).unwrap();
+            let (raw, decoded) = raw_and_decoded(&*stage, &raws);
+            proptest::prop_assert_eq!(raw, decoded, "{}", spec);
+            if let Split::Blocking { partition, .. } = stage.split() {
+                let (raw, decoded) = raw_and_decoded(&*partition, &raws);
+                proptest::prop_assert_eq!(raw, decoded, "partial {}", spec);
+            }
+        }
     }
 
     #[test]

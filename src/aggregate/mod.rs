@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocumentBuf};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::sort::SortSpec;
@@ -33,6 +33,32 @@ pub use update::parse_update;
 
 /// A lazily produced stream of documents.
 pub type DocStream = Box<dyn Iterator<Item = Result<Document>> + Send>;
+
+/// A document entering a pipeline from a collection: still in BSON form
+/// when it comes straight from storage, so that a first stage reading a
+/// few of its fields (`$group`) need not decode it.
+pub enum InputDoc {
+    Raw(RawDocumentBuf),
+    Decoded(Document),
+}
+
+impl InputDoc {
+    pub fn into_document(self) -> Result<Document> {
+        match self {
+            InputDoc::Decoded(d) => Ok(d),
+            InputDoc::Raw(raw) => Document::try_from(raw.as_ref())
+                .map_err(|e| Error::internal(format!("stored document is not valid BSON: {e}"))),
+        }
+    }
+}
+
+/// The documents a pipeline reads from a collection.
+pub type InputStream = Box<dyn Iterator<Item = Result<InputDoc>> + Send>;
+
+/// The documents of `input`, decoded.
+pub fn decoded(input: InputStream) -> DocStream {
+    Box::new(input.map(|item| item?.into_document()))
+}
 
 /// Most bytes a blocking stage holds in memory by default (MongoDB's
 /// 100 MB).
@@ -166,6 +192,12 @@ pub trait Stage: Send + Sync {
     /// Turns the input stream into the output stream. Streaming stages
     /// must not collect their input.
     fn apply(&self, input: DocStream, ctx: &Arc<dyn Context>) -> Result<DocStream>;
+    /// [`Stage::apply`] as a pipeline's first stage over a collection,
+    /// whose documents may still be in BSON form; a stage that can read
+    /// them without decoding them says so here.
+    fn apply_input(&self, input: InputStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        self.apply(decoded(input), ctx)
+    }
     /// How it splits across partitions.
     fn split(&self) -> Split;
     /// The stage as explain shows it.
@@ -284,12 +316,36 @@ impl Pipeline {
         }
         Ok(stream)
     }
+
+    /// Runs every stage over a collection's documents ([`run_stages`]).
+    pub fn run_input(&self, input: InputStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
+        run_stages(&self.stages, input, ctx)
+    }
+}
+
+/// Runs `stages` over a collection's documents: the first stage reads
+/// them as they come ([`Stage::apply_input`]), the others decoded.
+pub fn run_stages<S: std::ops::Deref<Target = dyn Stage>>(
+    stages: &[S],
+    input: InputStream,
+    ctx: &Arc<dyn Context>,
+) -> Result<DocStream> {
+    let Some((first, rest)) = stages.split_first() else {
+        return Ok(decoded(input));
+    };
+    let mut stream = first.apply_input(interruptible(input), ctx)?;
+    for stage in rest {
+        stream = stage.apply(interruptible(stream), ctx)?;
+    }
+    Ok(stream)
 }
 
 /// `stream`, ending with the operation's error once it must stop
 /// (`maxTimeMS`, client gone): every stage reads its input through this,
 /// so a stage looping over its input stops with the operation.
-pub fn interruptible(stream: DocStream) -> DocStream {
+pub fn interruptible<T: 'static>(
+    stream: Box<dyn Iterator<Item = Result<T>> + Send>,
+) -> Box<dyn Iterator<Item = Result<T>> + Send> {
     Box::new(stream.map(|item| {
         crate::query::interrupt::check()?;
         item

@@ -17,7 +17,7 @@
 
 use std::cmp::Ordering;
 
-use bson::{Bson, Decimal128, Document};
+use bson::{Bson, Decimal128, Document, RawBsonRef};
 
 /// The rank of a value's type in MongoDB's comparison order: values of
 /// different ranks order by rank alone. All numeric types share one rank,
@@ -45,6 +45,18 @@ pub fn canonical_type_rank(value: &Bson) -> u8 {
 
 /// The rank [`canonical_type_rank`] gives every number.
 pub const NUMBER_RANK: u8 = 10;
+
+/// The rank [`canonical_type_rank`] gives strings and symbols.
+pub const STRING_RANK: u8 = 15;
+
+/// [`compare`] of `value` with the string `s`, without building a `Bson`
+/// for it: scans compare the strings of documents still in BSON form.
+pub fn compare_to_str(value: &Bson, s: &str) -> Ordering {
+    match value {
+        Bson::String(x) | Bson::Symbol(x) => x.as_bytes().cmp(s.as_bytes()),
+        other => canonical_type_rank(other).cmp(&STRING_RANK),
+    }
+}
 
 /// True for the four BSON numeric types.
 pub fn is_number(value: &Bson) -> bool {
@@ -240,6 +252,17 @@ impl Number {
             Bson::Int64(i) => Some(Number::Int64(*i)),
             Bson::Double(d) => Some(Number::Double(*d)),
             Bson::Decimal128(d) => Some(Number::Decimal(DecimalValue::from_decimal128(d))),
+            _ => None,
+        }
+    }
+
+    /// [`Number::of`] a value still in BSON form.
+    pub fn of_raw(value: RawBsonRef<'_>) -> Option<Number> {
+        match value {
+            RawBsonRef::Int32(i) => Some(Number::Int32(i)),
+            RawBsonRef::Int64(i) => Some(Number::Int64(i)),
+            RawBsonRef::Double(d) => Some(Number::Double(d)),
+            RawBsonRef::Decimal128(d) => Some(Number::Decimal(DecimalValue::from_decimal128(&d))),
             _ => None,
         }
     }
@@ -2030,6 +2053,21 @@ mod tests {
         fn compare_is_antisymmetric(a in arb_bson(), b in arb_bson()) {
             prop_assert_eq!(compare(&a, &b), compare(&b, &a).reverse());
             prop_assert_eq!(compare(&a, &a), Ordering::Equal);
+        }
+
+        #[test]
+        fn strings_in_place_compare_as_decoded(a in arb_bson(), s in "[a-c]{0,3}") {
+            prop_assert_eq!(compare_to_str(&a, &s), compare(&a, &Bson::String(s.clone())));
+        }
+
+        #[test]
+        fn raw_numbers_are_the_decoded_numbers(a in arb_bson()) {
+            let doc = doc! {"v": a.clone()};
+            let bytes = doc.to_vec().unwrap();
+            let raw = bson::RawDocument::from_bytes(&bytes).unwrap();
+            let value = raw.get("v").unwrap().unwrap();
+            // Debug output, so that NaN equals NaN.
+            prop_assert_eq!(format!("{:?}", Number::of_raw(value)), format!("{:?}", Number::of(&a)));
         }
 
         #[test]

@@ -26,7 +26,7 @@ use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use bson::{Bson, Document, RawBsonRef, RawDocument};
+use bson::{Bson, Document, RawDocument};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{
@@ -37,6 +37,8 @@ use crate::query::expr::Expr;
 use crate::query::path::{parts, walk, Container, Part};
 use crate::query::regex::compile_regex;
 use crate::query::size::{nesting_exceeds, MAX_NESTING};
+
+mod raw;
 
 /// A parsed query filter.
 #[derive(Debug, Clone)]
@@ -98,13 +100,21 @@ impl Filter {
     }
 
     /// A quick test on a document still in BSON form: false only when
-    /// the document certainly does not match. It checks the conditions
-    /// every match must meet (top level and `$and`) whose path reaches a
-    /// missing field or a scalar; arrays, embedded documents at the leaf
-    /// and everything else are left to the full match. Scans call it to
-    /// skip decoding documents that cannot match.
+    /// the document certainly does not match ([`Filter::matches_raw`]).
+    /// Stores call it to drop records before they travel.
     pub fn may_match_raw(&self, doc: &RawDocument) -> bool {
-        may_match_raw(&self.root, doc)
+        self.matches_raw(doc) != Some(false)
+    }
+
+    /// Decides the filter on a document still in BSON form, when its
+    /// conditions reach only missing fields and values outside arrays:
+    /// `Some(matched)` is exactly what [`Filter::try_matches_with_details`]
+    /// says of the decoded document (which, matched, has no array
+    /// position). `None` leaves the document to that full match: an
+    /// array on a path, a field named twice, a `$expr` that might fail.
+    /// Scans decode only the documents that match or stay undecided.
+    pub fn matches_raw(&self, doc: &RawDocument) -> Option<bool> {
+        raw::decide(&self.root, doc)
     }
 
     pub fn try_matches_with_details(&self, doc: &Document) -> Result<MatchDetails> {
@@ -477,54 +487,6 @@ fn insert_at_path(doc: &mut Document, parts: &[Part], value: Bson) {
     }
 }
 
-fn may_match_raw(node: &Node, doc: &RawDocument) -> bool {
-    match node {
-        Node::And(children) => children.iter().all(|c| may_match_raw(c, doc)),
-        Node::Or(children) if children.len() == 1 => may_match_raw(&children[0], doc),
-        Node::Path(p) => match raw_leaf(doc, &p.path.parts) {
-            RawLeaf::Undecided => true,
-            RawLeaf::Missing => test(&p.pred, None).is_some(),
-            RawLeaf::Scalar(v) => test(&p.pred, Some(&v)).is_some(),
-        },
-        _ => true,
-    }
-}
-
-/// What a path reaches in a BSON document, as far as a quick test needs.
-enum RawLeaf {
-    Missing,
-    Scalar(Bson),
-    /// An array on the way or at the end, a document at the end, or
-    /// anything unreadable: only the full match can tell.
-    Undecided,
-}
-
-fn raw_leaf(doc: &RawDocument, parts: &[Part]) -> RawLeaf {
-    let mut current = doc;
-    for (i, part) in parts.iter().enumerate() {
-        let last = i + 1 == parts.len();
-        let value = match current.get(&part.name) {
-            Ok(Some(v)) => v,
-            Ok(None) => return RawLeaf::Missing,
-            Err(_) => return RawLeaf::Undecided,
-        };
-        match value {
-            RawBsonRef::Array(_) => return RawLeaf::Undecided,
-            RawBsonRef::Document(_) if last => return RawLeaf::Undecided,
-            RawBsonRef::Document(d) => current = d,
-            scalar if last => {
-                return match Bson::try_from(scalar) {
-                    Ok(v) => RawLeaf::Scalar(v),
-                    Err(_) => RawLeaf::Undecided,
-                }
-            }
-            // A path through a scalar reaches nothing.
-            _ => return RawLeaf::Missing,
-        }
-    }
-    RawLeaf::Undecided
-}
-
 /// Equality conditions that hold for every matching document: the top
 /// level, `$and`, and a one-clause `$or` (which MongoDB simplifies away).
 fn necessary_conjuncts<'f>(node: &'f Node, out: &mut Vec<&'f PathNode>) {
@@ -778,7 +740,11 @@ impl TypeSet {
     }
 
     fn contains(&self, value: &Bson) -> bool {
-        Self::bit_for_code(type_code(value)).is_some_and(|bit| self.bits & bit != 0)
+        self.contains_code(type_code(value))
+    }
+
+    fn contains_code(&self, code: i32) -> bool {
+        Self::bit_for_code(code).is_some_and(|bit| self.bits & bit != 0)
     }
 }
 
@@ -1684,6 +1650,7 @@ fn bits_match(value: &Bson, test: BitTest, mask: &BitMask) -> bool {
 mod tests {
     use super::*;
     use crate::error::ErrorCode;
+    use crate::query::raw_fields::arbitrary::{name, scalar, stored, Stored};
     use bson::{doc, Regex};
 
     #[test]
@@ -2576,6 +2543,259 @@ mod tests {
             proptest::prop_assert_eq!(eq.matches(&d), in_.matches(&d));
             let ne = filter(doc! {"a": {"$ne": v}});
             proptest::prop_assert_eq!(eq.matches(&d), !ne.matches(&d));
+        }
+    }
+
+    #[test]
+    fn raw_documents_are_decided_without_decoding_when_no_array_is_met() {
+        let cases: Vec<(Document, Document, Option<bool>)> = vec![
+            (
+                doc! {"f": {"$gte": "b", "$lt": "c"}},
+                doc! {"f": "bx"},
+                Some(true),
+            ),
+            (
+                doc! {"f": {"$gte": "b", "$lt": "c"}},
+                doc! {"f": "cx"},
+                Some(false),
+            ),
+            (doc! {"f": {"$gte": "b"}}, doc! {"f": 5}, Some(false)),
+            (
+                doc! {"f": {"$lt": Bson::MaxKey}},
+                doc! {"f": "x"},
+                Some(true),
+            ),
+            (doc! {"f": 1}, doc! {"f": 1.0}, Some(true)),
+            (
+                doc! {"f": 1},
+                doc! {"f": Bson::Decimal128("1.00".parse().unwrap())},
+                Some(true),
+            ),
+            (
+                doc! {"f": {"$gt": 9_007_199_254_740_992i64}},
+                doc! {"f": 9_007_199_254_740_992.0},
+                Some(false),
+            ),
+            (doc! {"f": f64::NAN}, doc! {"f": f64::NAN}, Some(true)),
+            (doc! {"f": {"$lt": 5}}, doc! {"f": f64::NAN}, Some(false)),
+            (doc! {"f": null}, doc! {"g": 1}, Some(true)),
+            (doc! {"f": null}, doc! {"f": Bson::Undefined}, Some(true)),
+            (
+                doc! {"f": {"$exists": false}},
+                doc! {"f": null},
+                Some(false),
+            ),
+            (doc! {"f": {"$type": "string"}}, doc! {"f": "s"}, Some(true)),
+            (
+                doc! {"f": {"$in": ["a", re("^b", "")]}},
+                doc! {"f": "bc"},
+                Some(true),
+            ),
+            (doc! {"f": {"$nin": ["a", 2]}}, doc! {"f": "a"}, Some(false)),
+            (doc! {"f": {"$ne": "a"}}, doc! {"f": "b"}, Some(true)),
+            (doc! {"f": re("^A", "i")}, doc! {"f": "abc"}, Some(true)),
+            (
+                doc! {"f": {"$not": {"$gt": "b"}}},
+                doc! {"f": "a"},
+                Some(true),
+            ),
+            (doc! {"a.b": 2}, doc! {"a": {"b": 2}}, Some(true)),
+            (doc! {"a.b": 2}, doc! {"a": 7}, Some(false)),
+            (doc! {"a": {"b": 2}}, doc! {"a": {"b": 2}}, Some(true)),
+            (
+                doc! {"$or": [{"f": 1}, {"g": 2}]},
+                doc! {"g": 2},
+                Some(true),
+            ),
+            (
+                doc! {"$nor": [{"f": 1}, {"g": 2}]},
+                doc! {"g": 3},
+                Some(true),
+            ),
+            (
+                doc! {"$and": [{"f": 1}, {"g": 2}]},
+                doc! {"f": 1, "g": 3},
+                Some(false),
+            ),
+            // Arrays are the full match's.
+            (doc! {"f": 1}, doc! {"f": [1, 2]}, None),
+            (doc! {"a.b": 1}, doc! {"a": [{"b": 1}]}, None),
+            // A false clause decides an $and whatever an array says.
+            (
+                doc! {"f": 1, "a.b": 1},
+                doc! {"f": 2, "a": [{"b": 1}]},
+                Some(false),
+            ),
+            (
+                doc! {"$or": [{"f": 1}, {"a.b": 1}]},
+                doc! {"f": 1, "a": [{"b": 1}]},
+                Some(true),
+            ),
+            // A $expr that might fail is the full match's, unless a clause
+            // before it decides.
+            (
+                doc! {"$expr": {"$add": ["$f", 1]}, "g": 1},
+                doc! {"f": "x", "g": 2},
+                None,
+            ),
+            (
+                doc! {"g": 1, "$expr": {"$add": ["$f", 1]}},
+                doc! {"f": "x", "g": 2},
+                Some(false),
+            ),
+        ];
+        for (f, d, expected) in cases {
+            let bytes = d.to_vec().unwrap();
+            let raw = RawDocument::from_bytes(&bytes).unwrap();
+            let parsed = filter(f.clone());
+            assert_eq!(parsed.matches_raw(raw), expected, "{f} on {d}");
+            if let Some(matched) = expected {
+                assert_eq!(parsed.matches(&d), matched, "{f} on {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_field_named_twice_is_left_to_the_full_match() {
+        // Decoding keeps the last value (in the first place); the raw
+        // lookup would see the first.
+        let mut raw = bson::RawDocumentBuf::new();
+        let key = <&bson::raw::CStr>::try_from("f").unwrap();
+        raw.append(key, 1);
+        raw.append(key, 2);
+        let decoded = Document::try_from(raw.as_ref()).unwrap();
+        assert_eq!(decoded, doc! {"f": 2});
+        let f = filter(doc! {"f": 1});
+        assert_eq!(f.matches_raw(&raw), None);
+        assert!(f.may_match_raw(&raw));
+        assert!(!f.matches(&decoded));
+        assert_eq!(filter(doc! {"g": null}).matches_raw(&raw), Some(true));
+    }
+
+    /// What a filter compares with: scalars, and arrays and documents of
+    /// them.
+    fn arb_constant() -> impl proptest::strategy::Strategy<Value = Bson> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => scalar(),
+            1 => proptest::collection::vec(scalar(), 0..3).prop_map(Bson::Array),
+            1 => (name(), scalar()).prop_map(|(k, v)| Bson::Document(doc! {k: v})),
+        ]
+    }
+
+    /// A condition on one path: `{path: <this>}`.
+    fn arb_condition() -> impl proptest::strategy::Strategy<Value = Bson> {
+        use proptest::prelude::*;
+        let cmp = prop_oneof![
+            Just("$eq"),
+            Just("$ne"),
+            Just("$gt"),
+            Just("$gte"),
+            Just("$lt"),
+            Just("$lte")
+        ];
+        let types = prop_oneof![
+            Just("string"),
+            Just("number"),
+            Just("null"),
+            Just("array"),
+            Just("object"),
+            Just("int"),
+            Just("decimal"),
+            Just("symbol")
+        ];
+        let one = |(op, v): (&str, Bson)| Bson::Document(doc! {op: v});
+        prop_oneof![
+            2 => arb_constant(),
+            4 => (cmp.clone(), arb_constant()).prop_map(one),
+            2 => (cmp.clone(), arb_constant(), cmp.clone(), arb_constant())
+                .prop_map(|(o1, v1, o2, v2)| Bson::Document(doc! {o1: v1, o2: v2})),
+            2 => (
+                prop_oneof![Just("$in"), Just("$nin")],
+                proptest::collection::vec(
+                    prop_oneof![4 => arb_constant(), 1 => Just(re("^a", "i"))],
+                    0..4
+                )
+            )
+                .prop_map(|(op, vs)| Bson::Document(doc! {op: vs})),
+            1 => any::<bool>().prop_map(|b| Bson::Document(doc! {"$exists": b})),
+            1 => types.prop_map(|t| Bson::Document(doc! {"$type": t})),
+            1 => prop_oneof![Just(re("^a", "")), Just(re("B", "i"))],
+            1 => (cmp, arb_constant())
+                .prop_map(|(op, v)| Bson::Document(doc! {"$not": {op: v}})),
+            1 => prop_oneof![
+                Just(Bson::Document(doc! {"$size": 1})),
+                Just(Bson::Document(doc! {"$mod": [2, 0]})),
+                Just(Bson::Document(doc! {"$all": [1]})),
+                Just(Bson::Document(doc! {"$bitsAnySet": 1})),
+                Just(Bson::Document(doc! {"$elemMatch": {"$gte": 1}})),
+                Just(Bson::Document(doc! {"$elemMatch": {"a": 1}})),
+            ],
+        ]
+    }
+
+    fn arb_raw_filter() -> impl proptest::strategy::Strategy<Value = Document> {
+        use proptest::prelude::*;
+        let path = prop_oneof![
+            Just("a"),
+            Just("b"),
+            Just("a.b"),
+            Just("a.0"),
+            Just("a.b.c"),
+            Just("b.0.a"),
+            Just("c")
+        ];
+        let leaf = (path, arb_condition()).prop_map(|(p, c)| doc! {p: c});
+        leaf.prop_recursive(3, 16, 3, |inner| {
+            let clauses = proptest::collection::vec(inner.clone(), 1..4);
+            prop_oneof![
+                (
+                    prop_oneof![Just("$and"), Just("$or"), Just("$nor")],
+                    clauses
+                )
+                    .prop_map(|(op, cs)| doc! {op: cs}),
+                (inner.clone(), inner.clone()).prop_map(|(mut a, b)| {
+                    a.extend(b);
+                    a
+                }),
+                (inner, any::<bool>()).prop_map(|(f, first)| {
+                    // $add fails on a string: the match fails.
+                    let expr = doc! {"$expr": {"$add": ["$a", 1]}};
+                    let mut out = if first { expr.clone() } else { f.clone() };
+                    out.extend(if first { f } else { expr });
+                    out
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+
+        #[test]
+        fn raw_decisions_agree_with_the_full_match(
+            f in arb_raw_filter(),
+            fields in proptest::collection::vec((name(), stored()), 0..5),
+        ) {
+            let Ok(parsed) = Filter::parse(&f) else {
+                return Ok(());
+            };
+            let raw = Stored::document(fields);
+            let decoded = Document::try_from(raw.as_ref()).unwrap();
+            let full = parsed.try_matches_with_details(&decoded);
+            if let Some(decided) = parsed.matches_raw(&raw) {
+                let details = match full {
+                    Ok(details) => details,
+                    Err(e) => panic!("{f} on {decoded}: decided {decided}, the full match fails: {e}"),
+                };
+                proptest::prop_assert_eq!(details.matched, decided, "{} on {}", f, decoded);
+                proptest::prop_assert_eq!(details.array_position, None);
+            } else if let Ok(details) = full {
+                proptest::prop_assert!(
+                    parsed.may_match_raw(&raw) || !details.matched,
+                    "{} on {}", f, decoded
+                );
+            }
         }
     }
 

@@ -12,6 +12,7 @@ pub mod interrupt;
 pub mod keystring;
 pub mod path;
 pub mod projection;
+pub mod raw_fields;
 pub mod regex;
 pub mod size;
 pub mod sort;

@@ -19,6 +19,9 @@
 //! - [`get_in_documents`]: documents only; an array on the way is missing.
 //! - [`get_positional`], [`get_positional_mut`] and [`existing_prefix_len`],
 //!   updates': arrays are entered only by a numeric component.
+//! - [`raw_leaf`], scans reading documents still in BSON form: embedded
+//!   documents only; an array on the way, or a field named twice, is
+//!   left to a walk of the decoded document.
 //! - [`element_at_path`], `$push`'s `$sort` keys (`extractElementAtPath`):
 //!   the rest of the path is first tried as one literal field name, and
 //!   arrays are entered only by a canonical index.
@@ -32,7 +35,9 @@
 
 use std::borrow::Cow;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawBsonRef, RawDocument};
+
+use crate::query::raw_fields::unique_field;
 
 /// One component of a dotted path, split once at parse time.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +54,12 @@ impl Part {
             name: name.to_string(),
             index: array_index(name),
         }
+    }
+}
+
+impl AsRef<str> for Part {
+    fn as_ref(&self) -> &str {
+        &self.name
     }
 }
 
@@ -197,6 +208,42 @@ fn walk_array<'a>(
         return false;
     }
     visit(Some(array), None)
+}
+
+/// Where a path leads in a document still in BSON form ([`raw_leaf`]).
+#[derive(Debug, Clone, Copy)]
+pub enum RawLeaf<'a> {
+    /// The path ends early: a missing field, or a scalar where a document
+    /// was needed.
+    Missing,
+    /// The value at the end of the path (an array or a document too).
+    Value(RawBsonRef<'a>),
+    /// Only the decoded document can tell: an array on the way, a field
+    /// named twice (decoding keeps the last value, in the first place),
+    /// or bytes that do not read.
+    Unknown,
+}
+
+/// Follows `parts` through the embedded documents of `doc` without
+/// decoding it. Where this gives a value or `Missing`, every walk above
+/// that follows documents the same way (the matcher's, aggregation field
+/// paths) reaches the same thing in the decoded document.
+pub fn raw_leaf<'a, S: AsRef<str>>(doc: &'a RawDocument, parts: &[S]) -> RawLeaf<'a> {
+    let mut current = doc;
+    for (i, part) in parts.iter().enumerate() {
+        let value = match unique_field(current, part.as_ref()) {
+            Some(Some(value)) => value,
+            Some(None) => return RawLeaf::Missing,
+            None => return RawLeaf::Unknown,
+        };
+        match value {
+            value if i + 1 == parts.len() => return RawLeaf::Value(value),
+            RawBsonRef::Document(sub) => current = sub,
+            RawBsonRef::Array(_) => return RawLeaf::Unknown,
+            _ => return RawLeaf::Missing,
+        }
+    }
+    RawLeaf::Unknown
 }
 
 /// Where a sort path ends in a document.
@@ -507,6 +554,47 @@ pub fn first_array_mut<'a, S: AsRef<str>>(
 mod tests {
     use super::*;
     use bson::{bson, doc};
+
+    /// What `raw_leaf` finds, decoded, with `Missing` and `Unknown` as
+    /// strings.
+    fn raw_found(doc: &Document, path: &str) -> Bson {
+        let bytes = doc.to_vec().unwrap();
+        let raw = RawDocument::from_bytes(&bytes).unwrap();
+        match raw_leaf(raw, &parts(path)) {
+            RawLeaf::Missing => Bson::String("missing".into()),
+            RawLeaf::Unknown => Bson::String("unknown".into()),
+            RawLeaf::Value(v) => Bson::try_from(v).unwrap(),
+        }
+    }
+
+    #[test]
+    fn raw_leaves_follow_documents_only() {
+        let d = doc! {"a": {"b": {"c": 1}}, "s": 5, "arr": [{"b": 1}], "e": {}};
+        assert_eq!(raw_found(&d, "a.b.c"), bson!(1));
+        assert_eq!(raw_found(&d, "a.b"), bson!({"c": 1}));
+        assert_eq!(raw_found(&d, "a.x"), bson!("missing"));
+        assert_eq!(raw_found(&d, "s.x"), bson!("missing"));
+        assert_eq!(raw_found(&d, "zz"), bson!("missing"));
+        assert_eq!(raw_found(&d, "arr"), bson!([{"b": 1}]));
+        assert_eq!(raw_found(&d, "arr.b"), bson!("unknown"));
+        assert_eq!(raw_found(&d, "arr.0"), bson!("unknown"));
+        assert_eq!(raw_found(&d, "e.x"), bson!("missing"));
+        // The same path the decoded walks reach.
+        for path in ["a.b.c", "a.b", "a.x", "s.x", "zz", "arr", "e.x"] {
+            let decoded = expression_value_in(&d, &parts(path)).map(Cow::into_owned);
+            let raw = match raw_found(&d, path) {
+                Bson::String(s) if s == "missing" => None,
+                other => Some(other),
+            };
+            assert_eq!(raw, decoded, "{path}");
+        }
+        let mut twice = bson::RawDocumentBuf::new();
+        let key = <&bson::raw::CStr>::try_from("k").unwrap();
+        twice.append(key, 1);
+        twice.append(key, 2);
+        assert!(matches!(raw_leaf(&twice, &["k"]), RawLeaf::Unknown));
+        assert!(matches!(raw_leaf(&twice, &["j"]), RawLeaf::Missing));
+    }
 
     fn walked(doc: &Document, path: &str, leaf_arrays: bool) -> Vec<(Option<Bson>, Option<usize>)> {
         let parts = parts(path);

@@ -12,10 +12,11 @@ use bson::{doc, Bson, Document};
 
 use super::merge::{Merge, Row, RowStream};
 use super::plan::SortStrategy;
-use super::{access_records, filter_records, DocStream, Namespace, Router};
+use super::{access_records, matching_inputs, DocStream, Namespace, Router};
 use crate::aggregate::parse_update;
 use crate::aggregate::{
-    bind_variables, Context, Limits, MergeSpec, ParseContext, Pipeline, Split, Stage, WhenMatched,
+    bind_variables, run_stages, Context, InputDoc, InputStream, Limits, MergeSpec, ParseContext,
+    Pipeline, Split, Stage, WhenMatched,
 };
 use crate::error::{Error, Result};
 use crate::query::filter::Filter;
@@ -83,19 +84,6 @@ impl SplitPipeline {
     }
 }
 
-/// Runs `stages` over `input`.
-fn run_stages(
-    stages: &[Arc<dyn Stage>],
-    input: DocStream,
-    ctx: &Arc<dyn Context>,
-) -> Result<DocStream> {
-    let mut stream = input;
-    for stage in stages {
-        stream = stage.apply(crate::aggregate::interruptible(stream), ctx)?;
-    }
-    Ok(stream)
-}
-
 /// What the pipeline's stages may do through the router.
 pub struct RouterContext {
     router: Arc<Router>,
@@ -123,7 +111,10 @@ impl RouterContext {
 }
 
 /// Ends `stream` with `MaxTimeMSExpired` once `deadline` passes.
-fn until(deadline: Option<Instant>, stream: DocStream) -> DocStream {
+fn until<T: 'static>(
+    deadline: Option<Instant>,
+    stream: Box<dyn Iterator<Item = Result<T>> + Send>,
+) -> Box<dyn Iterator<Item = Result<T>> + Send> {
     let Some(deadline) = deadline else {
         return stream;
     };
@@ -335,13 +326,14 @@ impl Router {
     /// The documents of each partition of `ns` that `filter` targets and
     /// matches, as lazy streams (through one snapshot when there are
     /// several), following the query plan; and whether each stream comes
-    /// in `sort` order already.
+    /// in `sort` order already. Documents the filter decided on their
+    /// bytes stay in BSON form for the first stage.
     fn partition_inputs(
         &self,
         ns: &Namespace,
         filter: Option<&Filter>,
         sort: Option<&SortSpec>,
-    ) -> Result<(Vec<DocStream>, bool)> {
+    ) -> Result<(Vec<InputStream>, bool)> {
         let spec = super::FindSpec {
             filter: filter.cloned(),
             sort: sort.cloned(),
@@ -351,7 +343,11 @@ impl Router {
         // the pipeline.
         let Some(coll) = self.catalog.get(ns) else {
             let whole = super::FindSpec { sort: None, ..spec };
-            return Ok((vec![self.find_stream(ns, whole)?], false));
+            let docs = self.find_stream(ns, whole)?;
+            return Ok((
+                vec![Box::new(docs.map(|d| d.map(InputDoc::Decoded)))],
+                false,
+            ));
         };
         let reader = self.reader_for(&coll);
         // The plan without Cosmos DB's strict sort rule: the pipeline's
@@ -360,8 +356,7 @@ impl Router {
         let mut inputs = Vec::new();
         for part in &plan.parts {
             let records = access_records(&reader, coll.id, &plan, part, filter, None);
-            let docs = filter_records(records, filter.cloned()).map(|r| r.map(|(rec, _)| rec.doc));
-            inputs.push(Box::new(docs) as DocStream);
+            inputs.push(Box::new(matching_inputs(records, filter.cloned())) as InputStream);
         }
         let in_order = sort.is_some() && plan.sort == SortStrategy::Streamed;
         Ok((inputs, in_order))
@@ -400,7 +395,7 @@ impl Router {
             _ => rest,
         };
         let pipeline = Pipeline::parse(rest, parse)?;
-        let inputs: Vec<DocStream> = inputs
+        let inputs: Vec<InputStream> = inputs
             .into_iter()
             .map(|input| until(deadline, input))
             .collect();
@@ -409,7 +404,7 @@ impl Router {
                 .into_iter()
                 .next()
                 .unwrap_or_else(|| Box::new(std::iter::empty()));
-            return pipeline.run(input, &ctx);
+            return pipeline.run_input(input, &ctx);
         }
         let split = SplitPipeline::split(pipeline);
         let parallelism = self.parallelism(inputs.len());
@@ -420,14 +415,18 @@ impl Router {
             .map(|input| partition_rows(input, partition.clone(), merge_sort.clone(), ctx.clone()))
             .collect();
         let merged: DocStream = Box::new(Merge::new(streams, merge_sort, parallelism));
-        run_stages(&split.router, merged, &ctx)
+        let mut stream = merged;
+        for stage in &split.router {
+            stream = stage.apply(crate::aggregate::interruptible(stream), &ctx)?;
+        }
+        Ok(stream)
     }
 }
 
 /// One partition's part of a pipeline, as rows for the merge; nothing
 /// runs until the merge first asks (on a pool thread).
 fn partition_rows(
-    input: DocStream,
+    input: InputStream,
     stages: Arc<Vec<Arc<dyn Stage>>>,
     sort: Option<SortSpec>,
     ctx: Arc<dyn Context>,

@@ -834,7 +834,7 @@ pub(crate) fn index_records(
     scope: HashScope,
     covered: bool,
     examined: Option<Arc<Examined>>,
-) -> super::RecordIter {
+) -> super::CandidateIter {
     let mut ranges: Vec<crate::index::plan::KeyRange> = plan.ranges.clone();
     let reverse = plan.reverse;
     if reverse {
@@ -860,7 +860,7 @@ pub(crate) fn index_records(
     let mut seen: Option<std::collections::HashSet<Vec<u8>>> =
         plan.dedupe.then(std::collections::HashSet::new);
     Box::new(entries.filter_map(move |item| {
-        let step = || -> Result<Option<super::Record>> {
+        let step = || -> Result<Option<super::Candidate>> {
             crate::query::interrupt::check()?;
             let (entry, value) = item?;
             if let Some(e) = &examined {
@@ -883,17 +883,17 @@ pub(crate) fn index_records(
             if covered {
                 let values = crate::index::entry_values(&value)?;
                 let doc = crate::index::plan::covered_document(&index, &values);
-                return Ok(Some(super::Record {
+                return Ok(Some(super::Candidate::Decoded(super::Record {
                     key: record_key,
                     doc,
                     len: 0,
-                }));
+                })));
             }
             if let Some(e) = &examined {
                 e.doc();
             }
             match blocking::wait(view.record(&record_key))? {
-                Some(bytes) => Ok(Some(super::decode_record(record_key, &bytes)?)),
+                Some(bytes) => Ok(Some(super::Candidate::Raw(record_key, bytes))),
                 None => Ok(None),
             }
         };

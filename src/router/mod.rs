@@ -31,14 +31,14 @@ mod write;
 
 use std::sync::Arc;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocumentBuf};
 
 pub use catalog::{Collection, Namespace, Sharding};
 
 pub use write::{InsertOutcome, ModifyOutcome, UpdateStatement};
 
 use crate::aggregate::spill::{sort_memory_error, KeyedSort};
-use crate::aggregate::{Limits, DEFAULT_MAX_BLOCKING_BYTES};
+use crate::aggregate::{InputDoc, Limits, DEFAULT_MAX_BLOCKING_BYTES};
 use crate::error::{Error, Result};
 use crate::index::plan::{Hint, IndexPlan};
 use crate::partition::{Partition, PartitionMap};
@@ -137,11 +137,9 @@ pub(crate) struct Record {
 }
 
 pub(crate) fn decode_record(key: RecordKey, value: &[u8]) -> Result<Record> {
-    let invalid =
-        |e: bson::error::Error| Error::internal(format!("stored document is not valid BSON: {e}"));
-    // Straight from the stored bytes, without first copying them.
-    let doc = Document::try_from(bson::RawDocument::from_bytes(value).map_err(invalid)?)
-        .map_err(invalid)?;
+    let doc = bson::RawDocument::from_bytes(value)
+        .and_then(Document::try_from)
+        .map_err(|e| Error::internal(format!("stored document is not valid BSON: {e}")))?;
     Ok(Record {
         key,
         doc,
@@ -161,6 +159,36 @@ pub async fn without_journal_wait<F: std::future::Future>(command: F) -> F::Outp
     UNJOURNALED.scope((), command).await
 }
 
+/// A record an access path read: still in BSON form, so that the filter
+/// can rule it out undecoded ([`Filter::matches_raw`]), unless the path
+/// built its document (a covered index read).
+pub(crate) enum Candidate {
+    Raw(RecordKey, Vec<u8>),
+    Decoded(Record),
+}
+
+impl Candidate {
+    fn key(&self) -> &RecordKey {
+        match self {
+            Candidate::Raw(key, _) => key,
+            Candidate::Decoded(rec) => &rec.key,
+        }
+    }
+
+    /// Its stored size in bytes (0 for a document an index built).
+    fn len(&self) -> usize {
+        match self {
+            Candidate::Raw(_, bytes) => bytes.len(),
+            Candidate::Decoded(rec) => rec.len,
+        }
+    }
+}
+
+/// What a filter says of a record still in BSON form, when it can tell.
+fn decide_raw(filter: &Filter, bytes: &[u8]) -> Option<bool> {
+    filter.matches_raw(bson::RawDocument::from_bytes(bytes).ok()?)
+}
+
 /// A partition a query reads: its name and, for a sharded collection,
 /// its hash range.
 #[derive(Debug, Clone)]
@@ -176,7 +204,7 @@ pub const PRIMARY_PARTITION: &str = "primary";
 /// Matching records with what the match found.
 pub(crate) type MatchIter = Box<dyn Iterator<Item = Result<(Record, MatchDetails)>> + Send>;
 
-pub(crate) type RecordIter = Box<dyn Iterator<Item = Result<Record>> + Send>;
+pub(crate) type CandidateIter = Box<dyn Iterator<Item = Result<Candidate>> + Send>;
 
 /// What a read goes through: a view of the store and the partitions the
 /// view keeps the collection in.
@@ -333,7 +361,7 @@ impl Router {
         let filter = filter.cloned();
         let pushdown = filter.clone();
         let parts = plan.parts.clone();
-        let records: RecordIter = Box::new(parts.into_iter().flat_map(move |part| {
+        let records: CandidateIter = Box::new(parts.into_iter().flat_map(move |part| {
             access_records(&reader, id, &plan, &part, pushdown.as_ref(), None)
         }));
         Ok(Box::new(filter_records(records, filter)))
@@ -440,9 +468,10 @@ impl Router {
                 Box::new(move || {
                     let records = access_records(&reader, id, &plan, &part, filter.as_ref(), None);
                     let mut n = 0u64;
-                    for item in filter_records(records, filter) {
-                        item?;
-                        n += 1;
+                    for item in records {
+                        if counts(item?, filter.as_ref())? {
+                            n += 1;
+                        }
                     }
                     Ok(n)
                 }) as Box<dyn FnOnce() -> Result<u64> + Send>
@@ -578,7 +607,7 @@ fn by_id_index(
     let charged_out = charged.clone();
     let records = records.inspect(move |r| {
         if let Ok(rec) = r {
-            charged(rec.key.hash).charge(rec.len, charge::INDEX_LOOKUP);
+            charged(rec.key().hash).charge(rec.len(), charge::INDEX_LOOKUP);
         }
     });
     let projection = spec.projection;
@@ -609,11 +638,11 @@ fn id_index_records(
     reverse: bool,
     part: Option<Partition>,
     examined: Option<Arc<Examined>>,
-) -> RecordIter {
+) -> CandidateIter {
     let (from, to) = id_key_range(filter);
     let entries = blocking::iter(reader.view.scan_id_entries(id, from, to, reverse));
     Box::new(entries.filter_map(move |item| {
-        let fetch = || -> Result<Option<Record>> {
+        let fetch = || -> Result<Option<Candidate>> {
             let (id_key, hash) = item?;
             if let Some(e) = &examined {
                 e.key();
@@ -627,7 +656,7 @@ fn id_index_records(
                     if let Some(e) = &examined {
                         e.doc();
                     }
-                    Ok(Some(decode_record(key, &v)?))
+                    Ok(Some(Candidate::Raw(key, v)))
                 }
                 None => Ok(None),
             }
@@ -637,8 +666,9 @@ fn id_index_records(
 }
 
 /// The records one partition's access path reads: every candidate the
-/// filter may match (scans skip, undecoded, those it certainly does not).
-/// The one place an access path becomes storage reads.
+/// filter may match (a store may drop, undecoded, those it certainly does
+/// not), still in BSON form. The one place an access path becomes
+/// storage reads.
 ///
 /// It is also where reads are charged ([`charge`]): a point lookup as a
 /// point read, any other access as a query on this partition (charged on
@@ -651,7 +681,7 @@ fn access_records(
     part: &PartitionPlan,
     filter: Option<&Filter>,
     examined: Option<Arc<Examined>>,
-) -> RecordIter {
+) -> CandidateIter {
     let loaded = Loaded {
         collection: id,
         partition: part.partition.id,
@@ -668,7 +698,7 @@ fn access_records(
                         e.doc();
                     }
                     charge::charge(id, loaded.partition, charge::point_read(Some(v.len())));
-                    Some(decode_record(key, &v))
+                    Some(Ok(Candidate::Raw(key, v)))
                 }
                 Ok(None) => {
                     charge::charge(id, loaded.partition, charge::point_read(None));
@@ -770,10 +800,10 @@ impl Loaded {
     }
 
     /// Charges each record `records` loads, with `extra` for each.
-    fn charging(self, records: RecordIter, extra: u64) -> RecordIter {
+    fn charging(self, records: CandidateIter, extra: u64) -> CandidateIter {
         Box::new(records.inspect(move |r| {
             if let Ok(rec) = r {
-                self.charge(rec.len, extra);
+                self.charge(rec.len(), extra);
             }
         }))
     }
@@ -806,25 +836,24 @@ pub struct PartitionRun {
 /// Counts the records a scan reads, for `explain`.
 type Scanned = Option<Arc<Examined>>;
 
-/// The records of `scan` that `filter` may match, decoded; the filter's
-/// pre-check goes down with the scan ([`pushed_down`]).
+/// The records of `scan` that `filter` may match, still in BSON form;
+/// the filter's pre-check goes down with the scan ([`pushed_down`]).
 ///
 /// Every record the scan loads is charged to `loaded`'s partition: by
-/// the pre-check when it went down (it sees each one), else as decoded.
+/// the pre-check when it went down (it sees each one), else as read.
 fn scan_records(
     view: &SharedView,
     mut scan: RecordScan,
     filter: Option<&Filter>,
     examined: Scanned,
     loaded: Loaded,
-) -> RecordIter {
+) -> CandidateIter {
     scan.filter = pushed_down(filter, &examined, loaded);
-    let charge_decoded = scan.filter.is_none().then_some(loaded);
-    decode_scan(
+    let charge_read = scan.filter.is_none().then_some(loaded);
+    raw_scan(
         blocking::iter(view.scan_records(scan)),
-        filter.cloned(),
         examined,
-        charge_decoded,
+        charge_read,
     )
 }
 
@@ -845,38 +874,24 @@ fn pushed_down(filter: Option<&Filter>, scanned: &Scanned, loaded: Loaded) -> Op
     }))
 }
 
-/// Decodes scanned records, skipping undecoded those `filter` certainly
-/// does not match ([`Filter::may_match_raw`]): decoding is most of the
-/// cost of a scan that matches little. When the scan carried the check
-/// down ([`pushed_down`]), the store has already applied it.
-fn decode_scan(
+/// Scanned records as candidates, counted for `explain` and charged
+/// when the pre-check did not go down with the scan. Nothing is decoded
+/// here: [`filter_records`] decodes what matches.
+fn raw_scan(
     scan: impl Iterator<Item = StorageResult<(RecordKey, Vec<u8>)>> + Send + 'static,
-    filter: Option<Filter>,
     scanned: Scanned,
     charged: Option<Loaded>,
-) -> RecordIter {
-    // Without a counter the check went down with the scan.
-    let filter = filter.filter(|_| scanned.is_some());
-    Box::new(scan.filter_map(move |item| {
-        if let Err(e) = crate::query::interrupt::check() {
-            return Some(Err(e));
-        }
-        let (k, v) = match item {
-            Ok(kv) => kv,
-            Err(e) => return Some(Err(e.into())),
-        };
+) -> CandidateIter {
+    Box::new(scan.map(move |item| {
+        crate::query::interrupt::check()?;
+        let (k, v) = item?;
         if let Some(n) = &scanned {
             n.doc();
         }
         if let Some(loaded) = &charged {
             loaded.charge(v.len(), 0);
         }
-        if let (Some(f), Ok(raw)) = (&filter, bson::RawDocument::from_bytes(&v)) {
-            if !f.may_match_raw(raw) {
-                return None;
-            }
-        }
-        Some(decode_record(k, &v))
+        Ok(Candidate::Raw(k, v))
     }))
 }
 
@@ -886,27 +901,110 @@ fn record_id(rec: &Record) -> &Bson {
     rec.doc.get("_id").unwrap_or(&NULL)
 }
 
-/// The records that match `filter`, with what the match found.
+/// The records that match `filter`, decoded, with what the match found.
 fn filter_records(
-    records: RecordIter,
+    records: CandidateIter,
     filter: Option<Filter>,
 ) -> impl Iterator<Item = Result<(Record, MatchDetails)>> + Send + 'static {
-    records.filter_map(move |rec| match rec {
+    records.filter_map(move |item| match item {
         Err(e) => Some(Err(e)),
-        Ok(rec) => match &filter {
-            None => Some(Ok((
-                rec,
-                MatchDetails {
-                    matched: true,
-                    array_position: None,
-                },
-            ))),
-            Some(f) => match f.try_matches_with_details(&rec.doc) {
-                Ok(details) => details.matched.then_some(Ok((rec, details))),
-                Err(e) => Some(Err(e)),
-            },
-        },
+        Ok(candidate) => matching(candidate, filter.as_ref()).transpose(),
     })
+}
+
+/// The documents of records that match `filter`, as a pipeline reads
+/// them: those decided on their bytes still in BSON form, so that its
+/// first stage may read them undecoded; those the full match decided,
+/// decoded (as they had to be).
+pub(crate) fn matching_inputs(
+    records: CandidateIter,
+    filter: Option<Filter>,
+) -> impl Iterator<Item = Result<InputDoc>> + Send + 'static {
+    records.filter_map(move |item| {
+        let rec = match item {
+            Err(e) => return Some(Err(e)),
+            Ok(Candidate::Decoded(rec)) => rec,
+            Ok(Candidate::Raw(key, bytes)) => {
+                match filter
+                    .as_ref()
+                    .map_or(Some(true), |f| decide_raw(f, &bytes))
+                {
+                    Some(false) => return None,
+                    Some(true) => {
+                        return Some(
+                            RawDocumentBuf::from_bytes(bytes)
+                                .map(InputDoc::Raw)
+                                .map_err(|e| {
+                                    Error::internal(format!(
+                                        "stored document is not valid BSON: {e}"
+                                    ))
+                                }),
+                        )
+                    }
+                    None => match decode_record(key, &bytes) {
+                        Ok(rec) => rec,
+                        Err(e) => return Some(Err(e)),
+                    },
+                }
+            }
+        };
+        full_match(rec, filter.as_ref())
+            .map(|found| found.map(|(rec, _)| InputDoc::Decoded(rec.doc)))
+            .transpose()
+    })
+}
+
+/// A match found on a record's bytes, or with no filter: it records no
+/// array position (no array was on the way).
+fn plain_match() -> MatchDetails {
+    MatchDetails {
+        matched: true,
+        array_position: None,
+    }
+}
+
+/// The record, decoded, if it matches `filter`. A record still in BSON
+/// form is decided on its bytes when the filter can tell
+/// ([`Filter::matches_raw`]), so one that does not match is never
+/// decoded; the others get the full match.
+fn matching(
+    candidate: Candidate,
+    filter: Option<&Filter>,
+) -> Result<Option<(Record, MatchDetails)>> {
+    let rec = match candidate {
+        Candidate::Raw(key, bytes) => match filter.and_then(|f| decide_raw(f, &bytes)) {
+            Some(false) => return Ok(None),
+            Some(true) => return Ok(Some((decode_record(key, &bytes)?, plain_match()))),
+            None => decode_record(key, &bytes)?,
+        },
+        Candidate::Decoded(rec) => rec,
+    };
+    full_match(rec, filter)
+}
+
+/// The record, if the full match of `filter` on it says it matches.
+fn full_match(rec: Record, filter: Option<&Filter>) -> Result<Option<(Record, MatchDetails)>> {
+    let Some(f) = filter else {
+        return Ok(Some((rec, plain_match())));
+    };
+    let details = f.try_matches_with_details(&rec.doc)?;
+    Ok(details.matched.then_some((rec, details)))
+}
+
+/// Whether the record matches `filter`, decoding it only when its bytes
+/// do not tell (what `count` needs).
+fn counts(candidate: Candidate, filter: Option<&Filter>) -> Result<bool> {
+    let Some(f) = filter else {
+        return Ok(true);
+    };
+    let rec = match candidate {
+        Candidate::Raw(key, bytes) => match decide_raw(f, &bytes) {
+            Some(matched) => return Ok(matched),
+            None => decode_record(key, &bytes)?,
+        },
+        Candidate::Decoded(rec) => rec,
+    };
+    f.try_matches(&rec.doc)
 }
 
 /// One partition's part of a query, as a lazy stream of rows: nothing is

@@ -17,7 +17,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, Sn
 use futures::future::BoxFuture;
 
 use super::durability::GroupCommit;
-use super::kv::{KvEngine, KvOp, KvRead, KvStore, ScanIter, Space};
+use super::kv::{KvEngine, KvOp, KvRead, KvStore, ScanIter, Space, ValueFilter};
 use super::layout::KeyRange;
 use super::{CommitSeq, StorageError, StorageResult};
 
@@ -118,6 +118,31 @@ fn owned(
     })
 }
 
+/// [`owned`] pairs whose value passes `keep`, tested before the copy.
+fn owned_where(
+    iter: impl Iterator<Item = fjall::Guard> + Send + 'static,
+    keep: ValueFilter,
+) -> impl Iterator<Item = StorageResult<(Vec<u8>, Vec<u8>)>> + Send + 'static {
+    iter.filter_map(move |guard| match guard.into_inner() {
+        Err(e) => Some(Err(engine_err(e))),
+        Ok((k, v)) => keep(&v).then(|| Ok((k.to_vec(), v.to_vec()))),
+    })
+}
+
+/// A scan, backwards when `reverse`, of the pairs `keep` passes (all
+/// without it).
+fn scan_iter<I>(iter: I, reverse: bool, keep: Option<ValueFilter>) -> ScanIter
+where
+    I: DoubleEndedIterator<Item = fjall::Guard> + Send + 'static,
+{
+    match (reverse, keep) {
+        (false, None) => Box::new(owned(iter)),
+        (true, None) => Box::new(owned(iter.rev())),
+        (false, Some(keep)) => Box::new(owned_where(iter, keep)),
+        (true, Some(keep)) => Box::new(owned_where(iter.rev(), keep)),
+    }
+}
+
 impl KvRead for EmbeddedSnapshot {
     fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
         Ok(self
@@ -131,11 +156,20 @@ impl KvRead for EmbeddedSnapshot {
         let iter = self
             .snapshot
             .range::<Vec<u8>, _>(self.spaces.get(space), range);
-        if reverse {
-            Box::new(owned(iter.rev()))
-        } else {
-            Box::new(owned(iter))
-        }
+        scan_iter(iter, reverse, None)
+    }
+
+    fn scan_where(
+        &self,
+        space: Space,
+        range: KeyRange,
+        reverse: bool,
+        keep: ValueFilter,
+    ) -> ScanIter {
+        let iter = self
+            .snapshot
+            .range::<Vec<u8>, _>(self.spaces.get(space), range);
+        scan_iter(iter, reverse, Some(keep))
     }
 }
 
@@ -149,11 +183,18 @@ impl KvRead for Spaces {
 
     fn scan(&self, space: Space, range: KeyRange, reverse: bool) -> ScanIter {
         let iter = Spaces::get(self, space).range::<Vec<u8>, _>(range);
-        if reverse {
-            Box::new(owned(iter.rev()))
-        } else {
-            Box::new(owned(iter))
-        }
+        scan_iter(iter, reverse, None)
+    }
+
+    fn scan_where(
+        &self,
+        space: Space,
+        range: KeyRange,
+        reverse: bool,
+        keep: ValueFilter,
+    ) -> ScanIter {
+        let iter = Spaces::get(self, space).range::<Vec<u8>, _>(range);
+        scan_iter(iter, reverse, Some(keep))
     }
 }
 
@@ -243,6 +284,16 @@ impl KvRead for EmbeddedEngine {
 
     fn scan(&self, space: Space, range: KeyRange, reverse: bool) -> ScanIter {
         KvRead::scan(&self.spaces, space, range, reverse)
+    }
+
+    fn scan_where(
+        &self,
+        space: Space,
+        range: KeyRange,
+        reverse: bool,
+        keep: ValueFilter,
+    ) -> ScanIter {
+        KvRead::scan_where(&self.spaces, space, range, reverse, keep)
     }
 }
 

@@ -53,11 +53,30 @@ pub enum KvOp {
 /// An owned iterator over `(key, value)` pairs in key order.
 pub type ScanIter = Box<dyn Iterator<Item = StorageResult<(Vec<u8>, Vec<u8>)>> + Send>;
 
+/// A test on a stored value: the pairs whose value fails it are skipped.
+pub type ValueFilter = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
 /// Raw reads; a scan sees the data as it was when the scan started.
 pub trait KvRead: Send + Sync + 'static {
     fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>>;
 
     fn scan(&self, space: Space, range: KeyRange, reverse: bool) -> ScanIter;
+
+    /// [`KvRead::scan`] of the pairs whose value passes `keep`. An engine
+    /// that can look at a value where it holds it tests it there, so the
+    /// values a selective scan skips are never copied out.
+    fn scan_where(
+        &self,
+        space: Space,
+        range: KeyRange,
+        reverse: bool,
+        keep: ValueFilter,
+    ) -> ScanIter {
+        Box::new(
+            self.scan(space, range, reverse)
+                .filter(move |item| item.as_ref().map_or(true, |(_, v)| keep(v))),
+        )
+    }
 }
 
 /// An ordered key-value engine.
@@ -396,20 +415,22 @@ impl View for KvView {
             }
             _ => layout::record_range(scan.collection, scan.min, scan.max),
         };
-        let filter = scan.filter;
-        // The pre-check comes before the key is decoded: most records a
-        // selective scan reads are dropped, and their keys need no work.
-        let records = self
-            .read
-            .scan(Space::Records, range, scan.reverse)
-            .filter(move |item| match (item, &filter) {
-                (Ok((_, v)), Some(f)) => bson::RawDocument::from_bytes(v).map_or(true, |d| f(d)),
-                _ => true,
-            })
-            .map(|item| {
-                let (k, v) = item?;
-                Ok((RecordKey::decode_owned(k)?, v))
-            });
+        // The pre-check runs in the engine, before the record is copied
+        // out and its key decoded: most records a selective scan reads are
+        // dropped, and need no more work.
+        let pairs = match scan.filter {
+            Some(f) => self.read.scan_where(
+                Space::Records,
+                range,
+                scan.reverse,
+                Arc::new(move |v: &[u8]| bson::RawDocument::from_bytes(v).map_or(true, |d| f(d))),
+            ),
+            None => self.read.scan(Space::Records, range, scan.reverse),
+        };
+        let records = pairs.map(|item| {
+            let (k, v) = item?;
+            Ok((RecordKey::decode_owned(k)?, v))
+        });
         match scan.limit {
             Some(n) => from_iter(records.take(n)),
             None => from_iter(records),

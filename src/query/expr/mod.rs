@@ -20,11 +20,11 @@
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
-use bson::{Bson, DateTime, Document};
+use bson::{Bson, DateTime, Document, RawBsonRef, RawDocument};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, f64_fits_i64, type_name, DecimalValue, Number};
-use crate::query::path::{expression_value, expression_value_in};
+use crate::query::path::{expression_value, expression_value_in, raw_leaf, RawLeaf};
 use crate::query::size::{nesting_exceeds, SizeBudget, MAX_NESTING};
 
 mod args;
@@ -87,6 +87,61 @@ impl Expr {
     pub fn is_constant(&self) -> bool {
         self.node.is_constant()
     }
+
+    /// True when the expression only reads field paths: a literal, a
+    /// `"$a.b"`, or an object of these, which [`Expr::evaluate_raw`] can
+    /// evaluate on a document still in BSON form.
+    pub fn reads_fields_only(&self) -> bool {
+        self.node.reads_fields_only()
+    }
+
+    /// Evaluates an expression that only reads field paths on a document
+    /// still in BSON form, without decoding it: what
+    /// [`Expr::evaluate_value`] gives on the decoded document. `None`
+    /// when only the decoded document can tell (any other expression, an
+    /// array on a path, a field named twice, an object past the size
+    /// limit, which the evaluator refuses).
+    pub fn evaluate_raw<'a>(&'a self, doc: &'a RawDocument) -> Option<RawValue<'a>> {
+        raw_value(&self.node, doc)
+    }
+}
+
+/// What an expression gives on a document still in BSON form
+/// ([`Expr::evaluate_raw`]).
+#[derive(Debug, Clone)]
+pub enum RawValue<'a> {
+    /// Missing: the path leads nowhere.
+    Missing,
+    /// A value of the document, not decoded.
+    Field(RawBsonRef<'a>),
+    /// A value the expression holds or built.
+    Built(Cow<'a, Bson>),
+}
+
+fn raw_value<'a>(node: &'a Node, doc: &'a RawDocument) -> Option<RawValue<'a>> {
+    match node {
+        Node::Literal(v) => Some(RawValue::Built(Cow::Borrowed(v))),
+        Node::FieldPath(path) => match raw_leaf(doc, path) {
+            RawLeaf::Missing => Some(RawValue::Missing),
+            RawLeaf::Value(v) => Some(RawValue::Field(v)),
+            RawLeaf::Unknown => None,
+        },
+        Node::Object(fields) => {
+            let mut out = Document::new();
+            let mut budget = SizeBudget::new();
+            for (key, value) in fields {
+                let v = match raw_value(value, doc)? {
+                    RawValue::Missing => continue,
+                    RawValue::Field(v) => Bson::try_from(v).ok()?,
+                    RawValue::Built(v) => v.into_owned(),
+                };
+                budget.add_field(key, &v).ok()?;
+                out.insert(key.clone(), v);
+            }
+            Some(RawValue::Built(Cow::Owned(Bson::Document(out))))
+        }
+        Node::Variable { .. } | Node::Array(_) | Node::Operator { .. } => None,
+    }
 }
 
 /// MongoDB aggregation truthiness: `false`, `null`, `undefined` and numeric
@@ -132,6 +187,14 @@ pub(super) enum Node {
 }
 
 impl Node {
+    fn reads_fields_only(&self) -> bool {
+        match self {
+            Node::Literal(_) | Node::FieldPath(_) => true,
+            Node::Object(fields) => fields.iter().all(|(_, n)| n.reads_fields_only()),
+            Node::Variable { .. } | Node::Array(_) | Node::Operator { .. } => false,
+        }
+    }
+
     fn is_constant(&self) -> bool {
         match self {
             Node::Literal(_) => true,
@@ -901,6 +964,73 @@ mod tests {
 
     fn eval_on(expr: Bson, root: Document) -> Result<Bson> {
         Expr::parse(&expr)?.evaluate(&root)
+    }
+
+    #[test]
+    fn only_field_reading_expressions_evaluate_raw() {
+        let raw = bson::RawDocumentBuf::try_from(&doc! {"a": {"b": 1}, "l": [{"b": 2}]}).unwrap();
+        let value = |e: Bson| {
+            Expr::parse(&e)
+                .unwrap()
+                .evaluate_raw(&raw)
+                .map(|v| match v {
+                    RawValue::Missing => None,
+                    RawValue::Field(f) => Some(Bson::try_from(f).unwrap()),
+                    RawValue::Built(b) => Some(b.into_owned()),
+                })
+        };
+        assert_eq!(value(Bson::from("$a.b")), Some(Some(Bson::Int32(1))));
+        assert_eq!(value(Bson::from("$a.c")), Some(None));
+        assert_eq!(value(Bson::from("$l")), Some(Some(bson::bson!([{"b": 2}]))));
+        assert_eq!(
+            value(bson::bson!({"x": "$a.b", "y": "$zz", "z": 3})),
+            Some(Some(bson::bson!({"x": 1, "z": 3})))
+        );
+        // An array on the way maps the rest of the path: decoded only.
+        assert_eq!(value(Bson::from("$l.b")), None);
+        assert_eq!(value(Bson::from("$$ROOT")), None);
+        assert_eq!(value(bson::bson!({"$add": ["$a.b", 1]})), None);
+        assert!(!Expr::parse(&bson::bson!(["$a"]))
+            .unwrap()
+            .reads_fields_only());
+        assert!(Expr::parse(&bson::bson!({"k": "$a", "n": {"m": 1}}))
+            .unwrap()
+            .reads_fields_only());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn raw_field_paths_are_the_decoded_values(
+            fields in proptest::collection::vec(
+                (crate::query::raw_fields::arbitrary::name(), crate::query::raw_fields::arbitrary::stored()),
+                0..5,
+            ),
+            path in proptest::prop_oneof![
+                proptest::strategy::Just("$a"),
+                proptest::strategy::Just("$a.b"),
+                proptest::strategy::Just("$a.0"),
+                proptest::strategy::Just("$b.c.a"),
+                proptest::strategy::Just("$0"),
+            ],
+        ) {
+            let raw = crate::query::raw_fields::arbitrary::Stored::document(fields);
+            let decoded = Document::try_from(raw.as_ref()).unwrap();
+            for expr in [Bson::from(path), bson::bson!({"x": path, "y": "$b", "z": 1}), Bson::Int32(7)] {
+                let e = Expr::parse(&expr).unwrap();
+                if let Some(v) = e.evaluate_raw(&raw) {
+                    let v = match v {
+                        RawValue::Missing => None,
+                        RawValue::Field(f) => Some(Bson::try_from(f).unwrap()),
+                        RawValue::Built(b) => Some(b.into_owned()),
+                    };
+                    // Debug output, so that NaN equals NaN.
+                    proptest::prop_assert_eq!(
+                        format!("{v:?}"),
+                        format!("{:?}", e.evaluate_value(&decoded).unwrap())
+                    );
+                }
+            }
+        }
     }
 
     fn ev(expr: Bson) -> Bson {
