@@ -420,14 +420,33 @@ fn filter(data: &[u8]) -> u64 {
     for d in documents(&input) {
         let matched = f.try_matches_with_details(&d);
         sig.result(&matched);
-        if let (Ok(details), Some(bytes)) = (&matched, d.to_vec().ok()) {
+        if let Ok(details) = &matched {
             sig.add(details.matched as u64);
-            if let Ok(raw) = RawDocument::from_bytes(&bytes) {
-                assert!(
-                    f.may_match_raw(raw) || !details.matched,
-                    "the raw pre-check rejects a matching document: {spec} on {d}"
-                );
+        }
+        let Ok(bytes) = d.to_vec() else {
+            continue;
+        };
+        let Ok(raw) = RawDocument::from_bytes(&bytes) else {
+            continue;
+        };
+        // What the stored bytes decide is what the full match says.
+        if let Some(decided) = f.matches_raw(raw) {
+            match &matched {
+                Ok(details) => assert!(
+                    details.matched == decided
+                        && (!decided || details.array_position.is_none()),
+                    "the raw decision {decided} differs from the full match: {spec} on {d}"
+                ),
+                Err(e) => panic!(
+                    "the raw decision {decided} on a document the full match fails on: {spec} on {d}: {e}"
+                ),
             }
+        }
+        if let Ok(details) = &matched {
+            assert!(
+                f.may_match_raw(raw) || !details.matched,
+                "the raw pre-check rejects a matching document: {spec} on {d}"
+            );
         }
     }
     sig.0

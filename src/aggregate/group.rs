@@ -2178,6 +2178,10 @@ mod tests {
         let (raw, decoded) = raw_and_decoded(&*stage, &raws);
         assert_eq!(raw, decoded);
         assert!(raw.contains("total"), "{raw}");
+        let stage = parse_sort_by_count(&Bson::from("$item"), &ParseContext::default()).unwrap();
+        let (raw, decoded) = raw_and_decoded(&*stage, &raws);
+        assert_eq!(raw, decoded);
+        assert!(raw.contains("\"count\": Int32(3)"), "{raw}");
     }
 
     fn arb_group_spec() -> impl proptest::strategy::Strategy<Value = Document> {

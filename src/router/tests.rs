@@ -480,3 +480,114 @@ async fn a_partition_over_its_share_refuses_only_its_own_operations() {
     assert_eq!(units[0].throttled, 2);
     assert_eq!(units[1].throttled, 0);
 }
+
+/// Reads decide most records on their stored bytes; whatever they
+/// decide, find, count, explain and a `$match` + `$group` must give what
+/// the full match of the decoded documents gives, on one partition and
+/// across several, arrays and a repeated field name included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_decided_on_stored_bytes_agree_with_the_full_match() {
+    use crate::aggregate::{Limits, ParseContext, Pipeline};
+
+    let engine = MemoryEngine::new();
+    let router = open(&engine);
+    shard_on_k(&router);
+    let mut docs: Vec<Document> = (0..60)
+        .map(|i| match i % 4 {
+            0 => doc! {"_id": i, "k": i % 7, "f": format!("s{}", i % 10), "n": i},
+            1 => doc! {"_id": i, "k": i % 7, "f": [format!("s{}", i % 10), "x"], "n": f64::from(i)},
+            2 => doc! {"_id": i, "k": i % 7, "g": {"h": i % 3}, "n": i64::from(i)},
+            _ => doc! {"_id": i, "k": i % 7, "m": [i % 2], "f": null, "n": {"v": i}},
+        })
+        .collect();
+    let mut bytes: Vec<Vec<u8>> = docs.iter().map(|d| raw(d.clone())).collect();
+    // A name written twice: the decoded document keeps the last value.
+    let mut twice = bson::RawDocumentBuf::new();
+    let name = |n: &'static str| <&bson::raw::CStr>::try_from(n).unwrap();
+    twice.append(name("_id"), 100);
+    twice.append(name("k"), 1);
+    twice.append(name("f"), "s4");
+    twice.append(name("f"), "zz");
+    docs.push(Document::try_from(twice.as_ref()).unwrap());
+    bytes.push(twice.into_bytes());
+    for coll in ["u", "s"] {
+        let outcome = router.insert(&ns(coll), bytes.clone(), true).await.unwrap();
+        assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+    }
+    let filters = [
+        doc! {"f": {"$gte": "s3", "$lt": "s6"}},
+        doc! {"f": null},
+        doc! {"n": {"$gt": 30}},
+        doc! {"$or": [{"g.h": 1}, {"f": "x"}]},
+        doc! {"f": {"$exists": false}},
+        doc! {"n": {"$in": [5, 10.0, 15]}},
+        doc! {"$nor": [{"k": 3}]},
+        doc! {"f": "zz"},
+    ];
+    let ctx = super::aggregate::RouterContext::shared(
+        router.clone(),
+        "db",
+        Limits {
+            max_blocking_bytes: crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES,
+            allow_disk_use: false,
+            spill_dir: std::env::temp_dir(),
+        },
+        None,
+    );
+    let sorted = |mut out: Vec<Document>| {
+        out.sort_by(|a, b| {
+            crate::query::compare::compare(a.get("_id").unwrap(), b.get("_id").unwrap())
+        });
+        format!("{out:?}")
+    };
+    for coll in ["u", "s"] {
+        for f in &filters {
+            let parsed = Filter::parse(f).unwrap();
+            let expected: Vec<i32> = docs
+                .iter()
+                .filter(|d| parsed.matches(d))
+                .map(|d| d.get_i32("_id").unwrap())
+                .collect();
+            assert_eq!(ids(&find(&router, coll, f.clone())), expected, "{coll} {f}");
+            let counted = router.count_now(&ns(coll), Some(&parsed)).unwrap();
+            assert_eq!(counted, expected.len() as u64, "{coll} {f}");
+            let spec = FindSpec {
+                filter: Some(parsed.clone()),
+                ..FindSpec::default()
+            };
+            let explained = router.explain_now(&ns(coll), &spec).unwrap();
+            let examined: u64 = explained.runs.iter().map(|r| r.examined).sum();
+            let returned: u64 = explained.runs.iter().map(|r| r.returned).sum();
+            assert_eq!(examined, docs.len() as u64, "{coll} {f}");
+            assert_eq!(returned, expected.len() as u64, "{coll} {f}");
+
+            let stages = vec![
+                Bson::Document(doc! {"$match": f.clone()}),
+                Bson::Document(doc! {"$group": {
+                    "_id": {"k": "$k", "m": "$m"},
+                    "c": {"$sum": 1},
+                    "t": {"$sum": "$n"},
+                    "hi": {"$max": "$n"},
+                }}),
+            ];
+            let ran = router
+                .run_pipeline(
+                    &ns(coll),
+                    &stages,
+                    &ParseContext::default(),
+                    ctx.clone(),
+                    None,
+                )
+                .unwrap()
+                .collect::<crate::error::Result<Vec<Document>>>()
+                .unwrap();
+            let decoded = Pipeline::parse(&stages, &ParseContext::default())
+                .unwrap()
+                .run(Box::new(docs.clone().into_iter().map(Ok)), &ctx)
+                .unwrap()
+                .collect::<crate::error::Result<Vec<Document>>>()
+                .unwrap();
+            assert_eq!(sorted(ran), sorted(decoded), "{coll} {f}");
+        }
+    }
+}

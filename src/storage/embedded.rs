@@ -386,6 +386,36 @@ mod tests {
     }
 
     #[test]
+    fn filtered_scans_skip_values_in_the_engine() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = EmbeddedEngine::open(dir.path(), 1 << 20).unwrap();
+        let ops = [
+            (b"k1", b"keep"),
+            (b"k2", b"drop"),
+            (b"k3", b"keep"),
+            (b"k4", b"drop"),
+        ]
+        .into_iter()
+        .map(|(k, v)| put(Space::Records, k, v))
+        .collect();
+        e.write(ops).unwrap();
+        let keep: ValueFilter = Arc::new(|v: &[u8]| v == b"keep");
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        let keys = |read: &dyn KvRead, reverse: bool| -> Vec<Vec<u8>> {
+            read.scan_where(Space::Records, all.clone(), reverse, keep.clone())
+                .map(|r| r.unwrap().0)
+                .collect()
+        };
+        assert_eq!(keys(&*e, false), vec![b"k1".to_vec(), b"k3".to_vec()]);
+        assert_eq!(keys(&*e, true), vec![b"k3".to_vec(), b"k1".to_vec()]);
+        assert_eq!(
+            keys(&*e.snapshot(), false),
+            vec![b"k1".to_vec(), b"k3".to_vec()]
+        );
+        assert_eq!(keys(&*e.live(), true), vec![b"k3".to_vec(), b"k1".to_vec()]);
+    }
+
+    #[test]
     fn scans_are_ordered_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
         let e = EmbeddedEngine::open(dir.path(), 1 << 20, Duration::from_millis(100)).unwrap();
