@@ -844,8 +844,15 @@ async fn a_range_of_id_within_one_key_value_reads_only_what_it_returns() {
 
     // The same read as an aggregation: `$match`, `$sort`, `$limit` give
     // the unsharded answer, and the limit stops the read, as its request
-    // charge shows (one connection, so the statistics are this one's).
-    let one = srv.client_with(|o| o.max_pool_size = Some(1)).await;
+    // charge shows (one connection to one gateway, so the statistics are
+    // this one's).
+    let one = srv
+        .client_with(|o| {
+            o.hosts.truncate(1);
+            o.direct_connection = Some(true);
+            o.max_pool_size = Some(1);
+        })
+        .await;
     let db = one.database("r");
     let mut charges = Vec::new();
     for limit in [None, Some(2)] {

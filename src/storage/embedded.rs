@@ -388,7 +388,7 @@ mod tests {
     #[test]
     fn filtered_scans_skip_values_in_the_engine() {
         let dir = tempfile::tempdir().unwrap();
-        let e = EmbeddedEngine::open(dir.path(), 1 << 20).unwrap();
+        let e = EmbeddedEngine::open(dir.path(), 1 << 20, Duration::from_millis(100)).unwrap();
         let ops = [
             (b"k1", b"keep"),
             (b"k2", b"drop"),
