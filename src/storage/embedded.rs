@@ -153,10 +153,7 @@ impl KvRead for EmbeddedSnapshot {
     }
 
     fn scan(&self, space: Space, range: KeyRange, reverse: bool) -> ScanIter {
-        let iter = self
-            .snapshot
-            .range::<Vec<u8>, _>(self.spaces.get(space), range);
-        scan_iter(iter, reverse, None)
+        self.scan_with(space, range, reverse, None)
     }
 
     fn scan_where(
@@ -166,10 +163,22 @@ impl KvRead for EmbeddedSnapshot {
         reverse: bool,
         keep: ValueFilter,
     ) -> ScanIter {
+        self.scan_with(space, range, reverse, Some(keep))
+    }
+}
+
+impl EmbeddedSnapshot {
+    fn scan_with(
+        &self,
+        space: Space,
+        range: KeyRange,
+        reverse: bool,
+        keep: Option<ValueFilter>,
+    ) -> ScanIter {
         let iter = self
             .snapshot
             .range::<Vec<u8>, _>(self.spaces.get(space), range);
-        scan_iter(iter, reverse, Some(keep))
+        scan_iter(iter, reverse, keep)
     }
 }
 
@@ -182,8 +191,11 @@ impl KvRead for Spaces {
     }
 
     fn scan(&self, space: Space, range: KeyRange, reverse: bool) -> ScanIter {
-        let iter = Spaces::get(self, space).range::<Vec<u8>, _>(range);
-        scan_iter(iter, reverse, None)
+        scan_iter(
+            Spaces::get(self, space).range::<Vec<u8>, _>(range),
+            reverse,
+            None,
+        )
     }
 
     fn scan_where(
