@@ -43,8 +43,7 @@ pub mod write_concern;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use bson::raw::cstr;
-use bson::{doc, rawdoc, Binary, Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::interrupt::{self, Operation};
@@ -109,24 +108,47 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
 }
 
 /// The bytes of a reply document with `$clusterTime` and `operationTime`
-/// added, as a mongos sends them. They are appended to the encoded reply
+/// added, as a mongos sends them. They are written after the encoded reply
 /// rather than inserted in the document: every reply carries them, and
 /// building their nested documents cost more than most replies.
 pub fn encode_reply(state: &ServerState, reply: &Document) -> bson::error::Result<Vec<u8>> {
     let time = state.tick_cluster_time();
-    let mut raw = RawDocumentBuf::try_from(reply)?;
-    raw.append(
-        cstr!("$clusterTime"),
-        rawdoc! {
-            "clusterTime": time,
-            "signature": {
-                "hash": Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] },
-                "keyId": 0i64,
-            },
-        },
-    );
-    raw.append(cstr!("operationTime"), time);
-    Ok(raw.into_bytes())
+    let mut bytes = reply.to_vec()?;
+    bytes.pop(); // the document's terminating 0
+    append_cluster_time(&mut bytes, time);
+    bytes.push(0);
+    let len = i32::try_from(bytes.len())
+        .map_err(|_| std::io::Error::other("the reply is larger than BSON allows"))?;
+    bytes[..4].copy_from_slice(&len.to_le_bytes());
+    Ok(bytes)
+}
+
+/// Appends the elements `$clusterTime: {clusterTime: time, signature:
+/// {hash: <20 zero bytes>, keyId: 0}}` and `operationTime: time`, encoded
+/// by hand: they are the same bytes on every reply but for the time.
+fn append_cluster_time(out: &mut Vec<u8>, time: bson::Timestamp) {
+    // `hash`: binary, 20 bytes of subtype 0, all zero.
+    const HASH_NAME: &[u8] = b"\x05hash\0\x14\0\0\0\0";
+    const HASH_LEN: usize = HASH_NAME.len() + 20;
+    // `keyId`: the int64 0.
+    const KEY_ID: &[u8] = b"\x12keyId\0\0\0\0\0\0\0\0\0";
+    const SIGNATURE_LEN: usize = 4 + HASH_LEN + KEY_ID.len() + 1;
+    const CLUSTER_TIME_LEN: usize =
+        4 + 1 + b"clusterTime\0".len() + 8 + 1 + b"signature\0".len() + SIGNATURE_LEN + 1;
+    let stamp = ((u64::from(time.time) << 32) | u64::from(time.increment)).to_le_bytes();
+    out.extend_from_slice(b"\x03$clusterTime\0");
+    out.extend_from_slice(&(CLUSTER_TIME_LEN as i32).to_le_bytes());
+    out.extend_from_slice(b"\x11clusterTime\0");
+    out.extend_from_slice(&stamp);
+    out.extend_from_slice(b"\x03signature\0");
+    out.extend_from_slice(&(SIGNATURE_LEN as i32).to_le_bytes());
+    out.extend_from_slice(HASH_NAME);
+    out.extend_from_slice(&[0; 20]);
+    out.extend_from_slice(KEY_ID);
+    out.push(0);
+    out.push(0);
+    out.extend_from_slice(b"\x11operationTime\0");
+    out.extend_from_slice(&stamp);
 }
 
 /// Commands that answer without the catalog: they do not ask first
@@ -266,4 +288,39 @@ fn refuse_transactions(body: &Document) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::{rawdoc, Binary, RawDocumentBuf, Timestamp};
+
+    #[test]
+    fn the_cluster_time_is_written_as_the_bson_encoder_writes_it() {
+        let time = Timestamp {
+            time: 1_790_000_000,
+            increment: 7,
+        };
+        let reply = doc! {"ok": 1.0, "n": 2};
+        let mut bytes = reply.to_vec().unwrap();
+        bytes.pop();
+        append_cluster_time(&mut bytes, time);
+        bytes.push(0);
+        let len = bytes.len() as i32;
+        bytes[..4].copy_from_slice(&len.to_le_bytes());
+
+        let mut expected = RawDocumentBuf::try_from(&reply).unwrap();
+        expected.append(
+            bson::raw::cstr!("$clusterTime"),
+            rawdoc! {
+                "clusterTime": time,
+                "signature": {
+                    "hash": Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] },
+                    "keyId": 0i64,
+                },
+            },
+        );
+        expected.append(bson::raw::cstr!("operationTime"), time);
+        assert_eq!(bytes, expected.into_bytes());
+    }
 }
