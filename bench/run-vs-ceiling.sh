@@ -2,6 +2,8 @@
 # Builds Shardgate, the benchmark and the ceiling server; starts the ceiling
 # and a Shardgate on a fresh data directory; runs every workload against both,
 # alternating, at concurrency 1 and 16; stops both servers. Loopback only.
+# Each timed run also prints both servers' CPU time per operation (`COST`
+# lines), a steadier figure than throughput on a shared machine.
 #
 #   bench/run-vs-ceiling.sh                       # defaults, see below
 #   bench/run-vs-ceiling.sh --docs 50000 --duration 5   # extra shardgate-bench flags
@@ -12,7 +14,8 @@
 # the binaries already built), SHARDGATE_BIN (another server build, e.g. for a
 # before/after comparison), URI_OPTIONS (appended to both servers' URIs, e.g.
 # `&w=1&journal=false` for writes acknowledged before the journal sync),
-# SHARDGATE_ARGS (extra server flags).
+# SHARDGATE_ARGS (extra server flags), SHARDGATE_LOG_LEVEL (the server's --log-level,
+# default warn).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,7 +44,7 @@ ceiling_pid=$!
 pids+=("$ceiling_pid")
 echo "== starting shardgate on 127.0.0.1:$shardgate_port, data in $data_dir"
 "${SHARDGATE_BIN:-$repo/target/release/shardgate}" --bind "127.0.0.1:$shardgate_port" --data-dir "$data_dir" \
-    --log-level warn ${SHARDGATE_ARGS:-} >/tmp/shardgate-bench-server.log 2>&1 &
+    --log-level "${SHARDGATE_LOG_LEVEL:-warn}" ${SHARDGATE_ARGS:-} >/tmp/shardgate-bench-server.log 2>&1 &
 shardgate_pid=$!
 pids+=("$shardgate_pid")
 wait_for_port "$ceiling_port" ceiling "$ceiling_pid"
@@ -53,4 +56,5 @@ echo "== benchmark (output also in $log)"
     --compare-uri "mongodb://127.0.0.1:$ceiling_port/?directConnection=true${URI_OPTIONS:-}" \
     --concurrency "$concurrency" \
     --rss-pid "$shardgate_pid" \
+    --cost "shardgate=$shardgate_pid" --compare-cost "ceiling=$ceiling_pid" \
     "$@" 2>&1 | tee "$log"
