@@ -928,3 +928,93 @@ async fn update_counts_are_int32_as_mongodb_sends_them() {
         .clone();
     assert_eq!(up.get("index"), Some(&Bson::Int32(0)), "{r}");
 }
+
+// ---------------------------------------------------------------------------
+// Field order and indexes around in-place updates
+// ---------------------------------------------------------------------------
+
+/// The field names of `doc`, nested documents' as `parent.child`, in order.
+fn field_order(doc: &Document) -> Vec<String> {
+    let mut names = Vec::new();
+    for (k, v) in doc {
+        names.push(k.clone());
+        if let Bson::Document(inner) = v {
+            names.extend(field_order(inner).into_iter().map(|n| format!("{k}.{n}")));
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn updated_documents_keep_their_field_order_and_indexes_follow() {
+    let fx = Fx::new(
+        "order",
+        vec![doc! {"_id": 1, "a": 1, "s": {"n": 1, "t": "x"}, "score": 5, "z": "end"}],
+    )
+    .await;
+    let c = fx.srv.db(DB).collection::<Document>("order");
+    c.create_index(
+        compat_tests::mongodb::IndexModel::builder()
+            .keys(doc! {"score": 1})
+            .build(),
+    )
+    .await
+    .unwrap();
+
+    // Changed fields stay where they were, new ones are appended (in
+    // field-name order, nested ones inside their parent), unset ones go.
+    let r = fx
+        .update(
+            "order",
+            doc! {"q": {"_id": 1}, "u": {
+                "$set": {"s.n": 2, "zeta": true, "s.new": "y", "beta": 0},
+                "$inc": {"a": 1},
+                "$unset": {"z": ""},
+            }},
+        )
+        .await;
+    assert_counts(&r, 1, 1);
+    let got = fx.get("order", 1).await;
+    assert_eq!(
+        field_order(&got),
+        ["_id", "a", "s", "s.n", "s.t", "s.new", "score", "beta", "zeta"]
+    );
+    assert_eq!(
+        got,
+        doc! {"_id": 1, "a": 2, "s": {"n": 2, "t": "x", "new": "y"}, "score": 5, "beta": 0, "zeta": true}
+    );
+
+    // An update that changes nothing is matched, not modified.
+    let r = fx
+        .update(
+            "order",
+            doc! {"q": {"_id": 1}, "u": {"$set": {"a": 2}, "$max": {"score": 1}}},
+        )
+        .await;
+    assert_counts(&r, 1, 0);
+
+    // The indexed field changes through the index too; fields beside it
+    // leave its entries alone.
+    let by_score = |score: i32| {
+        let c = c.clone();
+        async move {
+            c.find(doc! {"score": score})
+                .hint(compat_tests::mongodb::options::Hint::Keys(
+                    doc! {"score": 1},
+                ))
+                .await
+                .unwrap()
+                .try_collect::<Vec<_>>()
+                .await
+                .unwrap()
+                .len()
+        }
+    };
+    fx.update("order", doc! {"q": {"_id": 1}, "u": {"$inc": {"a": 1}}})
+        .await;
+    assert_eq!(by_score(5).await, 1);
+    fx.update("order", doc! {"q": {"_id": 1}, "u": {"$inc": {"score": 4}}})
+        .await;
+    assert_eq!((by_score(5).await, by_score(9).await), (0, 1));
+    assert_eq!(num(&fx.get("order", 1).await, "a"), 3);
+}

@@ -26,6 +26,10 @@
 //! int64, int64 overflow is an error, anything with a double is a double and
 //! anything with a decimal is a decimal (34 digits, round half to even).
 
+mod raw;
+
+pub use raw::RawApplied;
+
 use crate::query::compare::type_name;
 use crate::query::compare::DecimalValue;
 use std::cmp::Ordering;

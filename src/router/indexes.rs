@@ -152,6 +152,18 @@ impl IndexWrites {
         self.indexes.is_empty()
     }
 
+    /// Whether an operator update that names only `paths` certainly
+    /// leaves every index's entries as they are: no index is partial (its
+    /// filter may read any field) and none has a key path under the same
+    /// top-level field as one of `paths`.
+    pub fn untouched_by(&self, paths: &[String]) -> bool {
+        let top = |path: &str| path.split('.').next().unwrap_or_default().to_owned();
+        let named: HashSet<String> = paths.iter().map(|p| top(p)).collect();
+        self.indexes.iter().all(|index| {
+            index.partial.is_none() && index.fields.iter().all(|f| !named.contains(&top(&f.path)))
+        })
+    }
+
     /// The entries (key → value) `doc` gives every index.
     fn entries(
         &self,

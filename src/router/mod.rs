@@ -351,6 +351,33 @@ impl Router {
         coll: &Collection,
         filter: Option<&Filter>,
     ) -> Result<MatchIter> {
+        let records = self.planned_candidates(coll, filter)?;
+        Ok(Box::new(filter_records(records, filter.cloned())))
+    }
+
+    /// The first record matching `filter`, as [`Router::matching_planned`]
+    /// finds it, left in its stored form when the filter could decide on
+    /// it there.
+    pub(crate) fn first_match_undecoded(
+        &self,
+        coll: &Collection,
+        filter: &Filter,
+    ) -> Result<Option<Matched>> {
+        for candidate in self.planned_candidates(coll, Some(filter))? {
+            if let Some(found) = matching_undecoded(candidate?, filter)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The records the plan of `filter` reads, before the filter's full
+    /// match (see [`Router::matching_planned`]).
+    fn planned_candidates(
+        &self,
+        coll: &Collection,
+        filter: Option<&Filter>,
+    ) -> Result<CandidateIter> {
         let reader = Reader::live(self, coll);
         let spec = FindSpec {
             filter: filter.cloned(),
@@ -358,13 +385,11 @@ impl Router {
         };
         let plan = self.plan(coll, &spec, &reader)?;
         let id = coll.id;
-        let filter = filter.cloned();
-        let pushdown = filter.clone();
+        let pushdown = filter.cloned();
         let parts = plan.parts.clone();
-        let records: CandidateIter = Box::new(parts.into_iter().flat_map(move |part| {
+        Ok(Box::new(parts.into_iter().flat_map(move |part| {
             access_records(&reader, id, &plan, &part, pushdown.as_ref(), None)
-        }));
-        Ok(Box::new(filter_records(records, filter)))
+        })))
     }
 
     /// Runs a query and returns its results as a lazy stream.
@@ -980,6 +1005,28 @@ fn matching(
         Candidate::Decoded(rec) => rec,
     };
     full_match(rec, filter)
+}
+
+/// A record a write's filter matched.
+pub(crate) enum Matched {
+    /// Decided on its stored bytes, which are still undecoded.
+    Stored(RecordKey, Vec<u8>),
+    /// Decoded for the full match, with what the match found.
+    Decoded(Record, MatchDetails),
+}
+
+/// Whether `candidate` matches `filter`, decoding it only when its bytes
+/// do not tell.
+fn matching_undecoded(candidate: Candidate, filter: &Filter) -> Result<Option<Matched>> {
+    let rec = match candidate {
+        Candidate::Raw(key, bytes) => match decide_raw(filter, &bytes) {
+            Some(false) => return Ok(None),
+            Some(true) => return Ok(Some(Matched::Stored(key, bytes))),
+            None => decode_record(key, &bytes)?,
+        },
+        Candidate::Decoded(rec) => rec,
+    };
+    Ok(full_match(rec, Some(filter))?.map(|(rec, details)| Matched::Decoded(rec, details)))
 }
 
 /// The record, if the full match of `filter` on it says it matches.

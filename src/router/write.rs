@@ -15,13 +15,14 @@ use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 use super::catalog::Usage;
 use super::charge;
 use super::indexes::IndexWrites;
-use super::{Collection, Namespace, Record, Router, Sharding};
+use super::{Collection, Matched, Namespace, Record, Router, Sharding};
 use crate::base::limits::MAX_BSON_OBJECT_SIZE;
 use crate::error::{Error, ErrorCode, Result};
 use crate::partition::PartitionMap;
 use crate::query::filter::Filter;
+use crate::query::filter::MatchDetails;
 use crate::query::sort::SortSpec;
-use crate::query::update::{documents_identical, ApplyContext, Update};
+use crate::query::update::{documents_identical, ApplyContext, RawApplied, Update};
 use crate::storage::{blocking, keystring};
 use crate::storage::{RecordKey, SharedView, UsageChange, WriteBatch, WriteOp};
 use crate::{bail, err};
@@ -380,9 +381,11 @@ impl<'a> PartitionedBatch<'a> {
     /// shard-key value when that changed: the delete and the insert are
     /// one atomic batch, so readers see it in exactly one place. Returns
     /// the hash it is stored under.
-    pub fn replace(&mut self, old: &Record, doc: &Document, bytes: Vec<u8>) -> Result<i64> {
+    pub fn replace(&mut self, old: &StoredRecord, bytes: Vec<u8>) -> Result<i64> {
+        let raw = RawDocument::from_bytes(&bytes).map_err(raw_error)?;
+        let value = self.sharding.key.raw_value(raw)?;
+        let value = value.as_ref();
         let old_hash = old.key.hash;
-        let value = self.sharding.key.value(doc)?;
         let hash = key_hash(value);
         let new_len = bytes.len() as i64;
         if hash == old_hash {
@@ -467,6 +470,12 @@ enum Layout<'a> {
     /// Every record under hash 0, keyed by `_id` alone.
     Unsharded(WriteBatch),
     Partitioned(PartitionedBatch<'a>),
+}
+
+/// Where a stored document is and how large: what replacing it needs.
+pub(crate) struct StoredRecord<'a> {
+    pub key: &'a RecordKey,
+    pub len: usize,
 }
 
 /// The writes of one operation on a collection, in its layout (an
@@ -570,16 +579,42 @@ impl<'a> CollectionBatch<'a> {
                 Some((doc, hash)),
             )?
         };
+        let stored = StoredRecord {
+            key: &old.key,
+            len: old.len,
+        };
+        self.put_replacement(&stored, bytes, index_ops.len())?;
+        self.indexes.apply(index_ops, &mut self.index_batch);
+        Ok(())
+    }
+
+    /// Whether an update that names only these paths leaves every
+    /// secondary index's entries as they are (see [`IndexWrites::untouched_by`]).
+    pub fn indexes_untouched_by(&self, paths: &[String]) -> bool {
+        self.indexes.untouched_by(paths)
+    }
+
+    /// Replaces a stored document with `bytes`, which no index reads
+    /// differently: the caller checked [`Self::indexes_untouched_by`].
+    pub fn replace_unindexed(&mut self, old: &StoredRecord, bytes: Vec<u8>) -> Result<()> {
+        self.put_replacement(old, bytes, 0)
+    }
+
+    fn put_replacement(
+        &mut self,
+        old: &StoredRecord,
+        bytes: Vec<u8>,
+        index_ops: usize,
+    ) -> Result<()> {
         let len = bytes.len();
         let hash = match &mut self.layout {
             Layout::Unsharded(batch) => {
                 batch.push(WriteOp::PutRecord(old.key.clone(), bytes));
                 old.key.hash
             }
-            Layout::Partitioned(pb) => pb.replace(old, doc, bytes)?,
+            Layout::Partitioned(pb) => pb.replace(old, bytes)?,
         };
-        self.charge(hash, charge::replace(len, index_ops.len()));
-        self.indexes.apply(index_ops, &mut self.index_batch);
+        self.charge(hash, charge::replace(len, index_ops));
         Ok(())
     }
 
@@ -848,14 +883,14 @@ impl Router {
         filter: &Filter,
         multi: bool,
         sort: Option<&SortSpec>,
-    ) -> Result<Vec<(Record, crate::query::filter::MatchDetails)>> {
+    ) -> Result<Vec<(Record, MatchDetails)>> {
         let mut matching = self.matching_planned(coll, Some(filter))?;
         if multi {
             return matching.collect();
         }
         match sort {
             Some(sort) => {
-                let mut best: Option<(Record, crate::query::filter::MatchDetails)> = None;
+                let mut best: Option<(Record, MatchDetails)> = None;
                 for item in matching {
                     let item = item?;
                     let better = match &best {
@@ -872,6 +907,59 @@ impl Router {
         }
     }
 
+    /// Whether a one-document update may be applied to the stored bytes
+    /// ([`Update::apply_raw`]): nothing after it needs the documents
+    /// (returning them, Cosmos DB's strict rules) and no index reads a
+    /// field it names.
+    fn may_update_stored(&self, stmt: &UpdateStatement, writes: &CollectionBatch) -> bool {
+        !stmt.multi
+            && stmt.sort.is_none()
+            && !stmt.return_documents
+            && self.options.cosmos_strict.is_none()
+            && stmt
+                .update
+                .modified_paths()
+                .is_some_and(|paths| writes.indexes_untouched_by(&paths))
+    }
+
+    /// Updates the first match of `stmt`'s filter in its stored bytes when
+    /// [`Update::apply_raw`] can; otherwise returns it, decoded, for the
+    /// full path.
+    fn update_stored(
+        &self,
+        coll: &Collection,
+        stmt: &UpdateStatement,
+        writes: &mut CollectionBatch,
+        outcome: &mut ModifyOutcome,
+    ) -> Result<Vec<(Record, MatchDetails)>> {
+        let (key, bytes) = match self.first_match_undecoded(coll, &stmt.filter)? {
+            None => return Ok(Vec::new()),
+            Some(Matched::Decoded(rec, details)) => return Ok(vec![(rec, details)]),
+            Some(Matched::Stored(key, bytes)) => (key, bytes),
+        };
+        let stored = RawDocument::from_bytes(&bytes).map_err(raw_error)?;
+        let new = match stmt.update.apply_raw(stored)? {
+            RawApplied::Decode => {
+                return Ok(vec![(
+                    super::decode_record(key, &bytes)?,
+                    super::plain_match(),
+                )]);
+            }
+            RawApplied::Unchanged => None,
+            RawApplied::Changed(new) => Some(new),
+        };
+        outcome.matched += 1;
+        if let Some(new) = new {
+            outcome.modified += 1;
+            let old = StoredRecord {
+                key: &key,
+                len: bytes.len(),
+            };
+            writes.replace_unindexed(&old, new)?;
+        }
+        Ok(Vec::new())
+    }
+
     fn update_locked(
         &self,
         ns: &Namespace,
@@ -879,8 +967,12 @@ impl Router {
         stmt: &UpdateStatement,
     ) -> Result<(ModifyOutcome, u64)> {
         let mut outcome = ModifyOutcome::default();
-        let targets = self.write_targets(coll, &stmt.filter, stmt.multi, stmt.sort.as_ref())?;
         let mut writes = CollectionBatch::new(self, coll);
+        let targets = if self.may_update_stored(stmt, &writes) {
+            self.update_stored(coll, stmt, &mut writes, &mut outcome)?
+        } else {
+            self.write_targets(coll, &stmt.filter, stmt.multi, stmt.sort.as_ref())?
+        };
         let now = super::strict::now_secs();
         for (rec, details) in targets {
             outcome.matched += 1;
