@@ -75,15 +75,6 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
             activity: state::ActivityId::next(),
         });
     }
-    let result = result.and_then(|reply| {
-        // A reply is one document: past what a reply may carry, the
-        // client gets MongoDB's error instead of a message it drops.
-        let size = args::document_size(&reply);
-        if size > crate::wire::MAX_INTERNAL_OBJECT_SIZE {
-            return Err(Error::bson_object_too_large(size, &reply));
-        }
-        Ok(reply)
-    });
     let reply = match result {
         Ok(mut reply) => {
             if !reply.contains_key("ok") {
@@ -99,21 +90,35 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
                 "command failed: {}",
                 e.message
             );
-            let mut reply = doc! {"ok": 0.0};
-            reply.extend(e.to_reply_fields());
-            reply
+            error_document(&e)
         }
     };
+    reply
+}
+
+/// `{ok: 0, errmsg, code, codeName, ...}`.
+fn error_document(e: &Error) -> Document {
+    let mut reply = doc! {"ok": 0.0};
+    reply.extend(e.to_reply_fields());
     reply
 }
 
 /// The bytes of a reply document with `$clusterTime` and `operationTime`
 /// added, as a mongos sends them. They are written after the encoded reply
 /// rather than inserted in the document: every reply carries them, and
-/// building their nested documents cost more than most replies.
+/// building their nested documents cost more than most replies. A reply
+/// past what one may carry is replaced by MongoDB's `BSONObjectTooLarge`
+/// error, measured on its bytes rather than walked beforehand.
 pub fn encode_reply(state: &ServerState, reply: &Document) -> bson::error::Result<Vec<u8>> {
     let time = state.tick_cluster_time();
     let mut bytes = reply.to_vec()?;
+    if bytes.len() > crate::wire::MAX_INTERNAL_OBJECT_SIZE {
+        // A reply is one document: past what a reply may carry, the
+        // client gets MongoDB's error instead of a message it drops.
+        let e = Error::bson_object_too_large(bytes.len(), reply);
+        tracing::info!("reply too large: {}", e.message);
+        bytes = error_document(&e).to_vec()?;
+    }
     bytes.pop(); // the document's terminating 0
     append_cluster_time(&mut bytes, time);
     bytes.push(0);
