@@ -25,7 +25,7 @@ use shardgate::error::{Error, Result};
 use shardgate::query::filter::Filter;
 use shardgate::query::projection::Projection;
 use shardgate::query::sort::SortSpec;
-use shardgate::query::update::ApplyContext;
+use shardgate::query::update::{documents_identical, ApplyContext, RawApplied, Update};
 use shardgate::wire::compression::compress_message;
 use shardgate::wire::message::checked_document;
 use shardgate::wire::{check_document, Message, MessageCodec};
@@ -492,6 +492,7 @@ fn update(data: &[u8]) -> u64 {
             inserting: false,
         };
         let updated = u.apply(&d, &ctx);
+        check_raw_update(&u, &spec, &d, &updated);
         sig.result(&updated);
         if let Ok(updated) = updated {
             sig.add(encoded_len(&updated).map_or(0, |n| n.min(1 << 20) as u64));
@@ -503,6 +504,33 @@ fn update(data: &[u8]) -> u64 {
         }
     }
     sig.0
+}
+
+/// What the update makes of the stored bytes is what the full path
+/// makes of the document, byte for byte, error for error.
+fn check_raw_update(u: &Update, spec: &Bson, d: &Document, full: &Result<Document>) {
+    let Ok(bytes) = d.to_vec() else {
+        return;
+    };
+    let Ok(raw) = bson::RawDocument::from_bytes(&bytes) else {
+        return;
+    };
+    match (u.apply_raw(raw), full) {
+        (Ok(RawApplied::Decode), _) => {}
+        (Ok(RawApplied::Unchanged), Ok(full)) => assert!(
+            documents_identical(full, d),
+            "the raw path changed nothing, the full path did: {spec} on {d}"
+        ),
+        (Ok(RawApplied::Changed(new)), Ok(full)) => assert!(
+            full.to_vec().is_ok_and(|f| f == new),
+            "the raw path wrote other bytes than the full path: {spec} on {d}"
+        ),
+        (Err(e), Err(f)) => assert!(
+            e.code == f.code && e.message == f.message,
+            "the raw path failed otherwise than the full path: {spec} on {d}: {e:?} / {f:?}"
+        ),
+        (raw, full) => panic!("the raw and full paths disagree: {spec} on {d}: {raw:?} / {full:?}"),
+    }
 }
 
 fn generate_update(g: &mut Gen) -> Vec<u8> {
