@@ -26,7 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bson::{doc, Bson, Document};
+use bson::raw::cstr;
+use bson::{doc, Bson, Document, RawArrayBuf, RawDocumentBuf};
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
@@ -406,6 +407,26 @@ pub fn first_batch_reply(id: i64, ns: &str, docs: Vec<Bson>) -> Document {
     doc! {"cursor": {"firstBatch": docs, "id": id, "ns": ns}}
 }
 
+/// The whole reply of a `find` answered in one batch of stored
+/// documents, `ok` included, built from their bytes: the same reply as
+/// [`first_batch_reply`] with cursor id 0, without decoding them.
+pub fn stored_batch_reply(ns: &str, docs: Vec<Vec<u8>>) -> Result<RawDocumentBuf> {
+    let mut batch = RawArrayBuf::new();
+    for bytes in docs {
+        let doc = RawDocumentBuf::from_bytes(bytes)
+            .map_err(|e| Error::internal(format!("stored document is not valid BSON: {e}")))?;
+        batch.push(doc);
+    }
+    let mut cursor = RawDocumentBuf::new();
+    cursor.append(cstr!("firstBatch"), batch);
+    cursor.append(cstr!("id"), 0i64);
+    cursor.append(cstr!("ns"), ns);
+    let mut reply = RawDocumentBuf::new();
+    reply.append(cstr!("cursor"), cursor);
+    reply.append(cstr!("ok"), 1.0);
+    Ok(reply)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,6 +434,17 @@ mod tests {
     fn stream(n: i32) -> CursorStream {
         let s: DocStream = Box::new((0..n).map(|i| Ok(doc! {"_id": i})));
         s.peekable()
+    }
+
+    #[test]
+    fn a_batch_of_stored_documents_is_the_reply_first_batch_reply_gives() {
+        let docs = [doc! {"_id": 1, "a": {"b": [1, 2]}}, doc! {"_id": "x"}];
+        let stored = docs.iter().map(|d| d.to_vec().unwrap()).collect();
+        let raw = stored_batch_reply("db.c", stored).unwrap();
+        let mut expected = first_batch_reply(0, "db.c", docs.into_iter().map(Bson::from).collect());
+        expected.insert("ok", 1.0);
+        assert_eq!(raw.into_bytes(), expected.to_vec().unwrap());
+        assert!(stored_batch_reply("db.c", vec![vec![1, 2, 3]]).is_err());
     }
 
     #[test]

@@ -703,3 +703,70 @@ async fn find_without_sort_returns_every_document() {
     v.sort_by_key(|b| b.as_i32().unwrap());
     assert_eq!(v, (0..10).map(Bson::Int32).collect::<Vec<_>>());
 }
+
+/// A find of one `_id` is answered from the stored bytes: the client gets
+/// the document exactly as stored, as the general path returns it.
+#[tokio::test]
+async fn a_find_by_id_returns_the_stored_document_byte_for_byte() {
+    use compat_tests::bson::{oid::ObjectId, Binary, Decimal128, RawDocumentBuf, Regex, Timestamp};
+    let srv = TestServer::start().await;
+    let odd = doc! {
+        "_id": ObjectId::parse_str("65f0a1b2c3d4e5f601234567").unwrap(),
+        "d": "2.50".parse::<Decimal128>().unwrap(),
+        "bin": Binary { subtype: compat_tests::bson::spec::BinarySubtype::Generic, bytes: vec![0, 1, 255] },
+        "re": Regex { pattern: "^a".into(), options: "i".into() },
+        "ts": Timestamp { time: 7, increment: 1 },
+        "nested": {"a": [1, {"b": null}], "s": "ünïcode"},
+        "n": 6,
+    };
+    let id = odd.get("_id").cloned().unwrap();
+    seed(&srv, "stored", vec![odd.clone(), doc! {"_id": 2, "n": 1}]).await;
+    let raw = srv.db("f").collection::<RawDocumentBuf>("stored");
+
+    let by_id = raw.find_one(doc! {"_id": id.clone()}).await.unwrap();
+    // A sort takes the general path.
+    let sorted = raw
+        .find(doc! {"_id": id.clone()})
+        .sort(doc! {"n": 1})
+        .await
+        .unwrap()
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    assert_eq!(
+        by_id.as_ref().map(|d| d.as_bytes()),
+        Some(sorted[0].as_bytes())
+    );
+    assert_eq!(
+        by_id.map(|d| d.as_bytes().to_vec()),
+        Some(compat_tests::bson::to_vec(&odd).unwrap())
+    );
+
+    // The rest of the filter still applies, and a missing `_id` is no error.
+    let c = srv.db("f").collection::<Document>("stored");
+    for (filter, found) in [
+        (doc! {"_id": id.clone(), "n": {"$gt": 5}}, 1),
+        (doc! {"_id": id.clone(), "n": {"$gt": 6}}, 0),
+        (doc! {"_id": id.clone(), "nested.a.b": null}, 1),
+        (doc! {"_id": {"$in": [2]}}, 1),
+        (doc! {"_id": 3}, 0),
+    ] {
+        let got: Vec<Document> = c
+            .find(filter.clone())
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(got.len(), found, "{filter}");
+    }
+
+    // batchSize 0 still opens a cursor whose first batch is empty.
+    let reply = find_raw(
+        &srv,
+        doc! {"find": "stored", "filter": {"_id": 2}, "batchSize": 0},
+    )
+    .await;
+    assert!(first_batch(&reply).is_empty(), "{reply}");
+    assert_ne!(cursor_id(&reply), 0, "{reply}");
+}

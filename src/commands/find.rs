@@ -5,8 +5,10 @@ use std::sync::atomic::Ordering;
 use bson::{doc, Bson, Document};
 
 use super::args::{self, bool_or, collection_namespace, opt_document, opt_non_negative};
-use super::request::Request;
-use crate::cursor::{first_batch_reply, next_batch, with_time_limit, DEFAULT_FIRST_BATCH};
+use super::request::{CommandReply, Request};
+use crate::cursor::{
+    first_batch_reply, next_batch, stored_batch_reply, with_time_limit, DEFAULT_FIRST_BATCH,
+};
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::plan::Hint;
 use crate::query::filter::Filter;
@@ -69,7 +71,7 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
     })
 }
 
-pub async fn find(req: &Request<'_>) -> Result<Document> {
+pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
     super::args::check_fields(
         req,
         &[
@@ -114,6 +116,12 @@ pub async fn find(req: &Request<'_>) -> Result<Document> {
         (None, None) => Some(DEFAULT_FIRST_BATCH),
     };
     let router = &req.state.router;
+    if first != Some(0) {
+        // One `_id`, whole documents: answered from the stored bytes.
+        if let Some(docs) = router.find_stored(&f.ns, &f.spec).await? {
+            return Ok(CommandReply::Encoded(stored_batch_reply(&ns, docs)?));
+        }
+    }
     let max_time_ms = f.max_time_ms;
     let (batch, stream) = router
         .find(&f.ns, f.spec, |found| {
@@ -127,7 +135,7 @@ pub async fn find(req: &Request<'_>) -> Result<Document> {
     } else {
         req.state.cursors.open(ns.clone(), stream, req.conn.id)?
     };
-    Ok(first_batch_reply(id, &ns, batch.docs))
+    Ok(first_batch_reply(id, &ns, batch.docs).into())
 }
 
 pub async fn get_more(req: &Request<'_>) -> Result<Document> {

@@ -49,11 +49,12 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::query::interrupt::{self, Operation};
 use crate::router::charge::{self, Meter};
 use crate::wire::Command;
+pub use request::CommandReply;
 use request::Request;
 pub use state::{ConnectionInfo, ServerState};
 
-/// Runs one command document and returns the reply document.
-pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) -> Document {
+/// Runs one command document and returns its reply.
+pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) -> CommandReply {
     let name = cmd.body.keys().next().cloned().unwrap_or_default();
     let op = Operation::new(max_time_deadline(&cmd.body), conn.probe.clone());
     let meter = Meter::new();
@@ -75,13 +76,14 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
             activity: state::ActivityId::next(),
         });
     }
-    let reply = match result {
-        Ok(mut reply) => {
+    match result {
+        Ok(CommandReply::Document(mut reply)) => {
             if !reply.contains_key("ok") {
                 reply.insert("ok", 1.0);
             }
-            reply
+            CommandReply::Document(reply)
         }
+        Ok(encoded) => encoded,
         Err(e) => {
             tracing::info!(
                 conn = conn.id,
@@ -90,14 +92,13 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
                 "command failed: {}",
                 e.message
             );
-            error_document(&e)
+            CommandReply::Document(error_document(&e))
         }
-    };
-    reply
+    }
 }
 
 /// `{ok: 0, errmsg, code, codeName, ...}`.
-fn error_document(e: &Error) -> Document {
+pub fn error_document(e: &Error) -> Document {
     let mut reply = doc! {"ok": 0.0};
     reply.extend(e.to_reply_fields());
     reply
@@ -109,13 +110,16 @@ fn error_document(e: &Error) -> Document {
 /// building their nested documents cost more than most replies. A reply
 /// past what one may carry is replaced by MongoDB's `BSONObjectTooLarge`
 /// error, measured on its bytes rather than walked beforehand.
-pub fn encode_reply(state: &ServerState, reply: &Document) -> bson::error::Result<Vec<u8>> {
+pub fn encode_reply(state: &ServerState, reply: CommandReply) -> bson::error::Result<Vec<u8>> {
     let time = state.tick_cluster_time();
-    let mut bytes = reply.to_vec()?;
+    let mut bytes = match reply {
+        CommandReply::Document(doc) => doc.to_vec()?,
+        CommandReply::Encoded(raw) => raw.into_bytes(),
+    };
     if bytes.len() > crate::wire::MAX_INTERNAL_OBJECT_SIZE {
         // A reply is one document: past what a reply may carry, the
         // client gets MongoDB's error instead of a message it drops.
-        let e = Error::bson_object_too_large(bytes.len(), reply);
+        let e = Error::bson_object_too_large(bytes.len(), &first_field(&bytes)?);
         tracing::info!("reply too large: {}", e.message);
         bytes = error_document(&e).to_vec()?;
     }
@@ -126,6 +130,16 @@ pub fn encode_reply(state: &ServerState, reply: &Document) -> bson::error::Resul
         .map_err(|_| std::io::Error::other("the reply is larger than BSON allows"))?;
     bytes[..4].copy_from_slice(&len.to_le_bytes());
     Ok(bytes)
+}
+
+/// The first field of an encoded document, alone in a document.
+fn first_field(bytes: &[u8]) -> bson::error::Result<Document> {
+    let mut first = Document::new();
+    if let Some(element) = bson::RawDocument::from_bytes(bytes)?.iter().next() {
+        let (key, value) = element?;
+        first.insert(key.as_str(), Bson::try_from(value)?);
+    }
+    Ok(first)
 }
 
 /// Appends the elements `$clusterTime: {clusterTime: time, signature:
@@ -195,7 +209,7 @@ async fn run(
     conn: &ConnectionInfo,
     name: String,
     cmd: Command,
-) -> Result<Document> {
+) -> Result<CommandReply> {
     let Command { body, sequences } = cmd;
     if name.is_empty() {
         return Err(Error::new(
@@ -239,7 +253,7 @@ async fn run(
         .flatten();
     if let Some((session, txn)) = &retry {
         if let Some(reply) = state.retries.lookup(session, *txn)? {
-            return Ok(reply);
+            return Ok(reply.into());
         }
     }
     let req = Request {
@@ -254,7 +268,7 @@ async fn run(
         state.router.sync_catalog().await?;
     }
     let mut stale = 0;
-    let mut reply = loop {
+    let reply = loop {
         let handled = (entry.handler)(&req);
         let handled = if write_concern.journal {
             handled.await
@@ -271,13 +285,17 @@ async fn run(
             done => break done?,
         }
     };
+    if write_concern.error.is_none() && retry.is_none() {
+        return Ok(reply);
+    }
+    let mut reply = reply.into_document()?;
     if let Some(e) = write_concern.error {
         reply.insert("writeConcernError", e);
     }
     if let Some((session, txn)) = retry {
         state.retries.record(session, txn, &reply);
     }
-    Ok(reply)
+    Ok(reply.into())
 }
 
 /// Multi-document transactions are not built yet; a command that would

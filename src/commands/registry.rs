@@ -4,7 +4,7 @@
 
 use bson::{doc, Document};
 
-use super::request::{Handler, Request};
+use super::request::{CommandReply, Handler, Request};
 use super::{
     admin, aggregate, catalog, count, custom_action, delete, distinct, explain, find,
     find_and_modify, handshake, indexes, insert, request_statistics, sharding, update,
@@ -23,7 +23,7 @@ macro_rules! command {
     ($name:literal, $f:path, $admin:expr, $help:literal) => {
         CommandEntry {
             name: $name,
-            handler: |req| Box::pin($f(req)),
+            handler: |req| Box::pin(async move { $f(req).await.map(CommandReply::from) }),
             admin_only: $admin,
             help: $help,
         }

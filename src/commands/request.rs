@@ -1,7 +1,7 @@
 //! One command as a handler receives it, and the signature every handler
 //! has. Below every handler, the registry and the dispatch in `mod.rs`.
 
-use bson::Document;
+use bson::{Document, RawDocumentBuf};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 
@@ -33,4 +33,32 @@ impl Request<'_> {
 }
 
 /// The signature every command implements.
-pub type Handler = for<'a> fn(&'a Request<'a>) -> BoxFuture<'a, Result<Document>>;
+pub type Handler = for<'a> fn(&'a Request<'a>) -> BoxFuture<'a, Result<CommandReply>>;
+
+/// What a command answers.
+#[derive(Debug)]
+pub enum CommandReply {
+    /// A reply document; `ok: 1` is added when it has none.
+    Document(Document),
+    /// A reply already encoded, `ok` included: a point read's, built
+    /// around the stored document's bytes without decoding them.
+    Encoded(RawDocumentBuf),
+}
+
+impl From<Document> for CommandReply {
+    fn from(doc: Document) -> CommandReply {
+        CommandReply::Document(doc)
+    }
+}
+
+impl CommandReply {
+    /// The reply as a document, decoding an encoded one.
+    pub fn into_document(self) -> Result<Document> {
+        match self {
+            CommandReply::Document(doc) => Ok(doc),
+            CommandReply::Encoded(raw) => Document::try_from(raw.as_ref()).map_err(|e| {
+                crate::error::Error::internal(format!("a reply is not valid BSON: {e}"))
+            }),
+        }
+    }
+}

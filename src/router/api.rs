@@ -53,6 +53,44 @@ impl Router {
         })
     }
 
+    /// Runs a query for one `_id` that returns whole documents, answering
+    /// with the stored documents' bytes, undecoded (at most one); `None`
+    /// when `spec` is not such a query (a projection, a sort, a skip,
+    /// other `_id`s or an index to read), which [`Router::find`] answers.
+    pub async fn find_stored(
+        &self,
+        ns: &Namespace,
+        spec: &FindSpec,
+    ) -> Result<Option<Vec<Vec<u8>>>> {
+        let one_id =
+            super::plan::pinned_ids(spec.filter.as_ref()).is_some_and(|ids| ids.len() == 1);
+        if !one_id || spec.projection.is_some() || spec.sort.is_some() || spec.skip != 0 {
+            return Ok(None);
+        }
+        let coll = match ns.db.as_str() {
+            "config" => None,
+            _ => self.catalog.get(ns),
+        };
+        let Some(coll) = coll else {
+            return Ok(None);
+        };
+        let reader = self.reader_for(&coll);
+        let plan = self.plan(&coll, spec, &reader)?;
+        let [part] = plan.parts.as_slice() else {
+            return Ok(None);
+        };
+        if !part.reads_one_record() {
+            return Ok(None);
+        }
+        if self.provisioned_rus(&coll).is_some() {
+            self.admit(&coll, &[part.partition.id]).await?;
+        }
+        maybe_blocking(self.inline(true), || {
+            super::stored_matches(&reader, coll.id, &plan, part, spec.filter.as_ref())
+        })
+        .map(Some)
+    }
+
     /// Reads on from a stream this router produced (a cursor's next
     /// batch): its reads may block, so it runs where blocking is allowed.
     pub async fn read_on<T>(&self, read: impl FnOnce() -> T) -> T {

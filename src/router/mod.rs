@@ -1135,6 +1135,42 @@ fn partition_rows_now(
     })
 }
 
+/// The stored bytes of the records of one partition's plan that match
+/// `filter`, decoded only where the filter cannot decide on the bytes
+/// (and then encoded again), charged as [`partition_rows_now`] charges
+/// what it returns.
+fn stored_matches(
+    reader: &Reader,
+    id: u64,
+    plan: &QueryPlan,
+    part: &PartitionPlan,
+    filter: Option<&Filter>,
+) -> Result<Vec<Vec<u8>>> {
+    let returned = Returned::of(id, plan, part);
+    let mut found = Vec::new();
+    for candidate in access_records(reader, id, plan, part, filter, None) {
+        let candidate = candidate?;
+        let matched = match filter {
+            Some(filter) => matching_undecoded(candidate, filter)?,
+            None => Some(match candidate {
+                Candidate::Raw(key, bytes) => Matched::Stored(key, bytes),
+                Candidate::Decoded(rec) => Matched::Decoded(rec, plain_match()),
+            }),
+        };
+        let bytes = match matched {
+            None => continue,
+            Some(Matched::Stored(_, bytes)) => bytes,
+            Some(Matched::Decoded(rec, _)) => rec
+                .doc
+                .to_vec()
+                .map_err(|e| Error::internal(format!("cannot encode a stored document: {e}")))?,
+        };
+        returned.charge(bytes.len());
+        found.push(bytes);
+    }
+    Ok(found)
+}
+
 /// Sorts matching rows, ties broken by `_id` so every partition layout
 /// gives one order. Rows are projected as they arrive and sorted through
 /// [`KeyedSort`] under the spec's [`FindSpec::sort_limits`]: with `keep`,

@@ -61,6 +61,13 @@ pub struct PartitionPlan {
     pub access: Access,
 }
 
+impl PartitionPlan {
+    /// Whether it reads one record by its key.
+    pub fn reads_one_record(&self) -> bool {
+        matches!(&self.access, Access::IdPoints { keys, .. } if keys.len() == 1)
+    }
+}
+
 /// How a partition reaches the records a filter may match.
 #[derive(Debug, Clone)]
 pub enum Access {

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bson::{doc, Bson, Document};
+use bson::{Bson, Document};
 use futures::{FutureExt, SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use tokio_util::codec::Framed;
 
 use super::WarnLimit;
-use crate::commands::{self, ConnectionInfo, ServerState};
+use crate::commands::{self, CommandReply, ConnectionInfo, ServerState};
 use crate::error::{Error, ErrorCode};
 use crate::query::interrupt::Probe;
 use crate::wire::message::checked_body;
@@ -133,7 +133,7 @@ async fn respond(
         Message::Msg(msg) => {
             let body = match msg.command() {
                 Ok(cmd) => commands::handle(state, conn, cmd).await,
-                Err(e) => error_reply(&bson_error(&e)),
+                Err(e) => commands::error_document(&bson_error(&e)).into(),
             };
             if msg.more_to_come() {
                 return None;
@@ -148,10 +148,10 @@ async fn respond(
                 };
                 commands::handle(state, conn, cmd).await
             }
-            Err(e) => error_reply(&e),
+            Err(e) => commands::error_document(&e).into(),
         },
     };
-    Some(encode_reply(state, &body).map(|body| Reply::to(&message, body)))
+    Some(encode_reply(state, body).map(|body| Reply::to(&message, body)))
 }
 
 /// Over `--max-connections`: answers the connection's first message with
@@ -167,7 +167,7 @@ pub async fn refuse(socket: TcpStream, open: usize, wait: Duration) {
         ErrorCode::HostUnreachable,
         format!("connection refused because too many open connections: {open}"),
     );
-    let Some(body) = encode(&error_reply(&error)) else {
+    let Some(body) = encode(&commands::error_document(&error)) else {
         return;
     };
     let reply = Reply::to(&message, body);
@@ -245,8 +245,8 @@ fn client_connected(socket: &TcpStream) -> bool {
 }
 
 /// A command's reply, with the cluster time every reply carries.
-fn encode_reply(state: &ServerState, doc: &Document) -> Option<Vec<u8>> {
-    match commands::encode_reply(state, doc) {
+fn encode_reply(state: &ServerState, reply: CommandReply) -> Option<Vec<u8>> {
+    match commands::encode_reply(state, reply) {
         Ok(v) => Some(v),
         Err(e) => {
             tracing::error!("cannot encode reply: {e}");
@@ -270,12 +270,6 @@ fn bson_error(e: &BsonCheckError) -> Error {
         BsonCheckError::TooDeep => Error::new(ErrorCode::Overflow, e.to_string()),
         BsonCheckError::Invalid(_) => Error::new(ErrorCode::InvalidBSON, e.to_string()),
     }
-}
-
-fn error_reply(e: &Error) -> Document {
-    let mut d = doc! {"ok": 0.0};
-    d.extend(e.to_reply_fields());
-    d
 }
 
 /// Turns an OP_QUERY on `db.$cmd` into a command document with `$db`.
