@@ -97,7 +97,7 @@ pub static TARGETS: &[Target] = &[
         input: Input::Document,
         run: update,
         generate: generate_update,
-        about: "parse_update with arrayFilters, apply, upsert documents",
+        about: "parse_update with arrayFilters, apply (and apply_raw, which must agree), upsert documents",
     },
     Target {
         name: "pipeline",
