@@ -74,6 +74,16 @@ impl Router {
         let Some(coll) = coll else {
             return Ok(None);
         };
+        // A sharded collection is read in one partition only when the
+        // filter pins its shard key: otherwise leave the planning to
+        // `find` rather than plan the fan-out twice.
+        if let Some(sharding) = &coll.sharding {
+            let one_key = super::plan::key_hashes(sharding, spec.filter.as_ref())
+                .is_some_and(|hashes| hashes.len() == 1);
+            if !one_key {
+                return Ok(None);
+            }
+        }
         let reader = self.reader_for(&coll);
         let plan = self.plan(&coll, spec, &reader)?;
         let [part] = plan.parts.as_slice() else {
