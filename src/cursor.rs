@@ -22,12 +22,14 @@
 //! others while the batch stays within 16 MiB; a single document larger
 //! than a reply may carry fails with 10334 `BSONObjectTooLarge`.
 
+use std::io::Write;
+use std::iter::Peekable;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bson::raw::cstr;
-use bson::{doc, Bson, Document, RawArrayBuf, RawDocumentBuf};
+use bson::raw::{cstr, CStr};
+use bson::{doc, Bson, Document, RawDocumentBuf};
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
@@ -36,9 +38,29 @@ use crate::aggregate::DocStream;
 use crate::base::limits::{MAX_BSON_OBJECT_SIZE, MAX_INTERNAL_OBJECT_SIZE};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::size::document_size;
+use crate::router::{Found, StoredStream};
 
-/// A result stream that can tell whether anything is left.
-pub type CursorStream = std::iter::Peekable<DocStream>;
+/// A result stream that can tell whether anything is left: documents,
+/// or stored documents whose bytes go into replies undecoded.
+pub enum CursorStream {
+    Documents(Peekable<DocStream>),
+    Stored(Peekable<StoredStream>),
+}
+
+impl From<DocStream> for CursorStream {
+    fn from(docs: DocStream) -> CursorStream {
+        CursorStream::Documents(docs.peekable())
+    }
+}
+
+impl From<Found> for CursorStream {
+    fn from(found: Found) -> CursorStream {
+        match found {
+            Found::Stored(stored) => CursorStream::Stored(stored.peekable()),
+            Found::Documents(docs) => docs.into(),
+        }
+    }
+}
 
 /// How long a cursor may sit unused before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -102,35 +124,93 @@ pub struct CursorRegistry {
 
 /// One batch of results and whether the stream has more.
 pub struct Batch {
-    pub docs: Vec<Bson>,
+    pub docs: BatchDocs,
     pub exhausted: bool,
 }
 
-/// Pulls up to `max_docs` documents from a stream, as many as fit a
-/// reply: the first always, the next while the batch stays within
-/// 16 MiB; the one that would pass it waits for the next batch.
-pub fn next_batch(stream: &mut CursorStream, max_docs: Option<usize>) -> Result<Batch> {
+/// The documents of a batch, as its stream gave them.
+pub enum BatchDocs {
+    Documents(Vec<Bson>),
+    Stored(Vec<RawDocumentBuf>),
+}
+
+impl BatchDocs {
+    pub fn len(&self) -> usize {
+        match self {
+            BatchDocs::Documents(docs) => docs.len(),
+            BatchDocs::Stored(docs) => docs.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The batch as documents, stored ones decoded.
+    pub fn into_documents(self) -> Result<Vec<Bson>> {
+        match self {
+            BatchDocs::Documents(docs) => Ok(docs),
+            BatchDocs::Stored(docs) => docs
+                .iter()
+                .map(|raw| {
+                    Document::try_from(raw.as_ref())
+                        .map(Bson::Document)
+                        .map_err(|e| {
+                            Error::internal(format!("a stored document is not valid BSON: {e}"))
+                        })
+                })
+                .collect(),
+        }
+    }
+}
+
+impl CursorStream {
+    /// Pulls up to `max_docs` documents, as many as fit a reply: the
+    /// first always, the next while the batch stays within 16 MiB; the
+    /// one that would pass it waits for the next batch.
+    pub fn next_batch(&mut self, max_docs: Option<usize>) -> Result<Batch> {
+        match self {
+            CursorStream::Documents(docs) => {
+                let (docs, exhausted) = fill(docs, max_docs, |doc| {
+                    let size = document_size(doc);
+                    if size > MAX_INTERNAL_OBJECT_SIZE {
+                        return Err(Error::bson_object_too_large(size, doc));
+                    }
+                    Ok(size)
+                })?;
+                let docs = BatchDocs::Documents(docs.into_iter().map(Bson::Document).collect());
+                Ok(Batch { docs, exhausted })
+            }
+            // Stored documents were checked against the size limit when
+            // they were written.
+            CursorStream::Stored(stored) => {
+                let (docs, exhausted) = fill(stored, max_docs, |doc| Ok(doc.as_bytes().len()))?;
+                Ok(Batch {
+                    docs: BatchDocs::Stored(docs),
+                    exhausted,
+                })
+            }
+        }
+    }
+}
+
+/// The next batch of `stream` (see [`CursorStream::next_batch`]), each
+/// item measured by `size`, and whether the stream ended.
+fn fill<T>(
+    stream: &mut Peekable<Box<dyn Iterator<Item = Result<T>> + Send>>,
+    max_docs: Option<usize>,
+    size: impl Fn(&T) -> Result<usize>,
+) -> Result<(Vec<T>, bool)> {
     let mut docs = Vec::new();
     let mut bytes = 0usize;
     loop {
         if max_docs.is_some_and(|m| docs.len() >= m) {
             let exhausted = stream.peek().is_none();
-            return Ok(Batch { docs, exhausted });
+            return Ok((docs, exhausted));
         }
         let size = match stream.peek() {
-            None => {
-                return Ok(Batch {
-                    docs,
-                    exhausted: true,
-                })
-            }
-            Some(Ok(doc)) => {
-                let size = document_size(doc);
-                if size > MAX_INTERNAL_OBJECT_SIZE {
-                    return Err(Error::bson_object_too_large(size, doc));
-                }
-                size
-            }
+            None => return Ok((docs, true)),
+            Some(Ok(doc)) => size(doc)?,
             Some(Err(_)) => match stream.next() {
                 Some(Err(e)) => return Err(e),
                 _ => return Err(Error::internal("a result stream changed while read")),
@@ -138,13 +218,10 @@ pub fn next_batch(stream: &mut CursorStream, max_docs: Option<usize>) -> Result<
         };
         let with_overhead = size.saturating_add(PER_DOCUMENT_OVERHEAD);
         if !docs.is_empty() && bytes.saturating_add(with_overhead) > MAX_BATCH_BYTES {
-            return Ok(Batch {
-                docs,
-                exhausted: false,
-            });
+            return Ok((docs, false));
         }
         match stream.next() {
-            Some(Ok(doc)) => docs.push(Bson::Document(doc)),
+            Some(Ok(doc)) => docs.push(doc),
             Some(Err(e)) => return Err(e),
             None => return Err(Error::internal("a result stream changed while read")),
         }
@@ -337,7 +414,10 @@ pub async fn reap_idle(cursors: &CursorRegistry, mut stop: tokio::sync::watch::R
 /// The clock is read every 64 documents, so the check costs nothing
 /// per document. Work inside the stream (a sort, a group, a scan) stops at
 /// the deadline too, in this request and in every `getMore` after it.
-pub fn with_time_limit(stream: DocStream, max_time_ms: Option<u64>) -> DocStream {
+pub fn with_time_limit<T: 'static>(
+    stream: Box<dyn Iterator<Item = Result<T>> + Send>,
+    max_time_ms: Option<u64>,
+) -> Box<dyn Iterator<Item = Result<T>> + Send> {
     let Some(ms) = max_time_ms.filter(|&ms| ms > 0) else {
         return stream;
     };
@@ -391,15 +471,15 @@ pub fn reply_with_cursor(
     docs: Vec<Document>,
     batch_size: Option<usize>,
 ) -> Result<Document> {
-    let stream: DocStream = Box::new(docs.into_iter().map(Ok));
-    let mut stream = stream.peekable();
-    let batch = next_batch(&mut stream, batch_size)?;
+    let docs: DocStream = Box::new(docs.into_iter().map(Ok));
+    let mut stream = CursorStream::from(docs);
+    let batch = stream.next_batch(batch_size)?;
     let id = if batch.exhausted {
         0
     } else {
         cursors.open(ns.clone(), stream, conn_id)?
     };
-    Ok(first_batch_reply(id, &ns, batch.docs))
+    Ok(first_batch_reply(id, &ns, batch.docs.into_documents()?))
 }
 
 /// The `cursor` sub-document of a `find`/`aggregate` reply.
@@ -407,24 +487,85 @@ pub fn first_batch_reply(id: i64, ns: &str, docs: Vec<Bson>) -> Document {
     doc! {"cursor": {"firstBatch": docs, "id": id, "ns": ns}}
 }
 
-/// The whole reply of a `find` answered in one batch of stored
-/// documents, `ok` included, built from their bytes: the same reply as
-/// [`first_batch_reply`] with cursor id 0, without decoding them.
-pub fn stored_batch_reply(ns: &str, docs: Vec<Vec<u8>>) -> Result<RawDocumentBuf> {
-    let mut batch = RawArrayBuf::new();
-    for bytes in docs {
-        let doc = RawDocumentBuf::from_bytes(bytes)
-            .map_err(|e| Error::internal(format!("stored document is not valid BSON: {e}")))?;
-        batch.push(doc);
+/// The field of a query's first batch in its reply.
+pub const FIRST_BATCH: &CStr = cstr!("firstBatch");
+/// The field of a `getMore`'s batch in its reply.
+pub const NEXT_BATCH: &CStr = cstr!("nextBatch");
+
+/// Bytes a reply keeps free for the fields the server adds to every
+/// reply on its way out (`$clusterTime`, `operationTime`: about 130).
+const REPLY_HEADROOM: usize = 256;
+
+/// The whole reply to a batch of stored documents, `ok` included:
+/// `{cursor: {<batch>: [...], id, ns}, ok: 1}`, the reply
+/// [`first_batch_reply`] gives for a first batch. It is written straight
+/// into one buffer of its final size: through the `bson` crate's builders
+/// each level of nesting would copy the documents once more.
+pub fn stored_batch_reply(
+    batch: &CStr,
+    id: i64,
+    ns: &str,
+    docs: Vec<RawDocumentBuf>,
+) -> Result<RawDocumentBuf> {
+    const DOCUMENT: u8 = 0x03;
+    const ARRAY: u8 = 0x04;
+    const STRING: u8 = 0x02;
+    const INT64: u8 = 0x12;
+    const DOUBLE: u8 = 0x01;
+    // Each document adds its type, its index as a name (at most 20
+    // digits) and the name's NUL.
+    let docs_len: usize = docs.iter().map(|d| d.as_bytes().len() + 22).sum();
+    let mut out = Vec::with_capacity(docs_len + ns.len() + 64 + REPLY_HEADROOM);
+    let reply = open_document(&mut out);
+    put_name(&mut out, DOCUMENT, "cursor");
+    let cursor = open_document(&mut out);
+    put_name(&mut out, ARRAY, batch.as_str());
+    let array = open_document(&mut out);
+    for (i, doc) in docs.iter().enumerate() {
+        out.push(DOCUMENT);
+        // An array's names are its indexes in decimal.
+        write!(out, "{i}\0").map_err(|e| Error::internal(e.to_string()))?;
+        out.extend_from_slice(doc.as_bytes());
     }
-    let mut cursor = RawDocumentBuf::new();
-    cursor.append(cstr!("firstBatch"), batch);
-    cursor.append(cstr!("id"), 0i64);
-    cursor.append(cstr!("ns"), ns);
-    let mut reply = RawDocumentBuf::new();
-    reply.append(cstr!("cursor"), cursor);
-    reply.append(cstr!("ok"), 1.0);
-    Ok(reply)
+    close_document(&mut out, array)?;
+    put_name(&mut out, INT64, "id");
+    out.extend_from_slice(&id.to_le_bytes());
+    put_name(&mut out, STRING, "ns");
+    out.extend_from_slice(&length(ns.len() + 1)?.to_le_bytes());
+    out.extend_from_slice(ns.as_bytes());
+    out.push(0);
+    close_document(&mut out, cursor)?;
+    put_name(&mut out, DOUBLE, "ok");
+    out.extend_from_slice(&1.0f64.to_le_bytes());
+    close_document(&mut out, reply)?;
+    RawDocumentBuf::from_bytes(out)
+        .map_err(|e| Error::internal(format!("a batch reply is not valid BSON: {e}")))
+}
+
+/// Starts a document at the end of `out`: where its length goes.
+fn open_document(out: &mut Vec<u8>) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    start
+}
+
+/// Ends the document started at `start`, writing its length.
+fn close_document(out: &mut Vec<u8>, start: usize) -> Result<()> {
+    out.push(0);
+    let len = length(out.len() - start)?;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    Ok(())
+}
+
+/// An element's type and name.
+fn put_name(out: &mut Vec<u8>, kind: u8, name: &str) {
+    out.push(kind);
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+}
+
+fn length(len: usize) -> Result<i32> {
+    i32::try_from(len).map_err(|_| Error::internal("a batch reply is larger than BSON allows"))
 }
 
 #[cfg(test)]
@@ -433,18 +574,57 @@ mod tests {
 
     fn stream(n: i32) -> CursorStream {
         let s: DocStream = Box::new((0..n).map(|i| Ok(doc! {"_id": i})));
-        s.peekable()
+        s.into()
+    }
+
+    fn stored(docs: &[Document]) -> CursorStream {
+        let raw: Vec<Result<RawDocumentBuf>> = docs
+            .iter()
+            .map(|d| Ok(RawDocumentBuf::try_from(d).unwrap()))
+            .collect();
+        let s: StoredStream = Box::new(raw.into_iter());
+        Found::Stored(s).into()
     }
 
     #[test]
-    fn a_batch_of_stored_documents_is_the_reply_first_batch_reply_gives() {
-        let docs = [doc! {"_id": 1, "a": {"b": [1, 2]}}, doc! {"_id": "x"}];
-        let stored = docs.iter().map(|d| d.to_vec().unwrap()).collect();
-        let raw = stored_batch_reply("db.c", stored).unwrap();
-        let mut expected = first_batch_reply(0, "db.c", docs.into_iter().map(Bson::from).collect());
+    fn a_batch_of_stored_documents_is_the_reply_the_encoder_gives() {
+        let mut docs = vec![doc! {"_id": 1, "a": {"b": [1, 2]}}, doc! {"_id": "x"}];
+        // Two-digit indexes too.
+        docs.extend((2..12).map(|i| doc! {"_id": i, "s": "é".repeat(i as usize)}));
+        let batch = stored(&docs).next_batch(None).unwrap();
+        assert!(batch.exhausted);
+        let BatchDocs::Stored(raw) = batch.docs else {
+            panic!("a stored stream gave decoded documents");
+        };
+        let reply = stored_batch_reply(FIRST_BATCH, 7, "db.c", raw.clone()).unwrap();
+        let as_bson = || docs.iter().cloned().map(Bson::from).collect::<Vec<_>>();
+        let mut expected = first_batch_reply(7, "db.c", as_bson());
         expected.insert("ok", 1.0);
-        assert_eq!(raw.into_bytes(), expected.to_vec().unwrap());
-        assert!(stored_batch_reply("db.c", vec![vec![1, 2, 3]]).is_err());
+        assert_eq!(reply.into_bytes(), expected.to_vec().unwrap());
+        let reply = stored_batch_reply(NEXT_BATCH, 0, "d.ü", raw).unwrap();
+        let expected =
+            doc! {"cursor": {"nextBatch": as_bson(), "id": 0i64, "ns": "d.ü"}, "ok": 1.0};
+        assert_eq!(reply.into_bytes(), expected.to_vec().unwrap());
+        let empty = stored_batch_reply(FIRST_BATCH, 0, "db.c", Vec::new()).unwrap();
+        let mut expected = first_batch_reply(0, "db.c", Vec::new());
+        expected.insert("ok", 1.0);
+        assert_eq!(empty.into_bytes(), expected.to_vec().unwrap());
+    }
+
+    #[test]
+    fn stored_batches_follow_the_count_and_decode_on_request() {
+        let docs: Vec<Document> = (0..5).map(|i| doc! {"_id": i, "v": "x"}).collect();
+        let mut s = stored(&docs);
+        let first = s.next_batch(Some(3)).unwrap();
+        assert!(!first.exhausted);
+        assert_eq!(first.docs.len(), 3);
+        let rest = s.next_batch(Some(3)).unwrap();
+        assert!(rest.exhausted);
+        let decoded = rest.docs.into_documents().unwrap();
+        assert_eq!(
+            decoded,
+            vec![Bson::from(docs[3].clone()), docs[4].clone().into()]
+        );
     }
 
     #[test]
@@ -455,7 +635,7 @@ mod tests {
         loop {
             let (n, exhausted) = reg
                 .with_cursor(id, "t.c", |s| {
-                    let b = next_batch(s, Some(10))?;
+                    let b = s.next_batch(Some(10))?;
                     Ok(((b.docs.len(), b.exhausted), b.exhausted))
                 })
                 .unwrap();
@@ -478,8 +658,8 @@ mod tests {
             }
             Ok(doc! {"_id": i})
         }));
-        let mut limited = with_time_limit(slow, Some(5)).peekable();
-        let e = next_batch(&mut limited, None).err().unwrap();
+        let mut limited = CursorStream::from(with_time_limit(slow, Some(5)));
+        let e = limited.next_batch(None).err().unwrap();
         assert_eq!(e.code, ErrorCode::MaxTimeMSExpired);
         let fast: DocStream = Box::new((0..100).map(|i| Ok(doc! {"_id": i})));
         assert_eq!(with_time_limit(fast, Some(60_000)).count(), 100);
@@ -501,29 +681,29 @@ mod tests {
     fn big(n: usize, mib: usize) -> CursorStream {
         let s: DocStream =
             Box::new((0..n).map(move |i| Ok(doc! {"_id": i as i32, "s": "x".repeat(mib << 20)})));
-        s.peekable()
+        s.into()
     }
 
     #[test]
     fn batches_stop_before_16_mib_but_always_take_one_document() {
         let mut s = big(3, 7);
-        let b = next_batch(&mut s, None).unwrap();
+        let b = s.next_batch(None).unwrap();
         assert_eq!((b.docs.len(), b.exhausted), (2, false));
-        let b = next_batch(&mut s, None).unwrap();
+        let b = s.next_batch(None).unwrap();
         assert_eq!((b.docs.len(), b.exhausted), (1, true));
         // A document of nearly 16 MiB goes alone.
         let s: DocStream = Box::new(
             (0..2).map(|i| Ok(doc! {"_id": i, "s": "x".repeat(MAX_BSON_OBJECT_SIZE - 100)})),
         );
-        let mut s = s.peekable();
-        assert_eq!(next_batch(&mut s, None).unwrap().docs.len(), 1);
-        assert_eq!(next_batch(&mut s, Some(5)).unwrap().docs.len(), 1);
+        let mut s = CursorStream::from(s);
+        assert_eq!(s.next_batch(None).unwrap().docs.len(), 1);
+        assert_eq!(s.next_batch(Some(5)).unwrap().docs.len(), 1);
     }
 
     #[test]
     fn a_document_larger_than_a_reply_fails_with_10334() {
         let mut s = big(1, 17);
-        let e = next_batch(&mut s, None).err().unwrap();
+        let e = s.next_batch(None).err().unwrap();
         assert_eq!(e.code, ErrorCode::BSONObjectTooLarge);
         assert!(
             e.message.starts_with("BSONObj size: 17825814 (0x1100016) is invalid. Size must be between 0 and 16793600(16MB) First element: _id: 0"),

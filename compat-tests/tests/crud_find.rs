@@ -770,3 +770,88 @@ async fn a_find_by_id_returns_the_stored_document_byte_for_byte() {
     assert!(first_batch(&reply).is_empty(), "{reply}");
     assert_ne!(cursor_id(&reply), 0, "{reply}");
 }
+
+/// Whole documents read in order from one partition are answered with
+/// their stored bytes, batch after batch: what the driver gets is what
+/// was inserted, byte for byte, whichever way the filter was decided.
+#[tokio::test]
+async fn ranges_return_the_stored_documents_byte_for_byte_in_every_batch() {
+    use compat_tests::bson::{oid::ObjectId, Decimal128, RawDocumentBuf, Timestamp};
+    let srv = TestServer::start().await;
+    let docs: Vec<Document> = (0..30)
+        .map(|i| {
+            let mut d = doc! {
+                "_id": i,
+                "tenant": if i % 2 == 0 { "a" } else { "b" },
+                "d": format!("{i}.50").parse::<Decimal128>().unwrap(),
+                "ts": Timestamp { time: i as u32, increment: 1 },
+                "o": ObjectId::parse_str("65f0a1b2c3d4e5f601234567").unwrap(),
+                "nested": {"s": "ünïcode", "n": i},
+            };
+            // An array on the path: the filter below decides these on
+            // the decoded document.
+            if i % 3 == 0 {
+                d.insert("tags", vec!["x", "y"]);
+            } else {
+                d.insert("tags", "x");
+            }
+            d
+        })
+        .collect();
+    let bytes = |ids: &mut dyn Iterator<Item = usize>| -> Vec<Vec<u8>> {
+        ids.map(|i| compat_tests::bson::to_vec(&docs[i]).unwrap())
+            .collect()
+    };
+    seed(&srv, "ranged", docs.clone()).await;
+    let raw = srv.db("f").collection::<RawDocumentBuf>("ranged");
+    let read = |cursor: Vec<RawDocumentBuf>| -> Vec<Vec<u8>> {
+        cursor.iter().map(|d| d.as_bytes().to_vec()).collect()
+    };
+
+    // A first batch and several getMores.
+    let got = raw
+        .find(doc! {"_id": {"$gte": 5}, "tags": "x"})
+        .sort(doc! {"_id": 1})
+        .batch_size(4)
+        .await
+        .unwrap()
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    assert_eq!(read(got), bytes(&mut (5..30)));
+
+    // Backwards, with skip and limit.
+    let got = raw
+        .find(doc! {"_id": {"$lt": 20}})
+        .sort(doc! {"_id": -1})
+        .skip(3)
+        .limit(5)
+        .await
+        .unwrap()
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    assert_eq!(read(got), bytes(&mut (12..17).rev()));
+
+    // The same documents from a collection sharded on `tenant`: a range
+    // under one key value, from one partition.
+    let reply = srv
+        .db("admin")
+        .run_command(doc! {"shardCollection": "f.ranged_sharded", "key": {"tenant": "hashed"}})
+        .await
+        .unwrap();
+    assert_eq!(reply.get_f64("ok").ok(), Some(1.0), "{reply}");
+    seed(&srv, "ranged_sharded", docs.clone()).await;
+    let sharded = srv.db("f").collection::<RawDocumentBuf>("ranged_sharded");
+    let got = sharded
+        .find(doc! {"tenant": "a", "_id": {"$gte": 10}})
+        .sort(doc! {"_id": 1})
+        .limit(6)
+        .batch_size(4)
+        .await
+        .unwrap()
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    assert_eq!(read(got), bytes(&mut (10..22).step_by(2)));
+}

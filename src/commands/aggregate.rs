@@ -12,7 +12,7 @@ use super::args::{self, bool_or, collection_namespace, number_as_i64, opt_docume
 use super::explain_render::{self, Explain, Kind, Verbosity};
 use super::request::Request;
 use crate::aggregate::{stage_arg, Context, Limits, ParseContext, Pipeline};
-use crate::cursor::{first_batch_reply, next_batch, with_time_limit, DEFAULT_FIRST_BATCH};
+use crate::cursor::{first_batch_reply, with_time_limit, CursorStream, DEFAULT_FIRST_BATCH};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::expr::Expr;
 use crate::query::sort::SortSpec;
@@ -279,11 +279,8 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         .router
         .read_on(|| -> Result<_> {
             let stream = with_time_limit(execute(req, &agg)?, agg.max_time_ms);
-            let mut stream = stream.peekable();
-            let batch = next_batch(
-                &mut stream,
-                Some(agg.batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
-            )?;
+            let mut stream = CursorStream::from(stream);
+            let batch = stream.next_batch(Some(agg.batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
             Ok((batch, stream))
         })
         .await?;
@@ -292,7 +289,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     } else {
         req.state.cursors.open(full.clone(), stream, req.conn.id)?
     };
-    Ok(first_batch_reply(id, &full, batch.docs))
+    Ok(first_batch_reply(id, &full, batch.docs.into_documents()?))
 }
 
 /// The documents of a leading `$collStats`: one per partition, as a

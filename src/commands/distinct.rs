@@ -65,7 +65,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             // Duplicates go whenever the list doubles, so memory follows the
             // distinct values, which may not pass 16 MB.
             let mut unique = 0usize;
-            for d in found {
+            for d in found.documents() {
                 let d = d?;
                 collect_values(&Bson::Document(d), &path, &mut values);
                 if values.len() >= unique.saturating_mul(2).max(1024) {

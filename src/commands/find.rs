@@ -2,19 +2,21 @@
 
 use std::sync::atomic::Ordering;
 
+use bson::raw::CStr;
 use bson::{doc, Bson, Document};
 
 use super::args::{self, bool_or, collection_namespace, opt_document, opt_non_negative};
 use super::request::{CommandReply, Request};
 use crate::cursor::{
-    first_batch_reply, next_batch, stored_batch_reply, with_time_limit, DEFAULT_FIRST_BATCH,
+    stored_batch_reply, with_time_limit, BatchDocs, CursorStream, DEFAULT_FIRST_BATCH, FIRST_BATCH,
+    NEXT_BATCH,
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::plan::Hint;
 use crate::query::filter::Filter;
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
-use crate::router::FindSpec;
+use crate::router::{FindSpec, Found};
 
 /// A parsed `find` command.
 pub(crate) struct Find {
@@ -115,18 +117,16 @@ pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
         (None, Some(l)) => Some((l as usize).min(DEFAULT_FIRST_BATCH)),
         (None, None) => Some(DEFAULT_FIRST_BATCH),
     };
-    let router = &req.state.router;
-    if first != Some(0) {
-        // One `_id`, whole documents: answered from the stored bytes.
-        if let Some(docs) = router.find_stored(&f.ns, &f.spec).await? {
-            return Ok(CommandReply::Encoded(stored_batch_reply(&ns, docs)?));
-        }
-    }
     let max_time_ms = f.max_time_ms;
-    let (batch, stream) = router
+    let (batch, stream) = req
+        .state
+        .router
         .find(&f.ns, f.spec, |found| {
-            let mut stream = with_time_limit(found, max_time_ms).peekable();
-            let batch = next_batch(&mut stream, first)?;
+            let mut stream = CursorStream::from(match found {
+                Found::Stored(stored) => Found::Stored(with_time_limit(stored, max_time_ms)),
+                Found::Documents(docs) => Found::Documents(with_time_limit(docs, max_time_ms)),
+            });
+            let batch = stream.next_batch(first)?;
             Ok((batch, stream))
         })
         .await?;
@@ -135,10 +135,25 @@ pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
     } else {
         req.state.cursors.open(ns.clone(), stream, req.conn.id)?
     };
-    Ok(first_batch_reply(id, &ns, batch.docs).into())
+    batch_reply(FIRST_BATCH, id, &ns, batch.docs)
 }
 
-pub async fn get_more(req: &Request<'_>) -> Result<Document> {
+/// The reply to one batch of a cursor: stored documents go into it as
+/// they are stored, undecoded.
+fn batch_reply(field: &CStr, id: i64, ns: &str, docs: BatchDocs) -> Result<CommandReply> {
+    Ok(match docs {
+        BatchDocs::Stored(docs) => CommandReply::Encoded(stored_batch_reply(field, id, ns, docs)?),
+        BatchDocs::Documents(docs) => {
+            let mut cursor = Document::new();
+            cursor.insert(field.as_str(), docs);
+            cursor.insert("id", id);
+            cursor.insert("ns", ns);
+            doc! {"cursor": cursor}.into()
+        }
+    })
+}
+
+pub async fn get_more(req: &Request<'_>) -> Result<CommandReply> {
     super::args::check_fields(
         req,
         &[
@@ -194,18 +209,18 @@ pub async fn get_more(req: &Request<'_>) -> Result<Document> {
         .op_getmore
         .fetch_add(1, Ordering::Relaxed);
     let state = req.state;
-    let (docs, exhausted) = state
+    let batch = state
         .router
         .read_on(|| {
             state.cursors.with_cursor(id, &ns, |stream| {
-                let batch = next_batch(stream, batch_size)?;
-                Ok(((batch.docs, batch.exhausted), batch.exhausted))
+                let batch = stream.next_batch(batch_size)?;
+                let exhausted = batch.exhausted;
+                Ok((batch, exhausted))
             })
         })
         .await?;
-    Ok(doc! {
-        "cursor": {"nextBatch": docs, "id": if exhausted { 0 } else { id }, "ns": ns},
-    })
+    let id = if batch.exhausted { 0 } else { id };
+    batch_reply(NEXT_BATCH, id, &ns, batch.docs)
 }
 
 pub async fn kill_cursors(req: &Request<'_>) -> Result<Document> {

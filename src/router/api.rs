@@ -16,7 +16,7 @@ use super::catalog::Collection;
 use super::indexes::{CreatedIndexes, ModifiedIndex, Validation};
 use super::sharding::Sharded;
 use super::write::maybe_blocking;
-use super::{CollectionStats, DocStream, Explained, FindSpec, Namespace, Router};
+use super::{CollectionStats, Explained, FindSpec, Found, Namespace, Router};
 use crate::error::Result;
 use crate::index::Index;
 use crate::partition::ShardKey;
@@ -24,13 +24,15 @@ use crate::query::filter::Filter;
 
 impl Router {
     /// Plans and runs a query, then hands its results to `read` (which
-    /// takes the first batch, or all of them): a point read runs here,
-    /// anything that may scan where blocking is allowed.
+    /// takes the first batch, or all of them): a cheap plan (a few point
+    /// reads, a short range) runs here, anything that may scan where
+    /// blocking is allowed. Whole documents read from one partition in
+    /// order come as stored bytes ([`Found`]).
     pub async fn find<T>(
         &self,
         ns: &Namespace,
         spec: FindSpec,
-        read: impl FnOnce(DocStream) -> Result<T>,
+        read: impl FnOnce(Found) -> Result<T>,
     ) -> Result<T> {
         let coll = match ns.db.as_str() {
             // The generated `config` collections.
@@ -39,7 +41,7 @@ impl Router {
         };
         let Some(coll) = coll else {
             return maybe_blocking(self.inline(coll_is_missing(self, ns)), || {
-                read(self.find_stream(ns, spec)?)
+                read(Found::Documents(self.find_stream(ns, spec)?))
             });
         };
         let reader = self.reader_for(&coll);
@@ -48,57 +50,9 @@ impl Router {
             let parts: Vec<u64> = plan.parts.iter().map(|p| p.partition.id).collect();
             self.admit(&coll, &parts).await?;
         }
-        maybe_blocking(self.inline(plan.is_point_read()), || {
+        maybe_blocking(self.inline(plan.is_cheap()), || {
             read(self.execute(&coll, plan, spec, reader)?)
         })
-    }
-
-    /// Runs a query for one `_id` that returns whole documents, answering
-    /// with the stored documents' bytes, undecoded (at most one); `None`
-    /// when `spec` is not such a query (a projection, a sort, a skip,
-    /// other `_id`s or an index to read), which [`Router::find`] answers.
-    pub async fn find_stored(
-        &self,
-        ns: &Namespace,
-        spec: &FindSpec,
-    ) -> Result<Option<Vec<Vec<u8>>>> {
-        let one_id =
-            super::plan::pinned_ids(spec.filter.as_ref()).is_some_and(|ids| ids.len() == 1);
-        if !one_id || spec.projection.is_some() || spec.sort.is_some() || spec.skip != 0 {
-            return Ok(None);
-        }
-        let coll = match ns.db.as_str() {
-            "config" => None,
-            _ => self.catalog.get(ns),
-        };
-        let Some(coll) = coll else {
-            return Ok(None);
-        };
-        // A sharded collection is read in one partition only when the
-        // filter pins its shard key: otherwise leave the planning to
-        // `find` rather than plan the fan-out twice.
-        if let Some(sharding) = &coll.sharding {
-            let one_key = super::plan::key_hashes(sharding, spec.filter.as_ref())
-                .is_some_and(|hashes| hashes.len() == 1);
-            if !one_key {
-                return Ok(None);
-            }
-        }
-        let reader = self.reader_for(&coll);
-        let plan = self.plan(&coll, spec, &reader)?;
-        let [part] = plan.parts.as_slice() else {
-            return Ok(None);
-        };
-        if !part.reads_one_record() {
-            return Ok(None);
-        }
-        if self.provisioned_rus(&coll).is_some() {
-            self.admit(&coll, &[part.partition.id]).await?;
-        }
-        maybe_blocking(self.inline(true), || {
-            super::stored_matches(&reader, coll.id, &plan, part, spec.filter.as_ref())
-        })
-        .map(Some)
     }
 
     /// Reads on from a stream this router produced (a cursor's next

@@ -59,8 +59,32 @@ pub use plan::{Access, Cost, PartitionPlan, QueryPlan, SortStrategy};
 /// The hash every record of an unsharded collection is stored under.
 pub const UNSHARDED_HASH: i64 = 0;
 
-/// A lazily produced sequence of result documents.
-pub type DocStream = Box<dyn Iterator<Item = Result<Document>> + Send>;
+pub use crate::aggregate::DocStream;
+
+/// A lazily produced sequence of stored documents, undecoded.
+pub type StoredStream = Box<dyn Iterator<Item = Result<RawDocumentBuf>> + Send>;
+
+/// A query's results. A query that returns whole documents from one
+/// partition in the order it reads them returns the stored documents
+/// themselves, so that a reply can carry their bytes without decoding
+/// and encoding them again; any other returns documents.
+pub enum Found {
+    Stored(StoredStream),
+    Documents(DocStream),
+}
+
+impl Found {
+    /// The results as documents, stored ones decoded as they are read.
+    pub fn documents(self) -> DocStream {
+        match self {
+            Found::Documents(docs) => docs,
+            Found::Stored(stored) => Box::new(stored.map(|raw| {
+                Document::try_from(raw?.as_ref())
+                    .map_err(|e| Error::internal(format!("stored document is not valid BSON: {e}")))
+            })),
+        }
+    }
+}
 
 /// What a `find` asks for, parsed.
 #[derive(Debug, Clone, Default)]
@@ -407,7 +431,7 @@ impl Router {
         };
         let reader = self.reader_for(&coll);
         let plan = self.plan(&coll, &spec, &reader)?;
-        self.execute(&coll, plan, spec, reader)
+        Ok(self.execute(&coll, plan, spec, reader)?.documents())
     }
 
     /// Runs a plan of `find`.
@@ -417,19 +441,28 @@ impl Router {
         plan: QueryPlan,
         spec: FindSpec,
         reader: Reader,
-    ) -> Result<DocStream> {
+    ) -> Result<Found> {
         let (skip, limit) = plan.window();
         if let (true, Some(reverse)) = (plan.sharded, plan.through_id_index()) {
             // Every partition reads the one `_id` index: read it once.
             for part in &plan.parts {
                 charge::charge(coll.id, part.partition.id, charge::PARTITION_QUERY);
             }
-            return Ok(by_id_index(reader, coll.id, spec, reverse, skip, limit));
+            return Ok(Found::Documents(by_id_index(
+                reader, coll.id, spec, reverse, skip, limit,
+            )));
         }
         let keep = plan.keep();
         if let [part] = plan.parts.as_slice() {
+            if spec.projection.is_none() && !plan.sort.sorts() {
+                let rows = stored_rows(&reader, coll.id, &plan, part, spec.filter).skip(skip);
+                return Ok(Found::Stored(match limit {
+                    Some(l) => Box::new(rows.take(l)),
+                    None => Box::new(rows),
+                }));
+            }
             let rows = partition_rows_now(&reader, coll.id, &plan, part, &spec, keep)?;
-            return Ok(sorted_documents(rows, skip, limit));
+            return Ok(Found::Documents(sorted_documents(rows, skip, limit)));
         }
         let point_read = plan.is_point_read();
         let sort = spec.sort.clone();
@@ -455,10 +488,10 @@ impl Router {
             self.parallelism(streams.len())
         };
         let merged = Merge::new(streams, sort, parallelism).skip(skip);
-        Ok(match limit {
+        Ok(Found::Documents(match limit {
             Some(l) => Box::new(merged.take(l)),
             None => Box::new(merged),
-        })
+        }))
     }
 
     /// The number of documents matching `filter`, counted in parallel on
@@ -714,6 +747,9 @@ fn access_records(
     if !matches!(part.access, Access::IdPoints { .. }) {
         charge::charge(id, loaded.partition, charge::PARTITION_QUERY);
     }
+    // A range whose every record matches has nothing for the filter's
+    // pre-check to drop.
+    let pre_check = filter.filter(|_| !part.reads_only_matches(filter, plan.shard_key.as_deref()));
     match &part.access {
         Access::IdPoints { keys, reverse } => {
             let view = reader.view.clone();
@@ -744,7 +780,7 @@ fn access_records(
             to,
             reverse,
         } => {
-            let (view, filter) = (reader.view.clone(), filter.cloned());
+            let (view, filter) = (reader.view.clone(), pre_check.cloned());
             let (from, to, reverse) = (from.clone(), to.clone(), *reverse);
             let mut hashes = hashes.clone();
             if reverse {
@@ -785,7 +821,7 @@ fn access_records(
                 reverse: *reverse,
                 ..RecordScan::hashes(id, part.partition.min, part.partition.min)
             };
-            scan_records(&reader.view, scan, filter, examined, loaded)
+            scan_records(&reader.view, scan, pre_check, examined, loaded)
         }
         Access::IdIndex { reverse } => loaded.charging(
             id_index_records(
@@ -1135,40 +1171,40 @@ fn partition_rows_now(
     })
 }
 
-/// The stored bytes of the records of one partition's plan that match
-/// `filter`, decoded only where the filter cannot decide on the bytes
-/// (and then encoded again), charged as [`partition_rows_now`] charges
-/// what it returns.
-fn stored_matches(
+/// The stored documents of one partition's plan that match `filter`, in
+/// the order the access path reads them, lazily: decoded only where the
+/// filter cannot decide on their bytes (and then encoded again), and
+/// charged as [`partition_rows_now`] charges what it returns.
+fn stored_rows(
     reader: &Reader,
     id: u64,
     plan: &QueryPlan,
     part: &PartitionPlan,
-    filter: Option<&Filter>,
-) -> Result<Vec<Vec<u8>>> {
+    filter: Option<Filter>,
+) -> StoredStream {
     let returned = Returned::of(id, plan, part);
-    let mut found = Vec::new();
-    for candidate in access_records(reader, id, plan, part, filter, None) {
-        let candidate = candidate?;
-        let matched = match filter {
-            Some(filter) => matching_undecoded(candidate, filter)?,
-            None => Some(match candidate {
-                Candidate::Raw(key, bytes) => Matched::Stored(key, bytes),
-                Candidate::Decoded(rec) => Matched::Decoded(rec, plain_match()),
-            }),
+    let records = access_records(reader, id, plan, part, filter.as_ref(), None);
+    Box::new(records.filter_map(move |candidate| {
+        let stored = |candidate: Result<Candidate>| -> Result<Option<RawDocumentBuf>> {
+            let candidate = candidate?;
+            let matched = match &filter {
+                Some(filter) => matching_undecoded(candidate, filter)?,
+                None => Some(match candidate {
+                    Candidate::Raw(key, bytes) => Matched::Stored(key, bytes),
+                    Candidate::Decoded(rec) => Matched::Decoded(rec, plain_match()),
+                }),
+            };
+            let doc = match matched {
+                None => return Ok(None),
+                Some(Matched::Stored(_, bytes)) => RawDocumentBuf::from_bytes(bytes),
+                Some(Matched::Decoded(rec, _)) => RawDocumentBuf::try_from(&rec.doc),
+            }
+            .map_err(|e| Error::internal(format!("a stored document is not valid BSON: {e}")))?;
+            returned.charge(doc.as_bytes().len());
+            Ok(Some(doc))
         };
-        let bytes = match matched {
-            None => continue,
-            Some(Matched::Stored(_, bytes)) => bytes,
-            Some(Matched::Decoded(rec, _)) => rec
-                .doc
-                .to_vec()
-                .map_err(|e| Error::internal(format!("cannot encode a stored document: {e}")))?,
-        };
-        returned.charge(bytes.len());
-        found.push(bytes);
-    }
-    Ok(found)
+        stored(candidate).transpose()
+    }))
 }
 
 /// Sorts matching rows, ties broken by `_id` so every partition layout

@@ -62,9 +62,32 @@ pub struct PartitionPlan {
 }
 
 impl PartitionPlan {
-    /// Whether it reads one record by its key.
-    pub fn reads_one_record(&self) -> bool {
-        matches!(&self.access, Access::IdPoints { keys, .. } if keys.len() == 1)
+    /// True when every record a range access reads matches `filter`:
+    /// each of its conditions is one the access applies itself, a
+    /// comparison on `_id` (the range it reads) or the equality on
+    /// `shard_key` its hashes come from (records of another key value
+    /// under the same 64-bit hash aside). Such a read stops at its limit,
+    /// and checking the filter before the full match finds nothing to
+    /// drop.
+    pub fn reads_only_matches(&self, filter: Option<&Filter>, shard_key: Option<&str>) -> bool {
+        let by_key = match self.access {
+            Access::KeyHashes { .. } => true,
+            Access::IdRange { .. } => false,
+            _ => return false,
+        };
+        let Some(filter) = filter else {
+            return true;
+        };
+        filter
+            .conjuncts()
+            .iter()
+            .all(|c| match (c.path(), c.range()) {
+                (Some("_id"), Some(_)) => true,
+                (Some(path), Some((Bound::Included(lo), Bound::Included(hi)))) => {
+                    by_key && Some(path) == shard_key && lo == hi
+                }
+                _ => false,
+            })
     }
 }
 
@@ -116,6 +139,18 @@ pub enum SortStrategy {
     Blocking { memory_limit: u64 },
 }
 
+impl SortStrategy {
+    /// True when the results must be put in order after they are read:
+    /// otherwise they come out in the access path's order.
+    pub fn sorts(self) -> bool {
+        matches!(self, SortStrategy::TopK(_) | SortStrategy::Blocking { .. })
+    }
+}
+
+/// The most documents a read may be expected to examine and still be
+/// cheap ([`QueryPlan::is_cheap`]): about a first batch.
+const CHEAP_READ_DOCS: u64 = 128;
+
 /// What a plan is expected to read; `None` when unknown before reading.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Cost {
@@ -157,12 +192,18 @@ impl QueryPlan {
         }
     }
 
-    /// A plan of a few point reads, cheap enough to run on the caller's
-    /// async worker.
+    /// A plan of a few point reads.
     pub fn is_point_read(&self) -> bool {
         self.parts
             .iter()
             .all(|p| matches!(p.access, Access::IdPoints { .. }))
+    }
+
+    /// A plan cheap enough to run on the caller's async worker: a few
+    /// point reads, or a read its cost bounds to a few documents (a
+    /// limited range under one shard-key value, a tiny collection).
+    pub fn is_cheap(&self) -> bool {
+        self.is_point_read() || self.cost.docs.is_some_and(|d| d <= CHEAP_READ_DOCS)
     }
 
     /// The rows each partition must produce: `skip + limit` when there
@@ -279,7 +320,7 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Resul
                 }),
         },
     };
-    let cost = estimate(coll, &parts);
+    let cost = estimate(coll, &parts, filter, &sort, spec.skip, limit);
     Ok(QueryPlan {
         parts,
         sharded: coll.sharding.is_some(),
@@ -439,18 +480,30 @@ fn redundant_with_key(coll: &Collection, spec: &FindSpec, chosen: &ChosenPlan) -
 
 /// Expected documents examined: the point count for point reads, the
 /// partitions' document counts for scans of a sharded collection,
-/// unknown otherwise.
-fn estimate(coll: &Collection, parts: &[PartitionPlan]) -> Cost {
+/// `skip + limit` for a range whose every record matches and that need
+/// not be sorted, unknown otherwise.
+fn estimate(
+    coll: &Collection,
+    parts: &[PartitionPlan],
+    filter: Option<&Filter>,
+    sort: &SortStrategy,
+    skip: u64,
+    limit: Option<u64>,
+) -> Cost {
     let usage = coll.sharding.as_ref().map(|s| s.usage());
+    let key_path = coll.sharding.as_ref().map(|s| s.key.path.as_str());
+    let window = limit
+        .filter(|_| !sort.sorts())
+        .map(|l| l.saturating_add(skip));
     let mut docs = 0u64;
     for p in parts {
-        match (&p.access, &usage) {
-            (Access::IdPoints { keys, .. }, _) => docs = docs.saturating_add(keys.len() as u64),
-            (Access::Scan, Some(usage)) => {
-                docs = docs.saturating_add(usage.get(&p.partition.id).map_or(0, |u| u.count))
-            }
+        let examined = match (&p.access, &usage, window) {
+            (Access::IdPoints { keys, .. }, _, _) => keys.len() as u64,
+            (_, _, Some(window)) if p.reads_only_matches(filter, key_path) => window,
+            (Access::Scan, Some(usage), _) => usage.get(&p.partition.id).map_or(0, |u| u.count),
             _ => return Cost { docs: None },
-        }
+        };
+        docs = docs.saturating_add(examined);
     }
     Cost { docs: Some(docs) }
 }
@@ -718,6 +771,28 @@ mod tests {
         let explained = router.explain_now(&ns, &spec).unwrap();
         let examined: u64 = explained.runs.iter().map(|r| r.examined).sum();
         assert_eq!(examined, 5, "the read stops at the limit");
+        assert_eq!(p.cost.docs, Some(5), "every record of the range matches");
+        assert!(p.is_cheap());
+
+        // A condition the range does not apply may reject records: the
+        // read is no longer bounded by its limit.
+        let other = FindSpec {
+            filter: filter(doc! {"k": 3, "_id": {"$gte": 50}, "a": {"$ne": 1}}),
+            ..spec.clone()
+        };
+        let p = plan_of(&router, "sharded", other);
+        assert_eq!(p.cost.docs, None);
+        assert!(!p.is_cheap());
+        // Nor is an unlimited range.
+        let p = plan_of(
+            &router,
+            "sharded",
+            FindSpec {
+                limit: None,
+                ..spec.clone()
+            },
+        );
+        assert_eq!(p.cost.docs, None);
 
         // A hint keeps the index.
         let p = plan_of(
@@ -821,7 +896,7 @@ mod tests {
             assert_eq!(run_names, names(&planned), "{f}");
             let returned: u64 = explained.runs.iter().map(|r| r.returned).sum();
             let found = router
-                .find(&ns, spec, |docs| Ok(docs.count() as u64))
+                .find(&ns, spec, |found| Ok(found.documents().count() as u64))
                 .await
                 .unwrap();
             assert_eq!(returned, found, "{f}");
