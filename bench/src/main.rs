@@ -36,9 +36,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use mongodb::bson::{Document, RawDocumentBuf};
+use mongodb::bson::{doc, Document, RawDocumentBuf};
 use mongodb::options::{ClientOptions, Compressor};
-use mongodb::Client;
+use mongodb::{Client, IndexModel};
 
 use crate::dataset::{Batches, Dataset};
 use crate::report::{Measurement, Outcome};
@@ -233,6 +233,11 @@ struct Args {
     /// Documents each `scan` returns at most.
     #[arg(long, default_value_t = 10)]
     scan_limit: i64,
+    /// With `--tenants`: `load` creates the index `{tenant: 1, _id: 1}`
+    /// on `--collection`, the index that serves `scan` on an unsharded
+    /// collection as the shard-key layout serves it on a sharded one.
+    #[arg(long)]
+    tenant_index: bool,
     /// Tokio worker threads for the client (default: one per CPU).
     #[arg(long)]
     client_threads: Option<usize>,
@@ -525,6 +530,14 @@ async fn unsharded(
                 let mut m = workload::load(target, data, conc, keep, timeout)
                     .await
                     .map_err(|e| format!("{}: {}: {e}", target.label, w.name()))?;
+                if args.tenant_index && args.tenants > 0 {
+                    let index = IndexModel::builder()
+                        .keys(doc! {"tenant": 1, "_id": 1})
+                        .build();
+                    target.docs.create_index(index).await.map_err(|e| {
+                        format!("{}: creating {{tenant: 1, _id: 1}}: {e}", target.label)
+                    })?;
+                }
                 m.partitions = (n > 0).then_some(n);
                 m
             } else {
