@@ -24,7 +24,8 @@ use super::Reader;
 use super::{ChosenPlan, FindSpec, Router, PRIMARY_PARTITION, UNSHARDED_HASH};
 use crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES;
 use crate::error::Result;
-use crate::index::plan::{self as index_plan, Hint, Plan};
+use crate::index::plan::{self as index_plan, Hint, IndexPlan, Plan};
+use crate::index::KeyKind;
 use crate::partition::hash;
 use crate::partition::Partition;
 use crate::query::filter::Filter;
@@ -70,9 +71,10 @@ impl PartitionPlan {
     /// and checking the filter before the full match finds nothing to
     /// drop.
     pub fn reads_only_matches(&self, filter: Option<&Filter>, shard_key: Option<&str>) -> bool {
-        let by_key = match self.access {
+        let by_key = match &self.access {
             Access::KeyHashes { .. } => true,
             Access::IdRange { .. } => false,
+            Access::Index(chosen) => return index_applies_filter(&chosen.scan, filter),
             _ => return false,
         };
         let Some(filter) = filter else {
@@ -508,6 +510,46 @@ fn estimate(
     Cost { docs: Some(docs) }
 }
 
+/// True when an index scan's bounds apply every condition of `filter`,
+/// so that each record it reaches matches: every condition compares one
+/// field of the index (no arrays in it, no hashed field), equalities on
+/// a prefix of its fields, then ranges on at most the next one.
+fn index_applies_filter(scan: &IndexPlan, filter: Option<&Filter>) -> bool {
+    let index = &scan.index;
+    if index.is_multikey() || scan.dedupe || index.fields.iter().any(|f| f.kind == KeyKind::Hashed)
+    {
+        return false;
+    }
+    let Some(filter) = filter else {
+        return true;
+    };
+    let conjuncts = filter.conjuncts();
+    let mut bounded = 0;
+    let mut ranged = false;
+    for field in &index.fields {
+        let on_field: Vec<_> = conjuncts
+            .iter()
+            .filter(|c| c.path() == Some(field.path.as_str()))
+            .collect();
+        if on_field.is_empty() {
+            break;
+        }
+        if ranged {
+            // A field after a range is not bounded by the scan.
+            return false;
+        }
+        for c in &on_field {
+            match c.range() {
+                Some((Bound::Included(lo), Bound::Included(hi))) if lo == hi => {}
+                Some(_) => ranged = true,
+                None => return false,
+            }
+        }
+        bounded += on_field.len();
+    }
+    bounded == conjuncts.len()
+}
+
 /// The `_id` values `filter` pins by equality or `$in`: the one place a
 /// read or write asks whether it is a few point reads.
 pub(crate) fn pinned_ids(filter: Option<&Filter>) -> Option<Vec<Bson>> {
@@ -804,6 +846,48 @@ mod tests {
             },
         );
         assert!(p.index.is_some());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_index_whose_bounds_apply_the_filter_is_bounded_by_the_limit() {
+        let (_dir, router) = router(200).await;
+        let ns = Namespace::new("t", "plain").unwrap();
+        router
+            .create_indexes_now(&ns, &[doc! {"key": {"k": 1, "a": 1}, "name": "k_a"}])
+            .unwrap();
+        let spec = |f: bson::Document, limit: Option<u64>| FindSpec {
+            filter: filter(f),
+            sort: Some(SortSpec::parse(&doc! {"a": 1}).unwrap()),
+            limit,
+            ..FindSpec::default()
+        };
+        let p = plan_of(
+            &router,
+            "plain",
+            spec(doc! {"k": 3, "a": {"$gte": 50}}, Some(5)),
+        );
+        assert!(matches!(p.parts[0].access, Access::Index(_)));
+        assert_eq!(p.sort, SortStrategy::Streamed);
+        assert_eq!(p.cost.docs, Some(5));
+        assert!(p.is_cheap());
+        let ids: Vec<i32> = router
+            .find_stream(&ns, spec(doc! {"k": 3, "a": {"$gte": 50}}, Some(5)))
+            .unwrap()
+            .map(|d| d.unwrap().get_i32("_id").unwrap())
+            .collect();
+        assert_eq!(ids, [33, 43, 53, 63, 73]);
+
+        // Conditions the bounds do not apply: another field, a field after
+        // a range, or no limit.
+        for (f, limit) in [
+            (doc! {"k": 3, "a": {"$gte": 50}, "_id": {"$ne": 1}}, Some(5)),
+            (doc! {"k": {"$gte": 3}, "a": 60}, Some(5)),
+            (doc! {"k": 3}, None),
+        ] {
+            let p = plan_of(&router, "plain", spec(f.clone(), limit));
+            assert!(matches!(p.parts[0].access, Access::Index(_)), "{f}");
+            assert_eq!(p.cost.docs, None, "{f}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
