@@ -804,21 +804,14 @@ async fn ranges_return_the_stored_documents_byte_for_byte_in_every_batch() {
     };
     seed(&srv, "ranged", docs.clone()).await;
     let raw = srv.db("f").collection::<RawDocumentBuf>("ranged");
-    let read = |cursor: Vec<RawDocumentBuf>| -> Vec<Vec<u8>> {
-        cursor.iter().map(|d| d.as_bytes().to_vec()).collect()
-    };
 
     // A first batch and several getMores.
     let got = raw
         .find(doc! {"_id": {"$gte": 5}, "tags": "x"})
         .sort(doc! {"_id": 1})
         .batch_size(4)
-        .await
-        .unwrap()
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap();
-    assert_eq!(read(got), bytes(&mut (5..30)));
+        .await;
+    assert_eq!(stored_bytes(got).await, bytes(&mut (5..30)));
 
     // Backwards, with skip and limit.
     let got = raw
@@ -826,12 +819,8 @@ async fn ranges_return_the_stored_documents_byte_for_byte_in_every_batch() {
         .sort(doc! {"_id": -1})
         .skip(3)
         .limit(5)
-        .await
-        .unwrap()
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap();
-    assert_eq!(read(got), bytes(&mut (12..17).rev()));
+        .await;
+    assert_eq!(stored_bytes(got).await, bytes(&mut (12..17).rev()));
 
     // The same documents from a collection sharded on `tenant`: a range
     // under one key value, from one partition.
@@ -848,10 +837,16 @@ async fn ranges_return_the_stored_documents_byte_for_byte_in_every_batch() {
         .sort(doc! {"_id": 1})
         .limit(6)
         .batch_size(4)
-        .await
-        .unwrap()
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap();
-    assert_eq!(read(got), bytes(&mut (10..22).step_by(2)));
+        .await;
+    assert_eq!(stored_bytes(got).await, bytes(&mut (10..22).step_by(2)));
+}
+
+/// The bytes of every document a raw cursor returns, read to its end.
+async fn stored_bytes(
+    cursor: compat_tests::mongodb::error::Result<
+        compat_tests::mongodb::Cursor<compat_tests::bson::RawDocumentBuf>,
+    >,
+) -> Vec<Vec<u8>> {
+    let docs: Vec<_> = cursor.unwrap().try_collect().await.unwrap();
+    docs.iter().map(|d| d.as_bytes().to_vec()).collect()
 }
