@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use bson::{Bson, Document};
 use futures::{FutureExt, SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::codec::Framed;
@@ -54,11 +54,16 @@ pub async fn serve(
     tracing::info!(conn = conn.id, %peer, "connection opened");
     let partial_limit = state.config.partial_message_timeout();
     let mut framed = Framed::new(socket, MessageCodec::default());
+    // One wait for shutdown for the connection's whole life: made anew
+    // for every request, it would join and leave the watch's waiters
+    // (a lock each) every time.
+    let stopping = stop.changed();
+    tokio::pin!(stopping);
     let reason = loop {
         if framed.read_buffer().is_empty() {
             // Idle: wait as long as it takes for the next message to begin.
             tokio::select! {
-                _ = stop.changed() => break "server shutting down",
+                _ = &mut stopping => break "server shutting down",
                 ready = framed.get_ref().0.readable() => if ready.is_err() {
                     break "read failed";
                 },
@@ -77,7 +82,7 @@ pub async fn serve(
                     }
                 };
                 tokio::select! {
-                    _ = stop.changed() => break "server shutting down",
+                    _ = &mut stopping => break "server shutting down",
                     rest = rest => match rest {
                         Some(next) => next,
                         None => {
@@ -194,11 +199,26 @@ impl AsyncRead for SharedSocket {
     ) -> Poll<io::Result<()>> {
         loop {
             ready!(self.0.poll_read_ready(cx))?;
-            match self.0.try_read_buf(buf) {
-                Ok(_) => return Poll::Ready(Ok(())),
-                // Readiness was stale; `try_read_buf` cleared it.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
+            let room = buf.remaining();
+            let mut read = None;
+            // A read that did not fill the buffer drained the socket: the
+            // closure reports `WouldBlock` so that readiness is cleared
+            // now, as tokio's own `TcpStream` does, rather than by one
+            // more `recv` that finds nothing (one per request otherwise).
+            let drained = self.0.try_io(Interest::READABLE, || {
+                let n = self.0.try_read_buf(buf)?;
+                read = Some(n);
+                if 0 < n && n < room {
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    Ok(())
+                }
+            });
+            match (read, drained) {
+                (Some(_), _) | (None, Ok(())) => return Poll::Ready(Ok(())),
+                // Readiness was stale and is cleared: wait for the next.
+                (None, Err(e)) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                (None, Err(e)) => return Poll::Ready(Err(e)),
             }
         }
     }
