@@ -3,10 +3,10 @@
 //! Every length read from the wire is checked before it is used; a
 //! malformed message is a [`WireError`] that ends its connection.
 
-use bson::{Bson, Document, RawDocument};
+use bson::Document;
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::validate::{check_document, BsonCheckError};
+use super::validate::{check_document, to_document, BsonCheckError};
 use super::{MAX_INTERNAL_OBJECT_SIZE, OP_MSG, OP_QUERY, OP_REPLY};
 use crate::base::Compressor;
 
@@ -121,24 +121,12 @@ pub struct Command {
 /// nothing here reads it (without authentication it carries no proof
 /// either), and it is three nested documents to build.
 pub fn checked_body(bytes: &[u8]) -> Result<Document, BsonCheckError> {
-    check_document(bytes)?;
-    let invalid = |e: bson::error::Error| BsonCheckError::Invalid(e.to_string());
-    let raw = RawDocument::from_bytes(bytes).map_err(invalid)?;
-    let mut body = Document::new();
-    for element in raw {
-        let (key, value) = element.map_err(invalid)?;
-        if key != "$clusterTime" {
-            body.insert(key.as_str(), Bson::try_from(value).map_err(invalid)?);
-        }
-    }
-    Ok(body)
+    to_document(bytes, Some("$clusterTime"))
 }
 
 /// Validates BSON bytes, then turns them into a document.
 pub fn checked_document(bytes: &[u8]) -> Result<Document, BsonCheckError> {
-    check_document(bytes)?;
-    let raw = RawDocument::from_bytes(bytes).map_err(|e| BsonCheckError::Invalid(e.to_string()))?;
-    Document::try_from(raw).map_err(|e| BsonCheckError::Invalid(e.to_string()))
+    to_document(bytes, None)
 }
 
 /// A legacy OP_QUERY request (handshake and `db.$cmd` commands).
