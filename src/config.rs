@@ -74,9 +74,10 @@ pub struct Config {
     #[arg(long, hide = true)]
     pub postgres_failpoint: Option<String>,
 
-    /// Block cache of the embedded engine, in MiB.
-    #[arg(long, default_value_t = 256)]
-    pub cache_mb: u64,
+    /// Block cache of the embedded engine, in MiB. By default half of the
+    /// memory less 1 GiB, at least 256 MiB, as mongod sizes its cache.
+    #[arg(long)]
+    pub cache_mb: Option<u64>,
 
     /// Most milliseconds between the embedded engine's journal syncs of
     /// writes acknowledged with `j: false` (mongod's
@@ -173,21 +174,32 @@ pub struct Config {
 }
 
 impl Config {
-    /// The partition settings the router runs with.
-    /// Opens the storage backend the flags choose.
     /// Opens the chosen backend and the router over it: the one place
     /// that names a backend.
     pub fn open_router(&self) -> crate::error::Result<crate::router::Router> {
         crate::router::Router::open_with(self.open_store()?, self.partition_options())
     }
 
+    /// The embedded engine's block cache: `--cache-mb`, or what mongod's
+    /// WiredTiger would take on this host.
+    pub fn cache_bytes(&self) -> u64 {
+        match self.cache_mb {
+            Some(mb) => mb.saturating_mul(1 << 20),
+            None => default_cache_bytes(crate::base::host::usable_memory()),
+        }
+    }
+
     fn open_store(&self) -> crate::storage::StorageResult<crate::storage::SharedStore> {
         Ok(match self.backend {
-            Backend::Embedded => crate::storage::embedded::EmbeddedEngine::open_store(
-                &self.data_dir,
-                self.cache_mb * 1024 * 1024,
-                std::time::Duration::from_millis(self.journal_commit_interval_ms),
-            )?,
+            Backend::Embedded => {
+                let cache = self.cache_bytes();
+                tracing::info!("block cache of {} MiB", cache >> 20);
+                crate::storage::embedded::EmbeddedEngine::open_store(
+                    &self.data_dir,
+                    cache,
+                    std::time::Duration::from_millis(self.journal_commit_interval_ms),
+                )?
+            }
             Backend::Memory => crate::storage::memory::MemoryEngine::store().0,
             Backend::Postgres => {
                 crate::storage::postgres::PgFleet::open(&crate::storage::postgres::PgOptions {
@@ -242,5 +254,32 @@ impl Config {
     /// The arguments as `getCmdLineOpts` reports them.
     pub fn argv() -> Vec<String> {
         std::env::args().collect()
+    }
+}
+
+/// mongod's default WiredTiger cache: half of the memory less 1 GiB, at
+/// least 256 MiB; 256 MiB when the memory is unknown.
+fn default_cache_bytes(memory: Option<u64>) -> u64 {
+    const FLOOR: u64 = 256 << 20;
+    memory.map_or(FLOOR, |m| (m.saturating_sub(1 << 30) / 2).max(FLOOR))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_takes_what_mongod_would_unless_told() {
+        assert_eq!(default_cache_bytes(Some(24 << 30)), 23 << 29);
+        assert_eq!(default_cache_bytes(Some(1 << 30)), 256 << 20);
+        assert_eq!(default_cache_bytes(None), 256 << 20);
+        let told = Config::parse_from(["shardgate", "--cache-mb", "64"]);
+        assert_eq!(told.cache_bytes(), 64 << 20);
+        let chosen = Config::parse_from(["shardgate"]).cache_bytes();
+        assert_eq!(
+            chosen,
+            default_cache_bytes(crate::base::host::usable_memory())
+        );
+        assert!(chosen >= 256 << 20);
     }
 }

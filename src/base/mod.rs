@@ -1,12 +1,13 @@
 //! The bottom layer, beside [`crate::error`]: values every layer agrees on
-//! and nothing else — MongoDB's size limits, validated namespaces and the
-//! wire compressors' names and numbers.
+//! and nothing else — MongoDB's size limits, validated namespaces, the
+//! wire compressors' names and numbers, and the memory the host offers.
 //!
 //! It sits below `query` rather than inside it because `wire`, which knows
 //! bytes and not BSON logic, needs the same limits; it imports only
 //! `error`.
 
 pub mod compressor;
+pub mod host;
 pub mod limits;
 pub mod namespace;
 

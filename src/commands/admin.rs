@@ -7,6 +7,7 @@ use bson::{doc, Bson, DateTime, Document};
 
 use super::request::Request;
 use super::version::{MONGODB_VERSION, MONGODB_VERSION_ARRAY};
+use crate::base::host;
 use crate::error::{Error, ErrorCode, Result};
 
 /// Commands that only need `{ok: 1}` (`ping`, `endSessions`, `logout` …).
@@ -80,7 +81,7 @@ pub async fn host_info(_req: &Request<'_>) -> Result<Document> {
             "currentTime": DateTime::now(),
             "hostname": hostname,
             "cpuAddrSize": 64,
-            "memSizeMB": (memory_total_kb() / 1024) as i64,
+            "memSizeMB": (host::physical_memory().unwrap_or(0) >> 20) as i64,
             "numCores": cores,
             "cpuArch": std::env::consts::ARCH,
         },
@@ -89,22 +90,11 @@ pub async fn host_info(_req: &Request<'_>) -> Result<Document> {
     })
 }
 
-fn memory_total_kb() -> u64 {
-    proc_field("/proc/meminfo", "MemTotal:").unwrap_or(0)
-}
-
-/// Reads a `Name:  1234 kB` line from a /proc file.
-fn proc_field(path: &str, name: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let line = text.lines().find(|l| l.starts_with(name))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
 pub async fn server_status(req: &Request<'_>) -> Result<Document> {
     let c = &req.state.counters;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
-    let rss_mb = proc_field("/proc/self/status", "VmRSS:").unwrap_or(0) / 1024;
-    let virt_mb = proc_field("/proc/self/status", "VmSize:").unwrap_or(0) / 1024;
+    let rss_mb = host::proc_kib("/proc/self/status", "VmRSS:").unwrap_or(0) / 1024;
+    let virt_mb = host::proc_kib("/proc/self/status", "VmSize:").unwrap_or(0) / 1024;
     let uptime = req.state.started.elapsed();
     Ok(doc! {
         "host": req.state.config.bind.to_string(),
