@@ -39,6 +39,9 @@ use crate::query::regex::compile_regex;
 use crate::query::size::{nesting_exceeds, MAX_NESTING};
 
 mod raw;
+// What failure details read of a schema (specs, annotations) arrives with them.
+#[allow(dead_code)]
+mod schema;
 
 /// A parsed query filter.
 #[derive(Debug, Clone)]
@@ -394,7 +397,7 @@ fn collect_paths(node: &Node, out: &mut Vec<String>) -> bool {
             true
         }
         Node::Always(_) => true,
-        Node::Expr(_) => false,
+        Node::Expr(_) | Node::Schema(_) => false,
     }
 }
 
@@ -414,7 +417,7 @@ fn any_path_condition(
             .any(|c| any_path_condition(c, !negated, hit)),
         Node::Not(child) => any_path_condition(child, !negated, hit),
         Node::Path(p) => hit(p, negated),
-        Node::Always(_) | Node::Expr(_) => false,
+        Node::Always(_) | Node::Expr(_) | Node::Schema(_) => false,
     }
 }
 
@@ -579,6 +582,8 @@ enum Node {
     Path(PathNode),
     Expr(Box<Expr>),
     Always(bool),
+    /// `$jsonSchema`, on the whole document.
+    Schema(Box<schema::Schema>),
 }
 
 #[derive(Debug, Clone)]
@@ -878,7 +883,7 @@ fn parse_top_level_operator(key: &str, value: &Bson, level: Level) -> Result<Opt
             crate::bail!(BadValue, "$where is not supported")
         }
         "$text" => crate::bail!(BadValue, "$text is not supported"),
-        "$jsonSchema" => crate::bail!(BadValue, "$jsonSchema is not supported"),
+        "$jsonSchema" => Node::Schema(Box::new(schema::parse(value)?)),
         "$sampleRate" => crate::bail!(BadValue, "$sampleRate is not supported"),
         _ => crate::bail!(
             BadValue,
@@ -1484,6 +1489,11 @@ impl MatchContext {
                 }
                 matched
             }
+            Node::Schema(schema) => match container {
+                Container::Doc(doc) => schema.matches_document(doc),
+                // An array element under `$elemMatch`, seen as a document.
+                Container::Arr(items) => schema.matches_document(&array_as_document(items)),
+            },
             Node::Expr(expr) => {
                 let Container::Doc(doc) = container else {
                     return false;
@@ -1510,8 +1520,17 @@ fn eval_on_value(node: &Node, value: &Bson) -> bool {
         Node::Not(child) => !eval_on_value(child, value),
         Node::Always(b) => *b,
         Node::Path(p) => test(&p.pred, Some(value)).is_some(),
-        Node::Expr(_) => false,
+        Node::Expr(_) | Node::Schema(_) => false,
     }
+}
+
+/// An array as the document MongoDB sees in its place: keys "0", "1", ...
+fn array_as_document(items: &[Bson]) -> Document {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i.to_string(), v.clone()))
+        .collect()
 }
 
 /// Tests one value a path reached (`None` for missing). `Some(position)`

@@ -42,7 +42,8 @@ fn decide_node<'f, 'd>(
         Node::Nor(children) => decide_all(children, doc, looked, true),
         Node::Not(child) => decide_node(child, doc, looked).map(|b| !b),
         Node::Always(b) => Some(*b),
-        Node::Expr(_) => None,
+        // A schema reads whole subdocuments; the full match decides.
+        Node::Expr(_) | Node::Schema(_) => None,
         Node::Path(p) => decide_path(p, doc, looked),
     }
 }
@@ -75,7 +76,7 @@ fn may_fail(node: &Node) -> bool {
         }
         Node::Not(child) => may_fail(child),
         Node::Expr(_) => true,
-        Node::Path(_) | Node::Always(_) => false,
+        Node::Path(_) | Node::Always(_) | Node::Schema(_) => false,
     }
 }
 
