@@ -38,15 +38,17 @@ use crate::query::path::{parts, walk, Container, Part};
 use crate::query::regex::compile_regex;
 use crate::query::size::{nesting_exceeds, MAX_NESTING};
 
+mod details;
 mod raw;
-// What failure details read of a schema (specs, annotations) arrives with them.
-#[allow(dead_code)]
 mod schema;
 
 /// A parsed query filter.
 #[derive(Debug, Clone)]
 pub struct Filter {
     root: Node,
+    /// The filter as written: a validator's failure details quote it
+    /// (`specifiedAs`) and follow its shape, which the tree flattens.
+    source: Arc<Document>,
 }
 
 /// What a successful match found, for the positional `$` operators.
@@ -69,6 +71,7 @@ impl Filter {
         }
         Ok(Filter {
             root: parse_document(filter, Level::Top)?,
+            source: Arc::new(filter.clone()),
         })
     }
 
@@ -76,6 +79,7 @@ impl Filter {
     pub fn match_all() -> Filter {
         Filter {
             root: Node::And(Vec::new()),
+            source: Arc::new(Document::new()),
         }
     }
 
