@@ -1829,4 +1829,1042 @@ mod tests {
             leaf("$gt", &doc! {"a": {"$gt": 5}}, "comparison failed", 3)
         );
     }
+
+    // -----------------------------------------------------------------------
+    // $jsonSchema, from MongoDB's doc_validation_error_json_schema_test.cpp.
+
+    fn schema_details(schema: Document, doc: Document) -> Document {
+        details(doc! {"$jsonSchema": schema}, doc)
+    }
+
+    /// `{operatorName: '$jsonSchema', schemaRulesNotSatisfied: rules}`.
+    fn rules(rules: Vec<Document>) -> Document {
+        doc! {"operatorName": "$jsonSchema", "schemaRulesNotSatisfied": rules}
+    }
+
+    /// `{operatorName: 'properties', propertiesNotSatisfied: [{propertyName, details}]}`.
+    fn property(name: &str, details: Vec<Document>) -> Document {
+        doc! {"operatorName": "properties", "propertiesNotSatisfied": [
+        {"propertyName": name, "details": details}]}
+    }
+
+    fn keyword(op: &str, spec: Document, reason: &str, value: impl Into<Bson>) -> Document {
+        doc! {"operatorName": op, "specifiedAs": spec, "reason": reason,
+        "consideredValue": value.into()}
+    }
+
+    fn type_error(op: &str, spec: Document, value: impl Into<Bson>, type_name: &str) -> Document {
+        let mut error = keyword(op, spec, "type did not match", value);
+        error.insert("consideredType", type_name);
+        error
+    }
+
+    fn required(names: Vec<&str>, missing: Vec<&str>) -> Document {
+        doc! {"operatorName": "required", "specifiedAs": {"required": names},
+        "missingProperties": missing}
+    }
+
+    fn schema_matched() -> Document {
+        doc! {"operatorName": "$jsonSchema", "reason": "schema matched"}
+    }
+
+    fn nor_of_schema(schema: Document, doc: Document) -> Document {
+        details(doc! {"$nor": [{"$jsonSchema": schema}]}, doc)
+    }
+
+    fn nor_satisfied(details: Document) -> Document {
+        doc! {"operatorName": "$nor", "clausesSatisfied": [{"index": 0, "details": details}]}
+    }
+
+    const NOT_MATCHED: &str = "child expression matched";
+
+    #[test]
+    fn schema_minimum_and_maximum() {
+        assert_eq!(
+            schema_details(doc! {"properties": {"a": {"minimum": 1}}}, doc! {"a": 0}),
+            rules(vec![property(
+                "a",
+                vec![keyword(
+                    "minimum",
+                    doc! {"minimum": 1},
+                    "comparison failed",
+                    0
+                )]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"minimum": 1, "exclusiveMinimum": true}}},
+                doc! {"a": 1}
+            ),
+            rules(vec![property(
+                "a",
+                vec![keyword(
+                    "minimum",
+                    doc! {"minimum": 1, "exclusiveMinimum": true},
+                    "comparison failed",
+                    1
+                )]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"maximum": 1, "exclusiveMaximum": true}}},
+                doc! {"a": 1}
+            ),
+            rules(vec![property(
+                "a",
+                vec![keyword(
+                    "maximum",
+                    doc! {"maximum": 1, "exclusiveMaximum": true},
+                    "comparison failed",
+                    1
+                )]
+            )])
+        );
+        // Keywords report in MongoDB's order: maximum before minimum.
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"properties": {"b": {"minimum": 10, "maximum": -10}}}}},
+                doc! {"a": {"b": 5}}
+            ),
+            rules(vec![property(
+                "a",
+                vec![property(
+                    "b",
+                    vec![
+                        keyword("maximum", doc! {"maximum": -10}, "comparison failed", 5),
+                        keyword("minimum", doc! {"minimum": 10}, "comparison failed", 5),
+                    ]
+                )]
+            )])
+        );
+    }
+
+    #[test]
+    fn schema_type_failures_hide_the_keywords_of_that_type() {
+        let mut entry = doc! {"propertyName": "a", "title": "property a",
+        "description": "a >= 1"};
+        entry.insert(
+            "details",
+            vec![type_error("type", doc! {"type": "number"}, "foo", "string")],
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"type": "number", "minimum": 1,
+                "title": "property a", "description": "a >= 1"}}},
+                doc! {"a": "foo"}
+            ),
+            rules(vec![
+                doc! {"operatorName": "properties", "propertiesNotSatisfied": [entry]}
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"bsonType": "int", "minimum": 1}}},
+                doc! {"a": 1.1}
+            ),
+            rules(vec![property(
+                "a",
+                vec![type_error(
+                    "bsonType",
+                    doc! {"bsonType": "int"},
+                    1.1,
+                    "double"
+                )]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"maximum": 1, "type": "number"}}},
+                doc! {"a": []}
+            ),
+            rules(vec![property(
+                "a",
+                vec![type_error(
+                    "type",
+                    doc! {"type": "number"},
+                    Bson::Array(vec![]),
+                    "array"
+                )]
+            )])
+        );
+        // A keyword for another type than the one stated is never reported.
+        assert_eq!(
+            schema_details(
+                doc! {"type": "object", "properties": {"a": {"type": "string", "minimum": 5}}},
+                doc! {"a": 4}
+            ),
+            rules(vec![property(
+                "a",
+                vec![type_error("type", doc! {"type": "string"}, 4, "int")]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"type": "string"}}},
+                doc! {"a": ["Mihai", "was", "here"]}
+            ),
+            rules(vec![property(
+                "a",
+                vec![type_error(
+                    "type",
+                    doc! {"type": "string"},
+                    vec!["Mihai", "was", "here"],
+                    "array"
+                )]
+            )])
+        );
+    }
+
+    #[test]
+    fn schema_missing_required_properties_are_only_required_errors() {
+        for sub in [
+            doc! {"minimum": 1},
+            doc! {"type": "number", "minimum": 1},
+            doc! {"minLength": 1},
+            doc! {"type": "string", "pattern": "^S"},
+            doc! {"multipleOf": 2},
+            doc! {"enum": [1, 2, 3]},
+            doc! {"type": "array", "minItems": 2},
+            doc! {"items": [{"type": "number"}, {"type": "string"}]},
+            doc! {"type": "object", "minProperties": 10},
+        ] {
+            assert_eq!(
+                schema_details(
+                    doc! {"required": ["a"], "properties": {"a": sub.clone()}},
+                    doc! {}
+                ),
+                rules(vec![required(vec!["a"], vec!["a"])]),
+                "{sub}"
+            );
+        }
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"minimum": 2, "bsonType": "int"}},
+                "required": ["a", "b"]},
+                doc! {"a": 1, "b": 1}
+            ),
+            rules(vec![property(
+                "a",
+                vec![keyword(
+                    "minimum",
+                    doc! {"minimum": 2},
+                    "comparison failed",
+                    1
+                )]
+            )])
+        );
+        assert_eq!(
+            schema_details(doc! {"required": ["a", "b", "c"]}, doc! {"c": 1, "d": 2}),
+            rules(vec![required(vec!["a", "b", "c"], vec!["a", "b"])])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"minimum": 2}, "d": {"maximum": 5}},
+                "required": ["a", "b", "c"]},
+                doc! {"c": 1, "b": 2}
+            ),
+            rules(vec![required(vec!["a", "b", "c"], vec!["a"])])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"t": {"required": ["a", "b", "c"]}}},
+                doc! {"t": {"c": 1, "d": 2}}
+            ),
+            rules(vec![property(
+                "t",
+                vec![required(vec!["a", "b", "c"], vec!["a", "b"])]
+            )])
+        );
+    }
+
+    #[test]
+    fn schema_string_keywords() {
+        let mut entry = doc! {"propertyName": "a", "title": "property a",
+        "description": "a min length is 4"};
+        entry.insert(
+            "details",
+            vec![keyword(
+                "minLength",
+                doc! {"minLength": 4},
+                "specified string length was not satisfied",
+                "foo",
+            )],
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"type": "string", "minLength": 4,
+                "title": "property a", "description": "a min length is 4"}}},
+                doc! {"a": "foo"}
+            ),
+            rules(vec![
+                doc! {"operatorName": "properties", "propertiesNotSatisfied": [entry]}
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"maxLength": 4}}},
+                doc! {"a": "foo, bar"}
+            ),
+            rules(vec![property(
+                "a",
+                vec![keyword(
+                    "maxLength",
+                    doc! {"maxLength": 4},
+                    "specified string length was not satisfied",
+                    "foo, bar"
+                )]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"type": "string", "minLength": 4}}},
+                doc! {"a": 1}
+            ),
+            rules(vec![property(
+                "a",
+                vec![type_error("type", doc! {"type": "string"}, 1, "int")]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"pattern": "^S"}}},
+                doc! {"a": "slow"}
+            ),
+            rules(vec![property(
+                "a",
+                vec![keyword(
+                    "pattern",
+                    doc! {"pattern": "^S"},
+                    "regular expression did not match",
+                    "slow"
+                )]
+            )])
+        );
+    }
+
+    #[test]
+    fn schema_multiple_of() {
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"type": "number", "multipleOf": 2.1}}},
+                doc! {"a": 1.1}
+            ),
+            rules(vec![property(
+                "a",
+                vec![keyword(
+                    "multipleOf",
+                    doc! {"multipleOf": 2.1},
+                    "considered value is not a multiple of the specified value",
+                    1.1
+                )]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"required": ["a"], "properties": {"a": {"type": "number", "multipleOf": 2}}},
+                doc! {"a": 3}
+            ),
+            rules(vec![property(
+                "a",
+                vec![keyword(
+                    "multipleOf",
+                    doc! {"multipleOf": 2},
+                    "considered value is not a multiple of the specified value",
+                    3
+                )]
+            )])
+        );
+    }
+
+    #[test]
+    fn schema_matching_where_it_should_not() {
+        for schema in [
+            doc! {"minimum": 1},
+            doc! {"maximum": 1},
+            doc! {"minLength": 1},
+            doc! {"pattern": "^S"},
+            doc! {"multipleOf": 1},
+            doc! {"minItems": 2},
+            doc! {"uniqueItems": true},
+            doc! {"items": {"type": "string"}},
+            doc! {"items": [{}]},
+            doc! {"items": [{"type": "object"}], "additionalItems": false},
+        ] {
+            assert_eq!(
+                nor_of_schema(schema.clone(), doc! {"a": "Slow"}),
+                nor_satisfied(schema_matched()),
+                "{schema}"
+            );
+        }
+        assert_eq!(
+            nor_of_schema(
+                doc! {"properties": {"a": {"oneOf": [{"minimum": 1}, {"maximum": 3}]}}},
+                doc! {"a": 4}
+            ),
+            nor_satisfied(schema_matched())
+        );
+    }
+
+    #[test]
+    fn schema_not() {
+        let not = doc! {"operatorName": "not", "reason": NOT_MATCHED};
+        for (schema, doc) in [
+            (
+                doc! {"not": {"properties": {"a": {"minimum": 3}}}},
+                doc! {"a": 6},
+            ),
+            (
+                doc! {"not": {"properties": {"a": {"minimum": 3}}}},
+                doc! {"a": "foo"},
+            ),
+            (
+                doc! {"not": {"properties": {"a": {"minimum": 3}}}},
+                doc! {"b": 6},
+            ),
+            (
+                doc! {"not": {"not": {"properties": {"a": {"minimum": 3}}}}},
+                doc! {"a": 1},
+            ),
+            (doc! {"not": {}}, doc! {}),
+        ] {
+            assert_eq!(schema_details(schema, doc), rules(vec![not.clone()]));
+        }
+        assert_eq!(
+            schema_details(doc! {"properties": {"a": {"not": {}}}}, doc! {"a": "foo"}),
+            rules(vec![property("a", vec![not.clone()])])
+        );
+        let mut entry = doc! {"propertyName": "a", "title": "not title"};
+        entry.insert("details", vec![not]);
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"not": {"type": "number", "title": "type title"},
+                "title": "not title"}}},
+                doc! {"a": 1}
+            ),
+            rules(vec![
+                doc! {"operatorName": "properties", "propertiesNotSatisfied": [entry]}
+            ])
+        );
+    }
+
+    #[test]
+    fn schema_all_of_and_any_of() {
+        assert_eq!(
+            schema_details(
+                doc! {"allOf": [{"properties": {"a": {"minimum": 1}}},
+                {"properties": {"b": {"minimum": 2}}}]},
+                doc! {"a": 1, "b": 0}
+            ),
+            rules(vec![
+                doc! {"operatorName": "allOf", "schemasNotSatisfied": [
+                {"index": 1, "details": [property("b", vec![
+                    keyword("minimum", doc! {"minimum": 2}, "comparison failed", 0)])]}]}
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"anyOf": [{"type": "string"}, {"maximum": 3}]}}},
+                doc! {"a": 4}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "anyOf",
+                "schemasNotSatisfied": [
+                    {"index": 0, "details": [
+                        type_error("type", doc! {"type": "string"}, 4, "int")]},
+                    {"index": 1, "details": [
+                        keyword("maximum", doc! {"maximum": 3}, "comparison failed", 4)]}]}]
+            )])
+        );
+        let mut entry = doc! {"propertyName": "a", "description": "property a"};
+        entry.insert(
+            "details",
+            vec![doc! {"operatorName": "anyOf", "schemasNotSatisfied": [
+            {"index": 0, "description": "number?", "details": [
+                type_error("bsonType", doc! {"bsonType": "number"}, doc! {}, "object")]},
+            {"index": 1, "details": [
+                type_error("bsonType", doc! {"bsonType": "string"}, doc! {}, "object")]}]}],
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"description": "property a", "anyOf": [
+                {"bsonType": "number", "description": "number?"},
+                {"bsonType": "string"}]}}},
+                doc! {"a": {}}
+            ),
+            rules(vec![
+                doc! {"operatorName": "properties", "propertiesNotSatisfied": [entry]}
+            ])
+        );
+    }
+
+    #[test]
+    fn schema_one_of() {
+        let mut entry = doc! {"propertyName": "a", "description": "oneOf description"};
+        entry.insert(
+            "details",
+            vec![
+                doc! {"operatorName": "oneOf", "reason": "more than one subschema matched",
+                "matchingSchemaIndexes": [0, 1]},
+            ],
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"oneOf": [{"minimum": 1}, {"maximum": 3}],
+                "description": "oneOf description"}}},
+                doc! {"a": 2}
+            ),
+            rules(vec![
+                doc! {"operatorName": "properties", "propertiesNotSatisfied": [entry]}
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"oneOf": [
+                {"minimum": 4}, {"maximum": 1}, {"bsonType": "int"}]}}},
+                doc! {"a": 2.1}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "oneOf",
+                "schemasNotSatisfied": [
+                    {"index": 0, "details": [
+                        keyword("minimum", doc! {"minimum": 4}, "comparison failed", 2.1)]},
+                    {"index": 1, "details": [
+                        keyword("maximum", doc! {"maximum": 1}, "comparison failed", 2.1)]},
+                    {"index": 2, "details": [
+                        type_error("bsonType", doc! {"bsonType": "int"}, 2.1, "double")]}]}]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"allOf": [{"bsonType": "int"},
+                {"oneOf": [{"minimum": 1}, {"enum": [6, 7, 8]}]}]}}},
+                doc! {"a": 0}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "allOf",
+                "schemasNotSatisfied": [{"index": 1, "details": [{"operatorName": "oneOf",
+                    "schemasNotSatisfied": [
+                        {"index": 0, "details": [
+                            keyword("minimum", doc! {"minimum": 1}, "comparison failed", 0)]},
+                        {"index": 1, "details": [keyword("enum", doc! {"enum": [6, 7, 8]},
+                            "value was not found in enum", 0)]}]}]}]}]
+            )])
+        );
+    }
+
+    #[test]
+    fn schema_enum() {
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"enum": [1, 2, 3]}}},
+                doc! {"a": 0}
+            ),
+            rules(vec![property(
+                "a",
+                vec![keyword(
+                    "enum",
+                    doc! {"enum": [1, 2, 3]},
+                    "value was not found in enum",
+                    0
+                )]
+            )])
+        );
+        let schema = doc! {"enum": [{"a": 1, "b": 1}, {"a": 0, "b": {"c": [1, 2, 3]}}]};
+        assert_eq!(
+            schema_details(schema.clone(), doc! {"a": 0, "b": 1, "_id": 1}),
+            rules(vec![keyword(
+                "enum",
+                schema,
+                "value was not found in enum",
+                doc! {"a": 0, "b": 1, "_id": 1}
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"type": "array", "enum": [[1]]}}},
+                doc! {"a": []}
+            ),
+            rules(vec![property(
+                "a",
+                vec![keyword(
+                    "enum",
+                    doc! {"enum": [[1]]},
+                    "value was not found in enum",
+                    Bson::Array(vec![])
+                )]
+            )])
+        );
+        // At the top level, an enum without documents can match nothing.
+        assert_eq!(
+            schema_details(doc! {"enum": [1, 2]}, doc! {"_id": 1}),
+            rules(vec![
+                doc! {"operatorName": "enum", "specifiedAs": {"enum": [1, 2]},
+                "reason": "expression always evaluates to false"}
+            ])
+        );
+    }
+
+    #[test]
+    fn schema_whose_type_excludes_objects() {
+        let schema = doc! {"type": "number",
+        "properties": {"a": {"properties": {"b": {"minimum": 1}}}}};
+        assert_eq!(
+            schema_details(schema.clone(), doc! {"a": {"b": 1}}),
+            doc! {"operatorName": "$jsonSchema", "specifiedAs": {"$jsonSchema": schema},
+            "reason": "expression always evaluates to false"}
+        );
+    }
+
+    #[test]
+    fn schemas_under_query_operators() {
+        let a = doc! {"properties": {"a": {"minimum": 1}}};
+        let c = doc! {"properties": {"c": {"minimum": 1}}};
+        assert_eq!(
+            details(
+                doc! {"$and": [{"$jsonSchema": a}, {"$jsonSchema":
+                {"properties": {"b": {"minimum": 1}}}}, {"$jsonSchema": c}]},
+                doc! {"a": 0, "b": 2, "c": -1}
+            ),
+            doc! {"operatorName": "$and", "clausesNotSatisfied": [
+            {"index": 0, "details": rules(vec![property("a", vec![
+                keyword("minimum", doc! {"minimum": 1}, "comparison failed", 0)])])},
+            {"index": 2, "details": rules(vec![property("c", vec![
+                keyword("minimum", doc! {"minimum": 1}, "comparison failed", -1)])])}]}
+        );
+        // A schema's title and description head its report.
+        assert_eq!(
+            schema_details(
+                doc! {"title": "t", "description": "d", "required": ["x"]},
+                doc! {}
+            ),
+            doc! {"operatorName": "$jsonSchema", "title": "t", "description": "d",
+            "schemaRulesNotSatisfied": [required(vec!["x"], vec!["x"])]}
+        );
+    }
+
+    #[test]
+    fn schema_array_keywords() {
+        assert_eq!(
+            schema_details(doc! {"properties": {"a": {"minItems": 2}}}, doc! {"a": [1]}),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "minItems",
+                "specifiedAs": {"minItems": 2},
+                "reason": "array did not match specified length",
+                "consideredValue": [1], "numberOfItems": 1}]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"maxItems": 2}}},
+                doc! {"a": [1, 2, 3]}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "maxItems",
+                "specifiedAs": {"maxItems": 2},
+                "reason": "array did not match specified length",
+                "consideredValue": [1, 2, 3], "numberOfItems": 3}]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"type": "array", "uniqueItems": true}}},
+                doc! {"a": [1, 2, 3, 3, 4, 4]}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "uniqueItems",
+                "specifiedAs": {"uniqueItems": true}, "reason": "found a duplicate item",
+                "consideredValue": [1, 2, 3, 3, 4, 4], "duplicatedValue": 3}]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"type": "array", "minItems": 2}}},
+                doc! {"a": 1}
+            ),
+            rules(vec![property(
+                "a",
+                vec![type_error("type", doc! {"type": "array"}, 1, "int")]
+            )])
+        );
+        // A passing `items` adds nothing next to a failing `minItems`.
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"items": [{"type": "number"}, {"type": "string"}],
+                "minItems": 5}}},
+                doc! {"a": [1]}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "minItems",
+                "specifiedAs": {"minItems": 5},
+                "reason": "array did not match specified length",
+                "consideredValue": [1], "numberOfItems": 1}]
+            )])
+        );
+    }
+
+    #[test]
+    fn schema_items() {
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"items": {"type": "string",
+                "description": "elements must be of string type"}}}},
+                doc! {"a": [1, "A", {}]}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "items",
+                "description": "elements must be of string type",
+                "reason": "At least one item did not match the sub-schema",
+                "itemIndex": 0,
+                "details": [type_error("type", doc! {"type": "string"}, 1, "int")]}]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"items": {"items": {"minimum": 0}}}}},
+                doc! {"a": [[1], [], [2, 4], [-1]]}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "items",
+                "reason": "At least one item did not match the sub-schema", "itemIndex": 3,
+                "details": [{"operatorName": "items",
+                    "reason": "At least one item did not match the sub-schema",
+                    "itemIndex": 0,
+                    "details": [keyword("minimum", doc! {"minimum": 0},
+                        "comparison failed", -1)]}]}]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"items": {"required": ["b"],
+                "properties": {"b": {"minItems": 2}}}}}},
+                doc! {"a": [{}]}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "items",
+                "reason": "At least one item did not match the sub-schema", "itemIndex": 0,
+                "details": [required(vec!["b"], vec!["b"])]}]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"items": [{"type": "number"}, {"type": "string"}]}}},
+                doc! {"a": [1, 2]}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "items", "details": [
+                {"itemIndex": 1i64, "details": [
+                    type_error("type", doc! {"type": "string"}, 2, "int")]}]}]
+            )])
+        );
+    }
+
+    #[test]
+    fn schema_additional_items() {
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"type": "array",
+                "items": [{"type": "number"}, {"type": "string"}],
+                "additionalItems": {"type": "object"}}}},
+                doc! {"a": ["1", 2, {}, {"b": 1}, "Fail"]}
+            ),
+            rules(vec![property(
+                "a",
+                vec![
+                    doc! {"operatorName": "items", "details": [
+                    {"itemIndex": 0i64, "details": [
+                        type_error("type", doc! {"type": "number"}, "1", "string")]},
+                    {"itemIndex": 1i64, "details": [
+                        type_error("type", doc! {"type": "string"}, 2, "int")]}]},
+                    doc! {"operatorName": "additionalItems",
+                    "reason": "At least one additional item did not match the sub-schema",
+                    "itemIndex": 4, "details": [
+                        type_error("type", doc! {"type": "object"}, "Fail", "string")]}
+                ]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"items": [{"type": "number"}, {"type": "string"}],
+                "additionalItems": false}}},
+                doc! {"a": [1, "First", "Extra element"]}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "additionalItems",
+                "specifiedAs": {"additionalItems": false}, "reason": "found additional items",
+                "additionalItems": ["Extra element"]}]
+            )])
+        );
+    }
+
+    #[test]
+    fn schema_property_counts() {
+        assert_eq!(
+            schema_details(
+                doc! {"minProperties": 10},
+                doc! {"_id": 1, "a": 1, "b": 2, "c": 3}
+            ),
+            rules(vec![doc! {"operatorName": "minProperties",
+            "specifiedAs": {"minProperties": 10},
+            "reason": "specified number of properties was not satisfied",
+            "numberOfProperties": 4}])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"maxProperties": 1}}},
+                doc! {"a": {"b": 1, "c": 2}}
+            ),
+            rules(vec![property(
+                "a",
+                vec![doc! {"operatorName": "maxProperties",
+                "specifiedAs": {"maxProperties": 1},
+                "reason": "specified number of properties was not satisfied",
+                "numberOfProperties": 2}]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"minProperties": 10, "type": "object"}}},
+                doc! {"a": ["clearly", "not", "an", "object"]}
+            ),
+            rules(vec![property(
+                "a",
+                vec![type_error(
+                    "type",
+                    doc! {"type": "object"},
+                    vec!["clearly", "not", "an", "object"],
+                    "array"
+                )]
+            )])
+        );
+    }
+
+    #[test]
+    fn schema_dependencies() {
+        assert_eq!(
+            schema_details(
+                doc! {"dependencies": {"a": ["b", "c"], "title": "a needs b and c"}},
+                doc! {"a": 1, "b": 2}
+            ),
+            rules(vec![
+                doc! {"operatorName": "dependencies", "title": "a needs b and c",
+                "failingDependencies": [
+                    {"conditionalProperty": "a", "missingProperties": ["c"]}]}
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"dependencies": {"a": ["b", "c", "d"], "b": ["c", "d"], "e": ["c", "d"]}},
+                doc! {"a": 1, "b": 2, "e": 3}
+            ),
+            rules(vec![
+                doc! {"operatorName": "dependencies", "failingDependencies": [
+                {"conditionalProperty": "a", "missingProperties": ["c", "d"]},
+                {"conditionalProperty": "b", "missingProperties": ["c", "d"]},
+                {"conditionalProperty": "e", "missingProperties": ["c", "d"]}]}
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"obj": {"dependencies": {"a": ["b", "c"]}}}},
+                doc! {"obj": {"a": 1, "b": 2}}
+            ),
+            rules(vec![property(
+                "obj",
+                vec![doc! {"operatorName": "dependencies",
+                "failingDependencies": [
+                    {"conditionalProperty": "a", "missingProperties": ["c"]}]}]
+            )])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"dependencies": {"a": {"properties": {"b": {"type": "number"}}},
+                "b": ["a", "c"]}},
+                doc! {"a": [0, 1, 2, 3], "b": "foo"}
+            ),
+            rules(vec![
+                doc! {"operatorName": "dependencies", "failingDependencies": [
+                {"conditionalProperty": "a", "details": [property("b", vec![
+                    type_error("type", doc! {"type": "number"}, "foo", "string")])]},
+                {"conditionalProperty": "b", "missingProperties": ["c"]}]}
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"required": ["a"], "dependencies": {"a": ["b", "c"]}},
+                doc! {}
+            ),
+            rules(vec![required(vec!["a"], vec!["a"])])
+        );
+    }
+
+    #[test]
+    fn schema_additional_properties() {
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"b": {"type": "number"}}, "additionalProperties": false},
+                doc! {"_id": 0, "a": 1, "b": 2}
+            ),
+            rules(vec![doc! {"operatorName": "additionalProperties",
+            "specifiedAs": {"additionalProperties": false},
+            "additionalProperties": ["_id", "a"]}])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"required": ["a"], "properties": {"b": {"type": "number"}},
+                "additionalProperties": false},
+                doc! {"_id": 0, "b": 2}
+            ),
+            rules(vec![
+                doc! {"operatorName": "additionalProperties",
+                "specifiedAs": {"additionalProperties": false},
+                "additionalProperties": ["_id"]},
+                required(vec!["a"], vec!["a"]),
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"additionalProperties": false, "properties": {"_id": {},
+                "a": {"type": "object", "additionalProperties": false}}},
+                doc! {"_id": 1, "a": {"b": 1}, "c": 1}
+            ),
+            rules(vec![
+                property(
+                    "a",
+                    vec![doc! {"operatorName": "additionalProperties",
+                    "specifiedAs": {"additionalProperties": false},
+                    "additionalProperties": ["b"]}]
+                ),
+                doc! {"operatorName": "additionalProperties",
+                "specifiedAs": {"additionalProperties": false},
+                "additionalProperties": ["c"]},
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"properties": {"a": {"type": "number"}},
+                "additionalProperties": {"type": "string"}},
+                doc! {"a": 1, "b": "not this one", "c": "nor this", "d": 1}
+            ),
+            rules(vec![doc! {"operatorName": "additionalProperties",
+            "reason": "at least one additional property did not match the subschema",
+            "failingProperty": "d",
+            "details": [type_error("type", doc! {"type": "string"}, 1, "int")]}])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"minProperties": 100, "additionalProperties": true},
+                doc! {"_id": 0, "a": 1, "b": 2}
+            ),
+            rules(vec![doc! {"operatorName": "minProperties",
+            "specifiedAs": {"minProperties": 100},
+            "reason": "specified number of properties was not satisfied",
+            "numberOfProperties": 3}])
+        );
+    }
+
+    #[test]
+    fn schema_pattern_properties() {
+        let slow = |value: Bson, type_name: &str| {
+            doc! {"propertyName": "Slow", "regexMatched": "^S", "details": [
+            type_error("type", doc! {"type": "number"}, value, type_name)]}
+        };
+        assert_eq!(
+            schema_details(
+                doc! {"patternProperties": {"^S": {"type": "number"}}},
+                doc! {"Super": 1, "Slow": "67"}
+            ),
+            rules(vec![doc! {"operatorName": "patternProperties",
+            "details": [slow("67".into(), "string")]}])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"patternProperties": {"^a": {"patternProperties": {"b+": {"type": "string"}}}}},
+                doc! {"a": {"bbbbb": 1}}
+            ),
+            rules(vec![
+                doc! {"operatorName": "patternProperties", "details": [
+                {"propertyName": "a", "regexMatched": "^a", "details": [
+                    {"operatorName": "patternProperties", "details": [
+                        {"propertyName": "bbbbb", "regexMatched": "b+", "details": [
+                            type_error("type", doc! {"type": "string"}, 1, "int")]}]}]}]}
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"patternProperties": {"^a": {"minimum": 3}, "b$": {"maximum": 1}}},
+                doc! {"a": 45, "b": 0, "ab": 2}
+            ),
+            rules(vec![
+                doc! {"operatorName": "patternProperties", "details": [
+                {"propertyName": "ab", "regexMatched": "^a", "details": [
+                    keyword("minimum", doc! {"minimum": 3}, "comparison failed", 2)]},
+                {"propertyName": "ab", "regexMatched": "b$", "details": [
+                    keyword("maximum", doc! {"maximum": 1}, "comparison failed", 2)]}]}
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"patternProperties": {"^S": {"type": "number"}},
+                "additionalProperties": false},
+                doc! {"Super": 1, "Slow": "oh no a string", "b": 1, "_id": 1}
+            ),
+            rules(vec![
+                doc! {"operatorName": "additionalProperties",
+                "specifiedAs": {"additionalProperties": false},
+                "additionalProperties": ["b", "_id"]},
+                doc! {"operatorName": "patternProperties",
+                "details": [slow("oh no a string".into(), "string")]},
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"patternProperties": {"^S": {"type": "number",
+                  "title": "properties starting with S",
+                  "description": "property should be of integer type"}},
+                "additionalProperties": {"type": "string",
+                  "title": "additional properties",
+                  "description": "additional properties are strings"}},
+                doc! {"Super": 1, "Slow": "oh no a string", "b": 1}
+            ),
+            rules(vec![
+                doc! {"operatorName": "additionalProperties",
+                "title": "additional properties",
+                "description": "additional properties are strings",
+                "reason": "at least one additional property did not match the subschema",
+                "failingProperty": "b",
+                "details": [type_error("type", doc! {"type": "string"}, 1, "int")]},
+                doc! {"operatorName": "patternProperties", "details": [
+                {"propertyName": "Slow", "title": "properties starting with S",
+                 "description": "property should be of integer type",
+                 "regexMatched": "^S", "details": [type_error("type",
+                    doc! {"type": "number"}, "oh no a string", "string")]}]},
+            ])
+        );
+        assert_eq!(
+            schema_details(
+                doc! {"minProperties": 10,
+                "patternProperties": {"^_id": {}, "^S": {"type": "number"}},
+                "additionalProperties": false},
+                doc! {"_id": 1, "Super": 1, "Slow": 2}
+            ),
+            rules(vec![doc! {"operatorName": "minProperties",
+            "specifiedAs": {"minProperties": 10},
+            "reason": "specified number of properties was not satisfied",
+            "numberOfProperties": 3}])
+        );
+    }
 }
