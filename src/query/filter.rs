@@ -21,6 +21,11 @@
 //! [`Filter::matches_with_details`] reports the first array position along
 //! the matched path, recorded through `$and` but not through `$or`, `$nor`
 //! or `$not`, like MongoDB.
+//!
+//! `$jsonSchema` is its own node, with JSON Schema's semantics rather than
+//! the query language's (`schema`). A validator's rejection is explained by
+//! [`Filter::failure_details`] (`details`), which follows the filter as
+//! written, so the filter keeps its source.
 
 use std::cmp::Ordering;
 use std::ops::Bound;
