@@ -24,8 +24,8 @@
 //!
 //! `$jsonSchema` is its own node, with JSON Schema's semantics rather than
 //! the query language's (`schema`). A validator's rejection is explained by
-//! [`Filter::failure_details`] (`details`), which follows the filter as
-//! written, so the filter keeps its source.
+//! [`failure_details`] (`details`), which follows the filter document as
+//! written rather than the parsed tree.
 
 use std::cmp::Ordering;
 use std::ops::Bound;
@@ -47,13 +47,12 @@ mod details;
 mod raw;
 mod schema;
 
+pub use details::failure_details;
+
 /// A parsed query filter.
 #[derive(Debug, Clone)]
 pub struct Filter {
     root: Node,
-    /// The filter as written: a validator's failure details quote it
-    /// (`specifiedAs`) and follow its shape, which the tree flattens.
-    source: Arc<Document>,
 }
 
 /// What a successful match found, for the positional `$` operators.
@@ -76,7 +75,6 @@ impl Filter {
         }
         Ok(Filter {
             root: parse_document(filter, Level::Top)?,
-            source: Arc::new(filter.clone()),
         })
     }
 
@@ -84,7 +82,6 @@ impl Filter {
     pub fn match_all() -> Filter {
         Filter {
             root: Node::And(Vec::new()),
-            source: Arc::new(Document::new()),
         }
     }
 

@@ -28,7 +28,7 @@ use super::schema::{
 };
 use super::{
     element_true_value, is_operator_document, parse_all, parse_operator, path_node, FieldPath,
-    Filter, MatchContext, Node, Pred, QueryRegex,
+    MatchContext, Node, Pred, QueryRegex,
 };
 use crate::error::Result;
 use crate::query::compare::type_name;
@@ -39,16 +39,15 @@ use crate::query::path::{field, walk, Container, Part};
 /// (`internalQueryMaxDocValidationErrorConsideredValues`).
 const MAX_CONSIDERED_VALUES: usize = 10;
 
-impl Filter {
-    /// The `details` of a document-validation failure (error 121's
-    /// `errInfo.details`), as MongoDB 7.0 explains why `doc` does not
-    /// match this filter. Called only for documents that do not match.
-    pub fn failure_details(&self, doc: &Document) -> Document {
-        match build_document(&self.source) {
-            Ok(check) => explain(&check, doc, Sense::Normal).unwrap_or_default(),
-            // The filter parsed once already, so this cannot happen.
-            Err(_) => doc! {"reason": "failed to generate document validation error"},
-        }
+/// The `details` of a document-validation failure (error 121's
+/// `errInfo.details`), as MongoDB 7.0 explains why `doc` does not match
+/// `filter`, a filter document that [`super::Filter::parse`] accepted. Called
+/// only for documents that do not match.
+pub fn failure_details(filter: &Document, doc: &Document) -> Document {
+    match build_document(filter) {
+        Ok(check) => explain(&check, doc, Sense::Normal).unwrap_or_default(),
+        // The filter parsed once already, so this cannot happen.
+        Err(_) => doc! {"reason": "failed to generate document validation error"},
     }
 }
 
@@ -1164,7 +1163,7 @@ mod tests {
     fn details(filter: Document, doc: Document) -> Document {
         let parsed = Filter::parse(&filter).unwrap_or_else(|e| panic!("{filter}: {e}"));
         assert!(!parsed.matches(&doc), "{filter} matches {doc}");
-        parsed.failure_details(&doc)
+        super::failure_details(&filter, &doc)
     }
 
     fn re(pattern: &str) -> Bson {
@@ -1516,7 +1515,7 @@ mod tests {
         let f = doc! {"$expr": {"$divide": [10, 0]}};
         let parsed = Filter::parse(&f).unwrap();
         assert!(parsed.try_matches(&doc! {}).is_err());
-        let got = parsed.failure_details(&doc! {});
+        let got = super::failure_details(&f, &doc! {});
         assert_eq!(got.get_str("operatorName").unwrap(), "$expr");
         assert_eq!(got.get_document("specifiedAs").unwrap(), &f);
         assert_eq!(
@@ -1529,11 +1528,11 @@ mod tests {
         // Under $and, every clause that fails to evaluate is reported.
         let f = doc! {"$and": [{"$expr": {"$concat": ["$a", "$b"]}},
         {"$expr": {"$divide": [10, 0]}}]};
-        let parsed = Filter::parse(&f).unwrap();
-        let ok = parsed.failure_details(&doc! {"a": "x", "b": "y"});
+        assert!(Filter::parse(&f).is_ok());
+        let ok = super::failure_details(&f, &doc! {"a": "x", "b": "y"});
         let clauses = ok.get_array("clausesNotSatisfied").unwrap();
         assert_eq!(clauses.len(), 1);
-        let failing = parsed.failure_details(&doc! {"a": "x", "b": 1});
+        let failing = super::failure_details(&f, &doc! {"a": "x", "b": 1});
         let clauses = failing.get_array("clausesNotSatisfied").unwrap();
         assert_eq!(clauses.len(), 2);
     }
