@@ -142,6 +142,7 @@ error_codes! {
     CommandNotSupported = 115,
     ConflictingOperationInProgress = 117,
     NamespaceNotSharded = 118,
+    DocumentValidationFailure = 121,
     ExceededMemoryLimit = 146,
     InvalidSyntax = 150,
     InvalidPipelineOperator = 168,

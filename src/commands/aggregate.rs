@@ -122,6 +122,7 @@ fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
         &agg.ns.db,
         limits(req, agg.allow_disk_use),
         deadline,
+        super::args::document_validation("aggregate", &req.body)?,
     );
     let parse_ctx = ParseContext {
         vars: agg.vars.clone(),

@@ -4,7 +4,7 @@ pub use crate::query::compare::type_name;
 use bson::{Bson, Document};
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::router::Namespace;
+use crate::router::{DocumentValidation, Namespace};
 use crate::wire::message::checked_document;
 
 use super::request::Request;
@@ -62,6 +62,17 @@ pub fn bool_or(cmd: &str, body: &Document, field: &str, default: bool) -> Result
         Some(Bson::Double(n)) => Ok(*n != 0.0),
         Some(other) => Err(wrong_type(cmd, field, other, "bool")),
     }
+}
+
+/// Whether a write command checks documents against the collection's
+/// validator: `bypassDocumentValidation: true` skips it.
+pub fn document_validation(cmd: &str, body: &Document) -> Result<DocumentValidation> {
+    Ok(
+        match bool_or(cmd, body, "bypassDocumentValidation", false)? {
+            true => DocumentValidation::Bypass,
+            false => DocumentValidation::Enforce,
+        },
+    )
 }
 
 /// An optional integral number field (int, long, or a whole double).

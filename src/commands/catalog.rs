@@ -56,7 +56,7 @@ fn collection_info(c: &Collection) -> Document {
     doc! {
         "name": &c.ns.coll,
         "type": "collection",
-        "options": c.options.clone(),
+        "options": c.options().document.clone(),
         "info": {"readOnly": false, "uuid": c.uuid.clone()},
         "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
     }
@@ -113,7 +113,7 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
     let router = &req.state.router;
     if let Some(existing) = router.collection(&ns) {
         // Creating it again with the same options is a no-op, as in 7.0.
-        if existing.options == options {
+        if existing.options().document == options {
             return Ok(Document::new());
         }
         return Err(Error::new(

@@ -93,6 +93,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
                 upsert,
                 sort,
                 return_documents: true,
+                validation: super::args::document_validation(cmd, b)?,
             };
             let outcome = req.state.router.update(&ns, &stmt).await?;
             let upserted = outcome.upserted_id.is_some();

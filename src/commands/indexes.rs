@@ -145,18 +145,11 @@ pub async fn drop_indexes(req: &Request<'_>) -> Result<Document> {
     Ok(reply)
 }
 
-/// `collMod`: changes `expireAfterSeconds` or `hidden` of one index,
-/// named by `keyPattern` or `name`.
-pub async fn coll_mod(req: &Request<'_>) -> Result<Document> {
-    let ns = collection_namespace("collMod", &req.db, &req.body)?;
-    check_fields(req, &["index"])?;
+/// The `index` part of `collMod`: changes `expireAfterSeconds` or
+/// `hidden` of one index, named by `keyPattern` or `name`; returns the
+/// reply's fields saying what changed.
+pub async fn modify_index(req: &Request<'_>, ns: &Namespace, spec: &Bson) -> Result<Document> {
     let router = &req.state.router;
-    let Some(spec) = req.body.get("index") else {
-        if router.collection(&ns).is_none() {
-            bail!(NamespaceNotFound, "ns does not exist: {ns}");
-        }
-        return Ok(Document::new());
-    };
     let Bson::Document(spec) = spec else {
         bail!(
             TypeMismatch,
@@ -210,11 +203,11 @@ pub async fn coll_mod(req: &Request<'_>) -> Result<Document> {
             "no expireAfterSeconds or hidden field to change"
         );
     }
-    if router.collection(&ns).is_none() {
+    if router.collection(ns).is_none() {
         bail!(NamespaceNotFound, "ns does not exist: {ns}");
     }
     let changed = router
-        .modify_index(&ns, &pick, |index| {
+        .modify_index(ns, &pick, |index| {
             if expire.is_some() && index.fields.len() > 1 {
                 bail!(
                     InvalidOptions,

@@ -17,7 +17,12 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     check_batch_size(docs.len())?;
     let ordered = bool_or("insert", &req.body, "ordered", true)?;
     let count = docs.len() as u64;
-    let outcome = req.state.router.insert(&ns, docs, ordered).await?;
+    let validation = super::args::document_validation("insert", &req.body)?;
+    let outcome = req
+        .state
+        .router
+        .insert(&ns, docs, ordered, validation)
+        .await?;
     req.state
         .counters
         .op_insert

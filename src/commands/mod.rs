@@ -19,6 +19,7 @@ pub mod admin;
 pub mod aggregate;
 pub mod args;
 pub mod catalog;
+pub mod coll_mod;
 pub mod count;
 pub mod custom_action;
 pub mod delete;

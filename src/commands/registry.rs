@@ -6,7 +6,7 @@ use bson::{doc, Document};
 
 use super::request::{CommandReply, Handler, Request};
 use super::{
-    admin, aggregate, catalog, count, custom_action, delete, distinct, explain, find,
+    admin, aggregate, catalog, coll_mod, count, custom_action, delete, distinct, explain, find,
     find_and_modify, handshake, indexes, insert, request_statistics, sharding, update,
 };
 use crate::error::Result;
@@ -63,7 +63,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         "server version and build"
     ),
     command!("buildinfo", admin::build_info, false, "alias of buildInfo"),
-    command!("collMod", indexes::coll_mod, false, "change index options"),
+    command!(
+        "collMod",
+        coll_mod::run,
+        false,
+        "change a collection's validator or an index's options"
+    ),
     command!(
         "collStats",
         catalog::coll_stats,

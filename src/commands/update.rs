@@ -13,7 +13,7 @@ use super::request::Request;
 use crate::aggregate::parse_update;
 use crate::error::{Error, Result};
 use crate::query::filter::Filter;
-use crate::router::UpdateStatement;
+use crate::router::{DocumentValidation, UpdateStatement};
 
 /// Parses one entry of `updates`.
 pub fn parse_statement(entry: &Document) -> Result<UpdateStatement> {
@@ -71,6 +71,7 @@ pub fn parse_statement(entry: &Document) -> Result<UpdateStatement> {
         upsert,
         sort: None,
         return_documents: false,
+        validation: DocumentValidation::Enforce,
     })
 }
 
@@ -83,6 +84,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let entries = document_list(req, "updates")?;
     check_batch_size(entries.len())?;
     let ordered = bool_or("update", &req.body, "ordered", true)?;
+    let validation = super::args::document_validation("update", &req.body)?;
     let mut n = 0i64;
     let mut modified = 0i64;
     let mut upserted = Vec::new();
@@ -112,7 +114,10 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     for (i, entry) in entries.iter().enumerate() {
         req.state.counters.op_update.fetch_add(1, Ordering::Relaxed);
         let result = match parse_statement(entry) {
-            Ok(stmt) => req.state.router.update(&ns, &stmt).await,
+            Ok(stmt) => {
+                let stmt = UpdateStatement { validation, ..stmt };
+                req.state.router.update(&ns, &stmt).await
+            }
             Err(e) => Err(e),
         };
         match result {

@@ -12,7 +12,7 @@ use bson::{doc, Bson, Document};
 
 use super::merge::{Merge, Row, RowStream};
 use super::plan::SortStrategy;
-use super::{access_records, matching_inputs, DocStream, Namespace, Router};
+use super::{access_records, matching_inputs, DocStream, DocumentValidation, Namespace, Router};
 use crate::aggregate::parse_update;
 use crate::aggregate::{
     bind_variables, run_stages, Context, InputDoc, InputStream, Limits, MergeSpec, ParseContext,
@@ -91,6 +91,8 @@ pub struct RouterContext {
     limits: Limits,
     /// When `maxTimeMS` runs out: every collection read stops then.
     deadline: Option<Instant>,
+    /// Whether `$out` and `$merge` check the target's validator.
+    validation: DocumentValidation,
 }
 
 impl RouterContext {
@@ -100,13 +102,26 @@ impl RouterContext {
         db: &str,
         limits: Limits,
         deadline: Option<Instant>,
+        validation: DocumentValidation,
     ) -> Arc<dyn Context> {
         Arc::new(RouterContext {
             router,
             db: db.to_string(),
             limits,
             deadline,
+            validation,
         })
+    }
+
+    /// A context for a sub-pipeline of this one, in database `db`.
+    fn nested(&self, db: &str) -> Arc<dyn Context> {
+        RouterContext::shared(
+            self.router.clone(),
+            db,
+            self.limits.clone(),
+            self.deadline,
+            self.validation,
+        )
     }
 }
 
@@ -165,13 +180,11 @@ impl Context for RouterContext {
         };
         if coll == "$cmd.aggregate" {
             // A collection-less sub-pipeline (`$documents` first).
-            let ctx: Arc<dyn Context> =
-                RouterContext::shared(self.router.clone(), db, self.limits.clone(), self.deadline);
+            let ctx = self.nested(db);
             return Pipeline::parse(&stages, &parse)?.run(Box::new(std::iter::empty()), &ctx);
         }
         let ns = Namespace::new(db, coll)?;
-        let ctx: Arc<dyn Context> =
-            RouterContext::shared(self.router.clone(), db, self.limits.clone(), self.deadline);
+        let ctx = self.nested(db);
         self.router
             .run_pipeline(&ns, &stages, &parse, ctx, self.deadline)
     }
@@ -196,10 +209,29 @@ impl Context for RouterContext {
                     .map_err(|e| err!(BadValue, "cannot encode a $out document: {e}"))?,
             );
         }
+        let validation = self.validation;
+        // The results replace the documents; the target keeps its options
+        // (its validator among them) and its indexes, as with MongoDB.
+        let kept = router.catalog.get(&ns).map(|c| {
+            let specs: Vec<Document> = c
+                .indexes()
+                .iter()
+                .filter(|i| !i.is_id())
+                .map(|i| i.spec())
+                .collect();
+            (c.options().document.clone(), specs)
+        });
         block_on(async move {
             let seq = router.catalog.drop_collection(&ns)?.unwrap_or(0);
             router.durable(seq).await?;
-            let outcome = router.insert(&ns, bytes, true).await?;
+            if let Some((options, specs)) = kept {
+                router.create_collection(&ns, options).await?;
+                if !specs.is_empty() {
+                    let built = router.create_indexes(&ns, &specs).await?;
+                    router.durable(built.seq).await?;
+                }
+            }
+            let outcome = router.insert(&ns, bytes, true, validation).await?;
             if let Some((_, e)) = outcome.errors.into_iter().next() {
                 return Err(e);
             }
@@ -219,9 +251,10 @@ impl Context for RouterContext {
         let ns = Namespace::new(db, coll)?;
         let router = self.router.clone();
         let spec = spec.clone();
+        let validation = self.validation;
         block_on(async move {
             for doc in docs {
-                merge_one(&router, &ns, &spec, doc).await?;
+                merge_one(&router, &ns, &spec, doc, validation).await?;
             }
             Ok(())
         })
@@ -238,6 +271,7 @@ async fn merge_one(
     ns: &Namespace,
     spec: &MergeSpec,
     mut doc: Document,
+    validation: DocumentValidation,
 ) -> Result<()> {
     let mut key = Document::new();
     for field in &spec.on {
@@ -269,7 +303,7 @@ async fn merge_one(
                 let bytes = doc
                     .to_vec()
                     .map_err(|e| err!(BadValue, "cannot encode a $merge document: {e}"))?;
-                let outcome = router.insert(ns, vec![bytes], true).await?;
+                let outcome = router.insert(ns, vec![bytes], true, validation).await?;
                 match outcome.errors.into_iter().next() {
                     Some((_, e)) => Err(e),
                     None => Ok(()),
@@ -316,6 +350,7 @@ async fn merge_one(
                 upsert: false,
                 sort: None,
                 return_documents: false,
+                validation,
             };
             router.update(ns, &stmt).await.map(|_| ())
         }

@@ -15,12 +15,14 @@ use bson::Document;
 use super::catalog::Collection;
 use super::indexes::{CreatedIndexes, ModifiedIndex, Validation};
 use super::sharding::Sharded;
+use super::validation::CollectionOptions;
 use super::write::maybe_blocking;
 use super::{CollectionStats, Explained, FindSpec, Found, Namespace, Router};
 use crate::error::Result;
 use crate::index::Index;
 use crate::partition::ShardKey;
 use crate::query::filter::Filter;
+use crate::storage::WriteBatch;
 
 impl Router {
     /// Plans and runs a query, then hands its results to `read` (which
@@ -110,11 +112,46 @@ impl Router {
         &self.options.host
     }
 
-    /// Creates a collection with `options`, durably; the caller checked
-    /// it does not exist.
+    /// Creates a collection with `options` (refused when malformed),
+    /// durably; the caller checked it does not exist.
     pub async fn create_collection(&self, ns: &Namespace, options: Document) -> Result<()> {
+        let options = CollectionOptions::parse("create", ns, options)?;
         let (_, seq) = maybe_blocking(false, || self.catalog.create(ns, options, false))?;
         self.durable(seq.unwrap_or(0)).await
+    }
+
+    /// Changes collection `ns`'s options (`collMod`), durably: `change`
+    /// gets the current options and returns new ones, refused when
+    /// malformed as `collMod` refuses them. False when there is no such
+    /// collection.
+    pub async fn modify_options(
+        &self,
+        ns: &Namespace,
+        change: impl Fn(&Document) -> Document,
+    ) -> Result<bool> {
+        let changed = maybe_blocking(false, || {
+            self.with_write_lock(ns, false, |coll| {
+                let before = coll.options();
+                let options = CollectionOptions::parse("collMod", ns, change(&before.document))?;
+                coll.set_options(Arc::new(options));
+                let mut batch = WriteBatch::default();
+                let committed = self
+                    .catalog
+                    .put_meta(coll, &mut batch)
+                    .and_then(|()| self.commit(batch));
+                if committed.is_err() {
+                    coll.set_options(before);
+                }
+                committed
+            })
+        })?;
+        match changed {
+            None => Ok(false),
+            Some((seq, _)) => {
+                self.durable(seq).await?;
+                Ok(true)
+            }
+        }
     }
 
     /// Drops a collection, durably; false when there was none.

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, Document, Timestamp};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
+use super::validation::CollectionOptions;
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::Index;
@@ -37,7 +38,9 @@ pub struct Collection {
     /// The numeric id its records are keyed by.
     pub id: u64,
     pub uuid: Binary,
-    pub options: Document,
+    /// Its options (the validator among them); replaced whole by
+    /// `collMod` under `write_lock`.
+    options: RwLock<Arc<CollectionOptions>>,
     /// The shard key and partition map; `None` for an unsharded
     /// collection, which is one partition.
     pub sharding: Option<Arc<Sharding>>,
@@ -156,14 +159,14 @@ impl Collection {
         ns: Namespace,
         id: u64,
         uuid: Binary,
-        options: Document,
+        options: Arc<CollectionOptions>,
         sharding: Option<Arc<Sharding>>,
     ) -> Collection {
         Collection {
             ns,
             id,
             uuid,
-            options,
+            options: RwLock::new(options),
             sharding,
             write_lock: Mutex::new(()),
             dropped: AtomicBool::new(false),
@@ -171,6 +174,17 @@ impl Collection {
             next_index: AtomicU32::new(FIRST_INDEX_NUMBER),
             throughput: RwLock::new(None),
         }
+    }
+
+    /// The collection's options, as of now.
+    pub fn options(&self) -> Arc<CollectionOptions> {
+        self.options.read().clone()
+    }
+
+    /// Replaces the options; callers hold `write_lock` and store the
+    /// metadata ([`Catalog::put_meta`]) in the same step.
+    pub fn set_options(&self, options: Arc<CollectionOptions>) {
+        *self.options.write() = options;
     }
 
     /// The throughput provisioned on this collection itself.
@@ -217,7 +231,7 @@ impl Collection {
             "ns": self.ns.full(),
             "id": self.id as i64,
             "uuid": self.uuid.clone(),
-            "options": self.options.clone(),
+            "options": self.options().document.clone(),
         };
         if let Some(s) = &self.sharding {
             d.insert("sharding", s.to_document());
@@ -292,6 +306,7 @@ impl Catalog {
                 _ => new_uuid(),
             };
             let options = meta.get_document("options").cloned().unwrap_or_default();
+            let options = Arc::new(CollectionOptions::stored(&ns, options));
             let sharding = match meta.get_document("sharding") {
                 Ok(d) => {
                     let Some(s) = Sharding::from_document(d) else {
@@ -501,7 +516,7 @@ impl Catalog {
     pub fn create(
         &self,
         ns: &Namespace,
-        options: Document,
+        options: CollectionOptions,
         existing_ok: bool,
     ) -> Result<(Arc<Collection>, Option<u64>)> {
         self.create_with(ns, options, existing_ok, |_| None)
@@ -512,7 +527,7 @@ impl Catalog {
     pub fn create_with(
         &self,
         ns: &Namespace,
-        options: Document,
+        options: CollectionOptions,
         existing_ok: bool,
         shard: impl FnOnce(&mut WriteBatch) -> Option<Sharding>,
     ) -> Result<(Arc<Collection>, Option<u64>)> {
@@ -533,7 +548,7 @@ impl Catalog {
             ns.clone(),
             *next_id,
             new_uuid(),
-            options,
+            Arc::new(options),
             sharding,
         ));
         place_partitions(&coll, &mut batch);
@@ -642,7 +657,7 @@ impl Catalog {
             to.clone(),
             coll.id,
             coll.uuid.clone(),
-            coll.options.clone(),
+            coll.options(),
             coll.sharding.clone(),
         ));
         renamed.adopt_indexes(&coll);

@@ -27,6 +27,7 @@ pub mod sharding;
 pub mod strict;
 mod tests;
 pub mod throttle;
+pub mod validation;
 mod write;
 
 use std::sync::Arc;
@@ -35,6 +36,7 @@ use bson::{Bson, Document, RawDocumentBuf};
 
 pub use catalog::{Collection, Namespace, Sharding};
 
+pub use validation::{CollectionOptions, DocumentValidation};
 pub use write::{InsertOutcome, ModifyOutcome, UpdateStatement};
 
 use crate::aggregate::spill::{sort_memory_error, KeyedSort};

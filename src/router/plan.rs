@@ -674,7 +674,10 @@ mod tests {
             let docs = (0..n)
                 .map(|i| doc! {"_id": i, "k": i % 10, "a": i * 2}.to_vec().unwrap())
                 .collect();
-            router.insert(&ns, docs, true).await.unwrap();
+            router
+                .insert(&ns, docs, true, crate::router::DocumentValidation::Enforce)
+                .await
+                .unwrap();
         }
         (engine, router)
     }

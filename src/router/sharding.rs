@@ -14,11 +14,11 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bson::Document;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::catalog::{usage_entries, Usage};
+use super::validation::CollectionOptions;
 use super::write::CollectionBatch;
 use super::{Collection, Namespace, Router, Sharding};
 use crate::bail;
@@ -64,9 +64,11 @@ impl Router {
         };
         loop {
             let Some(old) = self.catalog.get(ns) else {
-                let (coll, seq) = self.catalog.create_with(ns, Document::new(), true, |b| {
-                    Some(new_sharding(&self.catalog, b))
-                })?;
+                let (coll, seq) =
+                    self.catalog
+                        .create_with(ns, CollectionOptions::none(), true, |b| {
+                            Some(new_sharding(&self.catalog, b))
+                        })?;
                 if coll.sharding.is_none() {
                     // Created unsharded by a concurrent write: shard that.
                     continue;
@@ -104,7 +106,7 @@ impl Router {
                 ns.clone(),
                 id,
                 old.uuid.clone(),
-                old.options.clone(),
+                old.options(),
                 Some(sharding.clone()),
             ));
             coll.adopt_indexes(&old);

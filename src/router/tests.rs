@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 
-use super::{charge, throttle, FindSpec, Namespace, PartitionOptions, Router, UpdateStatement};
+use super::{
+    charge, throttle, DocumentValidation, FindSpec, Namespace, PartitionOptions, Router,
+    UpdateStatement,
+};
 use crate::partition::ShardKey;
 use crate::query::filter::Filter;
 use crate::storage::kv::{KvStore, Space};
@@ -85,7 +88,10 @@ async fn sharded(engine: &MemoryEngine, n: i32) -> Arc<Router> {
     let docs = (1..=n)
         .map(|i| raw(doc! {"_id": i, "k": i % 5, "u": i, "a": i * 10}))
         .collect();
-    let outcome = router.insert(&ns("s"), docs, true).await.unwrap();
+    let outcome = router
+        .insert(&ns("s"), docs, true, DocumentValidation::Enforce)
+        .await
+        .unwrap();
     assert!(outcome.errors.is_empty());
     router
 }
@@ -159,7 +165,10 @@ async fn unsharded_collections_read_and_write_through_the_store() {
         .create_indexes_now(&ns("u"), &[doc! {"key": {"a": 1}, "name": "a_1"}])
         .unwrap();
     let docs = (1..=5).map(|i| raw(doc! {"_id": i, "a": i % 2})).collect();
-    router.insert(&ns("u"), docs, true).await.unwrap();
+    router
+        .insert(&ns("u"), docs, true, DocumentValidation::Enforce)
+        .await
+        .unwrap();
     assert_eq!(ids(&find(&router, "u", doc! {"a": 1})), vec![1, 3, 5]);
     assert_eq!(
         ids(&find(&router, "u", doc! {"_id": {"$gte": 4}})),
@@ -173,6 +182,7 @@ async fn unsharded_collections_read_and_write_through_the_store() {
         upsert: false,
         sort: None,
         return_documents: false,
+        validation: DocumentValidation::Enforce,
     };
     router.update(&ns("u"), &stmt).await.unwrap();
     let (n, _) = router
@@ -233,7 +243,12 @@ async fn sharded_reads_find_each_document_once_across_a_split() {
     );
     // The unique index still sees every partition.
     let dup = router
-        .insert(&ns("s"), vec![raw(doc! {"_id": 100, "k": 2, "u": 7})], true)
+        .insert(
+            &ns("s"),
+            vec![raw(doc! {"_id": 100, "k": 2, "u": 7})],
+            true,
+            DocumentValidation::Enforce,
+        )
         .await
         .unwrap();
     assert_eq!(dup.errors.len(), 1);
@@ -251,7 +266,9 @@ fn insert_with_indexes(router: Arc<Router>) -> futures::future::BoxFuture<'stati
         let docs = (50..53)
             .map(|i| raw(doc! {"_id": i, "k": i, "u": i, "a": i}))
             .collect();
-        let _ = router.insert(&ns("s"), docs, true).await;
+        let _ = router
+            .insert(&ns("s"), docs, true, DocumentValidation::Enforce)
+            .await;
     })
 }
 
@@ -268,6 +285,7 @@ fn update_moving_partitions(router: Arc<Router>) -> futures::future::BoxFuture<'
             upsert: false,
             sort: None,
             return_documents: false,
+            validation: DocumentValidation::Enforce,
         };
         let _ = router.update(&ns("s"), &stmt).await;
     })
@@ -436,9 +454,12 @@ async fn reads_and_writes_are_charged_to_the_partition_that_did_them() {
     let meter = charge::Meter::new();
     let doc = doc! {"_id": 100, "k": 4, "u": 100, "a": 1};
     let len = raw(doc.clone()).len();
-    charge::scoped(&meter, router.insert(&ns("s"), vec![raw(doc)], true))
-        .await
-        .unwrap();
+    charge::scoped(
+        &meter,
+        router.insert(&ns("s"), vec![raw(doc)], true, DocumentValidation::Enforce),
+    )
+    .await
+    .unwrap();
     let charges = meter.charges();
     assert_eq!(charges.len(), 1, "{charges:?}");
     assert_eq!(charges[0].partition, partition_of_key(&router, 4));
@@ -511,7 +532,10 @@ async fn reads_decided_on_stored_bytes_agree_with_the_full_match() {
     docs.push(Document::try_from(twice.as_ref()).unwrap());
     bytes.push(twice.into_bytes());
     for coll in ["u", "s"] {
-        let outcome = router.insert(&ns(coll), bytes.clone(), true).await.unwrap();
+        let outcome = router
+            .insert(&ns(coll), bytes.clone(), true, DocumentValidation::Enforce)
+            .await
+            .unwrap();
         assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
     }
     let filters = [
@@ -533,6 +557,7 @@ async fn reads_decided_on_stored_bytes_agree_with_the_full_match() {
             spill_dir: std::env::temp_dir(),
         },
         None,
+        DocumentValidation::Enforce,
     );
     let sorted = |mut out: Vec<Document>| {
         out.sort_by(|a, b| {

@@ -15,6 +15,7 @@ use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 use super::catalog::Usage;
 use super::charge;
 use super::indexes::IndexWrites;
+use super::validation::DocumentValidation;
 use super::{Collection, Matched, Namespace, Record, Router, Sharding};
 use crate::base::limits::MAX_BSON_OBJECT_SIZE;
 use crate::error::{Error, ErrorCode, Result};
@@ -54,6 +55,8 @@ pub struct UpdateStatement {
     pub sort: Option<SortSpec>,
     /// Keep the document before and after the change (`findAndModify`).
     pub return_documents: bool,
+    /// Whether the collection's validator checks the changed documents.
+    pub validation: DocumentValidation,
 }
 
 /// The result of an update or a find-and-modify.
@@ -196,6 +199,11 @@ fn check_top_level_name(key: &str) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A stored or prepared document, decoded.
+fn decode(bytes: &[u8]) -> Result<Document> {
+    Document::from_reader(bytes).map_err(|e| err!(InvalidBSON, "invalid BSON document: {e}"))
 }
 
 fn raw_error(e: bson::error::Error) -> Error {
@@ -672,7 +680,9 @@ impl Router {
         if let Some(c) = self.catalog.get(ns) {
             return Ok((c, 0));
         }
-        let (c, seq) = self.catalog.create(ns, Document::new(), true)?;
+        let (c, seq) =
+            self.catalog
+                .create(ns, super::validation::CollectionOptions::none(), true)?;
         Ok((c, seq.unwrap_or(0)))
     }
 
@@ -724,6 +734,7 @@ impl Router {
         ns: &Namespace,
         docs: Vec<Vec<u8>>,
         ordered: bool,
+        validation: DocumentValidation,
     ) -> Result<InsertOutcome> {
         let mut outcome = InsertOutcome::default();
         // Validate outside the lock.
@@ -751,6 +762,8 @@ impl Router {
         let first_error = outcome.errors.first().map(|(i, _)| *i);
         let result = maybe_blocking(self.inline(prepared.len() <= INLINE_INSERTS), || {
             self.with_write_lock(ns, true, |coll| {
+                let options = coll.options();
+                let validates = options.validates(validation);
                 let mut writes = CollectionBatch::new(self, coll);
                 let mut seen = HashSet::new();
                 let mut inserted = 0;
@@ -760,7 +773,15 @@ impl Router {
                         break;
                     }
                     let id_key = keystring::encode_id(id);
-                    let result = if seen.contains(&id_key) || writes.id_exists(id, bytes)? {
+                    let valid = match validates {
+                        true => {
+                            decode(bytes).and_then(|doc| options.check(ns, &doc, None, validation))
+                        }
+                        false => Ok(()),
+                    };
+                    let result = if let Err(e) = valid {
+                        Err(e)
+                    } else if seen.contains(&id_key) || writes.id_exists(id, bytes)? {
                         Err(duplicate_key_error(ns, id))
                     } else {
                         writes.insert(id, bytes.clone())
@@ -909,10 +930,16 @@ impl Router {
 
     /// Whether a one-document update may be applied to the stored bytes
     /// ([`Update::apply_raw`]): nothing after it needs the documents
-    /// (returning them, Cosmos DB's strict rules) and no index reads a
-    /// field it names.
-    fn may_update_stored(&self, stmt: &UpdateStatement, writes: &CollectionBatch) -> bool {
+    /// (returning them, a validator, Cosmos DB's strict rules) and no
+    /// index reads a field it names.
+    fn may_update_stored(
+        &self,
+        coll: &Collection,
+        stmt: &UpdateStatement,
+        writes: &CollectionBatch,
+    ) -> bool {
         !stmt.multi
+            && !coll.options().validates(stmt.validation)
             && stmt.sort.is_none()
             && !stmt.return_documents
             && self.options.cosmos_strict.is_none()
@@ -968,7 +995,8 @@ impl Router {
     ) -> Result<(ModifyOutcome, u64)> {
         let mut outcome = ModifyOutcome::default();
         let mut writes = CollectionBatch::new(self, coll);
-        let targets = if self.may_update_stored(stmt, &writes) {
+        let options = coll.options();
+        let targets = if self.may_update_stored(coll, stmt, &writes) {
             self.update_stored(coll, stmt, &mut writes, &mut outcome)?
         } else {
             self.write_targets(coll, &stmt.filter, stmt.multi, stmt.sort.as_ref())?
@@ -984,6 +1012,9 @@ impl Router {
             let changed = !documents_identical(&new_doc, &rec.doc);
             if let (true, Some(rules)) = (changed, &self.options.cosmos_strict) {
                 rules.prepare(&mut new_doc, now)?;
+            }
+            if changed {
+                options.check(ns, &new_doc, Some(&rec.doc), stmt.validation)?;
             }
             if stmt.return_documents {
                 outcome.before = Some(rec.doc.clone());
@@ -1002,6 +1033,7 @@ impl Router {
             if let Some(rules) = &self.options.cosmos_strict {
                 rules.prepare(&mut new_doc, now)?;
             }
+            options.check(ns, &new_doc, None, stmt.validation)?;
             let bytes = encode_document(&new_doc)?;
             let id = new_doc.get("_id").cloned().unwrap_or(Bson::Null);
             if writes.id_exists(&id, &bytes)? {

@@ -1,0 +1,61 @@
+//! `collMod`: changes a collection's validator, validation level and
+//! action, or one index's options (`index`).
+
+use bson::Document;
+
+use super::args::{check_fields, collection_namespace};
+use super::request::Request;
+use crate::bail;
+use crate::error::Result;
+use crate::router::validation::VALIDATION_OPTIONS;
+
+/// Options of MongoDB 7.0's `collMod` that Shardgate does not offer yet.
+const NOT_YET: [&str; 7] = [
+    "viewOn",
+    "pipeline",
+    "expireAfterSeconds",
+    "timeseries",
+    "cappedSize",
+    "cappedMax",
+    "changeStreamPreAndPostImages",
+];
+
+pub async fn run(req: &Request<'_>) -> Result<Document> {
+    let ns = collection_namespace("collMod", &req.db, &req.body)?;
+    let mut known = vec!["index"];
+    known.extend(VALIDATION_OPTIONS);
+    known.extend(NOT_YET);
+    check_fields(req, &known)?;
+    if let Some(option) = NOT_YET.iter().find(|o| req.body.contains_key(**o)) {
+        bail!(
+            CommandNotSupported,
+            "collMod with '{option}' is not supported by Shardgate yet"
+        );
+    }
+    let router = &req.state.router;
+    if router.collection(&ns).is_none() {
+        bail!(NamespaceNotFound, "ns does not exist: {ns}");
+    }
+    let mut reply = Document::new();
+    // The validation options first: a malformed one changes nothing.
+    let changes: Document = VALIDATION_OPTIONS
+        .iter()
+        .filter_map(|o| req.body.get(*o).map(|v| (o.to_string(), v.clone())))
+        .collect();
+    if !changes.is_empty() {
+        let changed = router
+            .modify_options(&ns, |options| {
+                let mut options = options.clone();
+                options.extend(changes.clone());
+                options
+            })
+            .await?;
+        if !changed {
+            bail!(NamespaceNotFound, "ns does not exist: {ns}");
+        }
+    }
+    if let Some(spec) = req.body.get("index") {
+        reply.extend(super::indexes::modify_index(req, &ns, spec).await?);
+    }
+    Ok(reply)
+}
