@@ -111,7 +111,7 @@ fn limits(req: &Request<'_>, allow_disk_use: bool) -> Limits {
 }
 
 /// Runs the pipeline and returns its output stream.
-fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
+pub(crate) fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
     let router = req.state.router.clone();
     let deadline = agg
         .max_time_ms
@@ -262,7 +262,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             "searchQueryPlanningInfo",
         ],
     )?;
-    let agg = parse(&req.db, &req.body)?;
+    let mut agg = parse(&req.db, &req.body)?;
     if agg.explain {
         // The pipeline's plan, as `explain` shows it at `queryPlanner`
         // verbosity.
@@ -271,10 +271,30 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         let explain = parse_explained(&req.db, body)?;
         return explain_render::explain(req, explain, Verbosity::QueryPlanner).await;
     }
+    let cursor_ns = agg.ns.full();
+    if !agg.collectionless {
+        // A view's pipeline runs first, over the collection it reads.
+        if let Some(view) = super::views::resolve(&req.state.router, &agg.ns).await? {
+            let mut pipeline = view.pipeline;
+            pipeline.append(&mut agg.pipeline);
+            agg.pipeline = pipeline;
+            agg.ns = view.collection;
+        }
+    }
+    run_parsed(req, agg, cursor_ns).await
+}
+
+/// Runs a parsed aggregation and answers with its first batch, the
+/// cursor named `cursor_ns` (a view's reads name the view).
+pub(crate) async fn run_parsed(
+    req: &Request<'_>,
+    agg: Aggregate,
+    cursor_ns: String,
+) -> Result<Document> {
     if !agg.collectionless {
         req.state.router.admit_namespace(&agg.ns).await?;
     }
-    let full = agg.ns.full();
+    let full = cursor_ns;
     let (batch, stream) = req
         .state
         .router

@@ -109,7 +109,7 @@ pub fn opt_str<'a>(cmd: &str, body: &'a Document, field: &str) -> Result<Option<
 }
 
 /// Arguments every command accepts (MongoDB's generic arguments).
-const GENERIC_FIELDS: &[&str] = &[
+pub const GENERIC_FIELDS: &[&str] = &[
     "apiDeprecationErrors",
     "apiStrict",
     "apiVersion",

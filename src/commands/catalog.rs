@@ -70,13 +70,24 @@ pub async fn list_collections(req: &Request<'_>) -> Result<Document> {
         .transpose()?;
     let batch_size = cursor_batch_size("listCollections", b)?;
     let mut out = Vec::new();
-    for c in req.state.router.collections_in(&req.db) {
-        let info = collection_info(&c);
+    let router = &req.state.router;
+    let collections = router.collections_in(&req.db).into_iter();
+    let views = super::views::list(router, &req.db).await?.into_iter();
+    let infos = collections
+        .map(|c| collection_info(&c))
+        .chain(views.map(|v| v.info()));
+    for info in infos {
         if filter.as_ref().is_some_and(|f| !f.matches(&info)) {
             continue;
         }
         if name_only {
-            out.push(doc! {"name": &c.ns.coll, "type": "collection"});
+            let mut short = Document::new();
+            for field in ["name", "type"] {
+                if let Some(v) = info.get(field) {
+                    short.insert(field, v.clone());
+                }
+            }
+            out.push(short);
         } else {
             out.push(info);
         }
@@ -93,7 +104,16 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
             "capped collections are not supported by Shardgate",
         ));
     }
-    for unsupported in ["viewOn", "timeseries", "clusteredIndex"] {
+    if req.body.contains_key("viewOn") || req.body.contains_key("pipeline") {
+        return create_view(req, &ns).await;
+    }
+    if super::views::find(&req.state.router, &ns).await?.is_some() {
+        return Err(Error::new(
+            ErrorCode::NamespaceExists,
+            format!("Namespace {ns} already exists as a view"),
+        ));
+    }
+    for unsupported in ["timeseries", "clusteredIndex"] {
         if req.body.contains_key(unsupported) {
             return Err(Error::new(
                 ErrorCode::CommandNotSupported,
@@ -125,11 +145,54 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
     Ok(Document::new())
 }
 
+/// `create` with `viewOn` and `pipeline`: a view. Creating the same view
+/// again succeeds; any other namespace already there is 48.
+async fn create_view(req: &Request<'_>, ns: &Namespace) -> Result<Document> {
+    if req.body.contains_key("collation") {
+        return Err(Error::new(
+            ErrorCode::CommandNotSupported,
+            "a view with a collation is not supported by Shardgate yet",
+        ));
+    }
+    for field in req.body.keys().skip(1) {
+        if !matches!(field.as_str(), "viewOn" | "pipeline")
+            && !field.starts_with('$')
+            && !super::args::GENERIC_FIELDS.contains(&field.as_str())
+        {
+            return Err(Error::new(
+                ErrorCode::InvalidOptions,
+                format!("option '{field}' is not supported on a view"),
+            ));
+        }
+    }
+    let router = &req.state.router;
+    if router.collection(ns).is_some() {
+        return Err(Error::new(
+            ErrorCode::NamespaceExists,
+            format!("Namespace already exists: {ns}"),
+        ));
+    }
+    let view = super::views::define(router, "create", ns, &req.body).await?;
+    if let Some(existing) = super::views::find(router, ns).await? {
+        if existing == view {
+            return Ok(Document::new());
+        }
+        return Err(Error::new(
+            ErrorCode::NamespaceExists,
+            format!("Namespace already exists: {ns}"),
+        ));
+    }
+    super::views::create(router, &view).await?;
+    Ok(Document::new())
+}
+
 pub async fn drop(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("drop", &req.db, &req.body)?;
     let router = &req.state.router;
     if router.drop_collection(&ns).await? {
         Ok(doc! {"nIndexesWas": 1, "ns": ns.full()})
+    } else if super::views::drop(router, &ns).await? {
+        Ok(doc! {"ns": ns.full()})
     } else {
         // Dropping a missing collection succeeds since MongoDB 7.0.
         Ok(doc! {"ns": ns.full()})
@@ -149,6 +212,7 @@ pub async fn rename_collection(req: &Request<'_>) -> Result<Document> {
         .ok_or_else(|| Error::failed_to_parse("renameCollection needs a 'to' namespace"))?;
     let from = Namespace::parse(from)?;
     let to = Namespace::parse(to)?;
+    super::views::refuse(&req.state.router, &from).await?;
     let drop_target = bool_or("renameCollection", b, "dropTarget", false)?;
     if from == to {
         return Err(Error::new(
@@ -181,6 +245,7 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
         None => 1,
     };
     let router = &req.state.router;
+    super::views::refuse(router, &ns).await?;
     let Some(coll) = router.collection(&ns) else {
         return Err(Error::new(
             ErrorCode::NamespaceNotFound,

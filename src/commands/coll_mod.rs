@@ -1,5 +1,6 @@
 //! `collMod`: changes a collection's validator, validation level and
-//! action, or one index's options (`index`).
+//! action, or one index's options (`index`); or a view's definition
+//! (`viewOn` and `pipeline` together).
 
 use bson::Document;
 
@@ -8,11 +9,10 @@ use super::request::Request;
 use crate::bail;
 use crate::error::Result;
 use crate::router::validation::VALIDATION_OPTIONS;
+use crate::router::Namespace;
 
 /// Options of MongoDB 7.0's `collMod` that Shardgate does not offer yet.
-const NOT_YET: [&str; 7] = [
-    "viewOn",
-    "pipeline",
+const NOT_YET: [&str; 5] = [
     "expireAfterSeconds",
     "timeseries",
     "cappedSize",
@@ -22,7 +22,7 @@ const NOT_YET: [&str; 7] = [
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("collMod", &req.db, &req.body)?;
-    let mut known = vec!["index"];
+    let mut known = vec!["index", "viewOn", "pipeline"];
     known.extend(VALIDATION_OPTIONS);
     known.extend(NOT_YET);
     check_fields(req, &known)?;
@@ -34,7 +34,16 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     }
     let router = &req.state.router;
     if router.collection(&ns).is_none() {
+        if super::views::find(router, &ns).await?.is_some() {
+            return modify_view(req, &ns).await;
+        }
         bail!(NamespaceNotFound, "ns does not exist: {ns}");
+    }
+    if req.body.contains_key("viewOn") || req.body.contains_key("pipeline") {
+        bail!(
+            InvalidOptions,
+            "option 'viewOn' and 'pipeline' are only supported on a view"
+        );
     }
     let mut reply = Document::new();
     // The validation options first: a malformed one changes nothing.
@@ -58,4 +67,29 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         reply.extend(super::indexes::modify_index(req, &ns, spec).await?);
     }
     Ok(reply)
+}
+
+/// `collMod` of a view: a new `viewOn` and `pipeline`, both required.
+async fn modify_view(req: &Request<'_>, ns: &Namespace) -> Result<Document> {
+    if let Some(option) = req
+        .body
+        .keys()
+        .skip(1)
+        .find(|k| ["index"].iter().chain(&VALIDATION_OPTIONS).any(|o| o == k))
+    {
+        bail!(
+            InvalidOptions,
+            "option '{option}' is not supported on a view"
+        );
+    }
+    if !req.body.contains_key("viewOn") || !req.body.contains_key("pipeline") {
+        bail!(
+            InvalidOptions,
+            "must specify both 'viewOn' and 'pipeline' when applying collMod to a view"
+        );
+    }
+    let router = &req.state.router;
+    let view = super::views::define(router, "collMod", ns, &req.body).await?;
+    super::views::replace(router, &view).await?;
+    Ok(Document::new())
 }

@@ -1,7 +1,7 @@
 //! `count`: the number of documents matching `query`, after `skip` and
 //! `limit`.
 
-use bson::{doc, Document};
+use bson::{doc, Bson, Document};
 
 use super::args::{collection_namespace, opt_document, opt_i64, opt_non_negative};
 use super::request::Request;
@@ -44,6 +44,25 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     )?;
     let Count { ns, spec } = parse(&req.db, &req.body)?;
     let router = req.state.router.clone();
+    if let Some(view) = super::views::resolve(&router, &ns).await? {
+        let mut stages = Vec::new();
+        if let Some(q) = opt_document("count", &req.body, "query")?.filter(|q| !q.is_empty()) {
+            stages.push(doc! {"$match": q.clone()});
+        }
+        if spec.skip > 0 {
+            stages.push(doc! {"$skip": spec.skip as i64});
+        }
+        if let Some(limit) = spec.limit {
+            stages.push(doc! {"$limit": limit as i64});
+        }
+        stages.push(doc! {"$count": "n"});
+        let counted =
+            super::views::read(req, &view, stages, |mut docs| docs.next().transpose()).await?;
+        let n = counted
+            .and_then(|d| d.get("n").cloned())
+            .unwrap_or(Bson::Int32(0));
+        return Ok(doc! {"n": n});
+    }
     let matching = router.count(&ns, spec.filter.as_ref()).await?;
     let n = matching
         .saturating_sub(spec.skip)

@@ -59,6 +59,7 @@ fn check_statement(entry: &Document) -> Result<Statement<'_>> {
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     super::args::check_fields(req, &["deletes", "ordered", "let"])?;
     let ns = collection_namespace("delete", &req.db, &req.body)?;
+    super::views::refuse(&req.state.router, &ns).await?;
     let entries = document_list(req, "deletes")?;
     check_batch_size(entries.len())?;
     let ordered = bool_or("delete", &req.body, "ordered", true)?;

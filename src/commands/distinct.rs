@@ -8,7 +8,7 @@ use super::request::Request;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::compare;
 use crate::query::filter::Filter;
-use crate::router::FindSpec;
+use crate::router::{DocStream, FindSpec};
 
 /// Collects the values at a dotted path, descending into arrays.
 fn collect_values(v: &Bson, path: &[&str], out: &mut Vec<Bson>) {
@@ -59,24 +59,37 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         ..FindSpec::default()
     };
     let router = req.state.router.clone();
-    let values = router
-        .find(&ns, spec, |found| -> Result<Vec<Bson>> {
-            let mut values = Vec::new();
-            // Duplicates go whenever the list doubles, so memory follows the
-            // distinct values, which may not pass 16 MB.
-            let mut unique = 0usize;
-            for d in found.documents() {
-                let d = d?;
-                collect_values(&Bson::Document(d), &path, &mut values);
-                if values.len() >= unique.saturating_mul(2).max(1024) {
-                    unique = dedup(&mut values)?;
-                }
-            }
-            dedup(&mut values)?;
-            Ok(values)
-        })
-        .await?;
+    let values = match super::views::resolve(&router, &ns).await? {
+        Some(view) => {
+            let stages = match opt_document("distinct", b, "query")?.filter(|q| !q.is_empty()) {
+                Some(q) => vec![doc! {"$match": q.clone()}],
+                None => Vec::new(),
+            };
+            super::views::read(req, &view, stages, |docs| distinct_values(docs, &path)).await?
+        }
+        None => {
+            router
+                .find(&ns, spec, |found| distinct_values(found.documents(), &path))
+                .await?
+        }
+    };
     Ok(doc! {"values": values})
+}
+
+/// The distinct values of `path` in `docs`, sorted.
+fn distinct_values(docs: DocStream, path: &[&str]) -> Result<Vec<Bson>> {
+    let mut values = Vec::new();
+    // Duplicates go whenever the list doubles, so memory follows the
+    // distinct values, which may not pass 16 MB.
+    let mut unique = 0usize;
+    for d in docs {
+        collect_values(&Bson::Document(d?), path, &mut values);
+        if values.len() >= unique.saturating_mul(2).max(1024) {
+            unique = dedup(&mut values)?;
+        }
+    }
+    dedup(&mut values)?;
+    Ok(values)
 }
 
 /// Sorts and removes duplicate values; fails as MongoDB does once the

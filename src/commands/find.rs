@@ -104,6 +104,11 @@ pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
     )?;
     let mut f = parse(&req.db, &req.body)?;
     req.state.counters.op_query.fetch_add(1, Ordering::Relaxed);
+    if let Some(view) = super::views::resolve(&req.state.router, &f.ns).await? {
+        return super::views::find_on(req, &view)
+            .await
+            .map(CommandReply::from);
+    }
     f.spec.sort_limits = Some(crate::aggregate::Limits {
         max_blocking_bytes: req.state.config.max_blocking_stage_bytes,
         allow_disk_use: f.allow_disk_use,

@@ -33,6 +33,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let cmd = req.name.as_str();
     let b = &req.body;
     let ns = collection_namespace(cmd, &req.db, b)?;
+    super::views::refuse(&req.state.router, &ns).await?;
     let filter = Filter::parse(opt_document(cmd, b, "query")?.unwrap_or(&Document::new()))?;
     let sort = match opt_document(cmd, b, "sort")? {
         Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),

@@ -16,6 +16,7 @@ use crate::{bail, err};
 
 pub async fn create_indexes(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("createIndexes", &req.db, &req.body)?;
+    super::views::refuse(&req.state.router, &ns).await?;
     let specs = document_list(req, "indexes")?;
     if specs.is_empty() {
         bail!(BadValue, "Must specify at least one index to create");
@@ -42,6 +43,7 @@ fn id_index_spec() -> Document {
 
 pub async fn list_indexes(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("listIndexes", &req.db, &req.body)?;
+    super::views::refuse(&req.state.router, &ns).await?;
     let Some(coll) = req.state.router.collection(&ns) else {
         return Err(Error::new(
             ErrorCode::NamespaceNotFound,
@@ -120,6 +122,7 @@ fn pick_dropped(ns: &Namespace, which: &Bson, indexes: &[Arc<Index>]) -> Result<
 
 pub async fn drop_indexes(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("dropIndexes", &req.db, &req.body)?;
+    super::views::refuse(&req.state.router, &ns).await?;
     check_fields(req, &["index"])?;
     let Some(which) = req.body.get("index") else {
         bail!(
@@ -248,6 +251,7 @@ pub async fn modify_index(req: &Request<'_>, ns: &Namespace, spec: &Bson) -> Res
 /// `validate`: checks the collection's indexes against its documents.
 pub async fn validate(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("validate", &req.db, &req.body)?;
+    super::views::refuse(&req.state.router, &ns).await?;
     let router = &req.state.router;
     let Some(coll) = router.collection(&ns) else {
         bail!(

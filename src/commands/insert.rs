@@ -13,6 +13,7 @@ use crate::error::Result;
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     super::args::check_fields(req, &["documents", "ordered", "bypassDocumentValidation"])?;
     let ns = collection_namespace("insert", &req.db, &req.body)?;
+    super::views::refuse(&req.state.router, &ns).await?;
     let docs = raw_document_list(req, "documents")?;
     check_batch_size(docs.len())?;
     let ordered = bool_or("insert", &req.body, "ordered", true)?;

@@ -39,6 +39,7 @@ pub mod sharding;
 pub mod state;
 pub mod update;
 pub mod version;
+pub mod views;
 pub mod write_concern;
 
 use std::sync::atomic::Ordering;

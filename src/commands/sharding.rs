@@ -70,6 +70,7 @@ pub async fn shard_collection(req: &Request<'_>) -> Result<Document> {
         None => bail!(FailedToParse, "shardCollection needs a namespace"),
     };
     check_shardable(&ns)?;
+    super::views::refuse(&req.state.router, &ns).await?;
     let Some(pattern) = opt_document("shardCollection", b, "key")? else {
         return Err(Error::new(
             ErrorCode::MissingField,

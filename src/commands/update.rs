@@ -81,6 +81,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         &["updates", "ordered", "bypassDocumentValidation", "let"],
     )?;
     let ns = collection_namespace("update", &req.db, &req.body)?;
+    super::views::refuse(&req.state.router, &ns).await?;
     let entries = document_list(req, "updates")?;
     check_batch_size(entries.len())?;
     let ordered = bool_or("update", &req.body, "ordered", true)?;

@@ -1,0 +1,128 @@
+// mongosh collection kinds against Shardgate: a $jsonSchema validator
+// rejecting a document (with errInfo), collMod to warn, and a view
+// (db.createView, find and aggregate through it, getCollectionInfos,
+// writes refused), on an unsharded and a sharded collection.
+//
+// Run: mongosh --quiet --norc "mongodb://127.0.0.1:PORT/test?directConnection=true" \
+//        compat-tests/mongosh/collections.js
+// Any failed check throws at the end, and mongosh then exits non-zero.
+
+const failures = [];
+function check(cond, what, got) {
+  if (!cond) {
+    const line = "FAILED: " + what + (got === undefined ? "" : " (got " + EJSON.stringify(got, { relaxed: false }) + ")");
+    print(line);
+    failures.push(line);
+  }
+}
+
+function attempt(what, fn) {
+  try {
+    return fn();
+  } catch (e) {
+    check(false, what + " threw " + e.message);
+    return undefined;
+  }
+}
+
+// Runs `fn`, which must throw a server error with `code`; returns the error.
+function expectError(what, code, fn) {
+  try {
+    const r = fn();
+    check(false, what + " should fail with code " + code, r);
+    return undefined;
+  } catch (e) {
+    check(e.code === code, what + " fails with code " + code, { code: e.code, message: e.message });
+    return e;
+  }
+}
+
+function same(a, b) {
+  return EJSON.stringify(a) === EJSON.stringify(b);
+}
+
+const cdb = db.getSiblingDB("mongosh_collections");
+cdb.dropDatabase();
+
+// --- a $jsonSchema validator ------------------------------------------------
+const schema = {
+  $jsonSchema: {
+    bsonType: "object",
+    required: ["name", "year"],
+    properties: {
+      name: { bsonType: "string", description: "must be a string" },
+      year: { bsonType: "int", minimum: 2017, maximum: 3017 },
+    },
+  },
+};
+for (const [name, sharded] of [["students", false], ["students_sharded", true]]) {
+  attempt("createCollection " + name, () => cdb.createCollection(name, { validator: schema }));
+  if (sharded) {
+    attempt("shardCollection " + name, () =>
+      sh.shardCollection("mongosh_collections." + name, { name: "hashed" }, false, { numInitialChunks: 8 }));
+  }
+  const c = cdb.getCollection(name);
+  attempt("a valid student", () => c.insertOne({ _id: 1, name: "Alice", year: NumberInt(2019) }));
+  const e = expectError("a year below the minimum", 121, () =>
+    c.insertOne({ _id: 2, name: "Bob", year: NumberInt(2001) }));
+  const info = e && e.errInfo;
+  check(info && info.failingDocumentId === 2, name + ": errInfo names the document", info);
+  const rules = info && info.details && info.details.schemaRulesNotSatisfied;
+  check(
+    rules && same(rules, [{
+      operatorName: "properties",
+      propertiesNotSatisfied: [{
+        propertyName: "year",
+        details: [{ operatorName: "minimum", specifiedAs: { minimum: 2017 }, reason: "comparison failed", consideredValue: 2001 }],
+      }],
+    }]),
+    name + ": errInfo says which rule failed", rules);
+  expectError("a student without a name", 121, () => c.insertOne({ _id: 3, year: NumberInt(2020) }));
+  expectError("an update that breaks the schema", 121, () => c.updateOne({ _id: 1 }, { $set: { name: 7 } }));
+  check(c.countDocuments({}) === 1, name + ": only the valid student is stored", c.countDocuments({}));
+  attempt("bypassDocumentValidation", () =>
+    c.insertOne({ _id: 4, name: "Dan", year: NumberInt(1990) }, { bypassDocumentValidation: true }));
+  check(c.countDocuments({}) === 2, name + ": the bypassed insert is stored", c.countDocuments({}));
+}
+// collMod to warn: the write goes through.
+attempt("collMod validationAction warn", () =>
+  cdb.runCommand({ collMod: "students", validationAction: "warn" }));
+attempt("an invalid student with warn", () => cdb.students.insertOne({ _id: 5, name: 5, year: NumberInt(1) }));
+check(cdb.students.countDocuments({ _id: 5 }) === 1, "warn stores the document");
+const options = cdb.getCollectionInfos({ name: "students" })[0].options;
+check(options.validationAction === "warn" && same(options.validator, schema), "getCollectionInfos shows the validator", options);
+
+// --- a view -----------------------------------------------------------------
+cdb.orders.insertMany([
+  { _id: 1, item: "abc", price: 10, qty: 2 },
+  { _id: 2, item: "jkl", price: 20, qty: 1 },
+  { _id: 3, item: "xyz", price: 5, qty: 10 },
+  { _id: 4, item: "abc", price: 10, qty: 5 },
+]);
+attempt("createView", () =>
+  cdb.createView("order_totals", "orders", [
+    { $project: { item: 1, total: { $multiply: ["$price", "$qty"] } } },
+  ]));
+const v = cdb.order_totals;
+const big = attempt("find on a view", () => v.find({ total: { $gte: 30 } }).sort({ total: -1 }).toArray());
+check(same(big, [{ _id: 3, item: "xyz", total: 50 }, { _id: 4, item: "abc", total: 50 }]) ||
+  same(big, [{ _id: 4, item: "abc", total: 50 }, { _id: 3, item: "xyz", total: 50 }]),
+  "find through the view", big);
+const byItem = attempt("aggregate on a view", () =>
+  v.aggregate([{ $group: { _id: "$item", total: { $sum: "$total" } } }, { $sort: { _id: 1 } }]).toArray());
+check(same(byItem, [{ _id: "abc", total: 70 }, { _id: "jkl", total: 20 }, { _id: "xyz", total: 50 }]), "aggregate through the view", byItem);
+check(v.countDocuments({}) === 4, "countDocuments on a view", v.countDocuments({}));
+const viewInfo = cdb.getCollectionInfos({ name: "order_totals" })[0];
+check(viewInfo && viewInfo.type === "view" && viewInfo.options.viewOn === "orders", "getCollectionInfos shows the view", viewInfo);
+expectError("insert into a view", 166, () => v.insertOne({ _id: 9 }));
+expectError("createIndex on a view", 166, () => v.createIndex({ item: 1 }));
+attempt("drop the view", () => v.drop());
+check(!cdb.getCollectionNames().includes("order_totals"), "the view is gone", cdb.getCollectionNames());
+check(cdb.orders.countDocuments({}) === 4, "its collection is untouched");
+
+cdb.dropDatabase();
+
+if (failures.length > 0) {
+  throw new Error("mongosh collections: " + failures.length + " check(s) failed:\n" + failures.join("\n"));
+}
+print("mongosh collections: all checks passed");
