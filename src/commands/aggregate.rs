@@ -11,6 +11,7 @@ use bson::{doc, Bson, Document};
 use super::args::{self, bool_or, collection_namespace, number_as_i64, opt_document};
 use super::explain_render::{self, Explain, Kind, Verbosity};
 use super::request::Request;
+use super::views;
 use crate::aggregate::{stage_arg, Context, Limits, ParseContext, Pipeline};
 use crate::cursor::{first_batch_reply, with_time_limit, CursorStream, DEFAULT_FIRST_BATCH};
 use crate::error::{Error, ErrorCode, Result};
@@ -274,7 +275,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let cursor_ns = agg.ns.full();
     if !agg.collectionless {
         // A view's pipeline runs first, over the collection it reads.
-        if let Some(view) = super::views::resolve(&req.state.router, &agg.ns).await? {
+        if let Some(view) = views::resolve(&req.state.router, &agg.ns).await? {
             let mut pipeline = view.pipeline;
             pipeline.append(&mut agg.pipeline);
             agg.pipeline = pipeline;
@@ -311,6 +312,43 @@ pub(crate) async fn run_parsed(
         req.state.cursors.open(full.clone(), stream, req.conn.id)?
     };
     Ok(first_batch_reply(id, &full, batch.docs.into_documents()?))
+}
+
+/// Answers a `find` on a view: its filter, sort, skip, limit and
+/// projection become stages after the view's pipeline; the cursor is
+/// named after the view.
+pub(crate) async fn find_on_view(req: &Request<'_>, view: &views::Resolved) -> Result<Document> {
+    let b = &req.body;
+    let mut stages = Vec::new();
+    let mut stage = |name: &str, field: &str| match b.get(field) {
+        Some(Bson::Document(d)) if d.is_empty() => {}
+        Some(v) if !matches!(v, Bson::Null) => stages.push(doc! {name: v.clone()}),
+        _ => {}
+    };
+    stage("$match", "filter");
+    stage("$sort", "sort");
+    stage("$skip", "skip");
+    stage("$limit", "limit");
+    stage("$project", "projection");
+    let batch_size = super::args::opt_non_negative("find", b, "batchSize")?.map(|n| n as i64);
+    let body = views::aggregation(req, view, stages, batch_size);
+    let agg = parse(&view.collection.db, &body)?;
+    run_parsed(req, agg, view.view.full()).await
+}
+
+/// Runs `read` over what a view gives with `stages` after its pipeline,
+/// where a read may block.
+pub(crate) async fn read_view<T>(
+    req: &Request<'_>,
+    view: &views::Resolved,
+    stages: Vec<Document>,
+    read: impl FnOnce(DocStream) -> Result<T>,
+) -> Result<T> {
+    let body = views::aggregation(req, view, stages, None);
+    let agg = parse(&view.collection.db, &body)?;
+    let router = &req.state.router;
+    router.admit_namespace(&agg.ns).await?;
+    router.read_on(|| read(execute(req, &agg)?)).await
 }
 
 /// The documents of a leading `$collStats`: one per partition, as a

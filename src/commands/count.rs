@@ -57,7 +57,8 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         }
         stages.push(doc! {"$count": "n"});
         let counted =
-            super::views::read(req, &view, stages, |mut docs| docs.next().transpose()).await?;
+            super::aggregate::read_view(req, &view, stages, |mut docs| docs.next().transpose())
+                .await?;
         let n = counted
             .and_then(|d| d.get("n").cloned())
             .unwrap_or(Bson::Int32(0));

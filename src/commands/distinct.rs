@@ -65,7 +65,8 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
                 Some(q) => vec![doc! {"$match": q.clone()}],
                 None => Vec::new(),
             };
-            super::views::read(req, &view, stages, |docs| distinct_values(docs, &path)).await?
+            super::aggregate::read_view(req, &view, stages, |docs| distinct_values(docs, &path))
+                .await?
         }
         None => {
             router

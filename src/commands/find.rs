@@ -105,7 +105,7 @@ pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
     let mut f = parse(&req.db, &req.body)?;
     req.state.counters.op_query.fetch_add(1, Ordering::Relaxed);
     if let Some(view) = super::views::resolve(&req.state.router, &f.ns).await? {
-        return super::views::find_on(req, &view)
+        return super::aggregate::find_on_view(req, &view)
             .await
             .map(CommandReply::from);
     }

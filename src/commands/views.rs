@@ -23,7 +23,7 @@ use crate::aggregate::{ParseContext, Pipeline};
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
-use crate::router::{DocStream, DocumentValidation, FindSpec, Namespace, Router};
+use crate::router::{DocumentValidation, FindSpec, Namespace, Router};
 
 /// The collection of a database that holds its view definitions.
 pub const SYSTEM_VIEWS: &str = "system.views";
@@ -285,45 +285,6 @@ pub async fn drop(router: &Router, ns: &Namespace) -> Result<bool> {
     let filter = Filter::parse(&doc! {"_id": ns.full()})?;
     let (n, _) = router.delete(&views, &filter, false, None).await?;
     Ok(n > 0)
-}
-
-/// Answers a `find` on a view: its filter, sort, skip, limit and
-/// projection become stages after the view's pipeline; the cursor is
-/// named after the view.
-pub async fn find_on(req: &Request<'_>, view: &Resolved) -> Result<Document> {
-    let b = &req.body;
-    let mut stages = Vec::new();
-    let mut stage = |name: &str, field: &str| match b.get(field) {
-        Some(Bson::Document(d)) if d.is_empty() => {}
-        Some(v) if !matches!(v, Bson::Null) => stages.push(doc! {name: v.clone()}),
-        _ => {}
-    };
-    stage("$match", "filter");
-    stage("$sort", "sort");
-    stage("$skip", "skip");
-    stage("$limit", "limit");
-    stage("$project", "projection");
-    let batch_size = super::args::opt_non_negative("find", b, "batchSize")?.map(|n| n as i64);
-    let body = aggregation(req, view, stages, batch_size);
-    let agg = super::aggregate::parse(&view.collection.db, &body)?;
-    super::aggregate::run_parsed(req, agg, view.view.full()).await
-}
-
-/// Runs `read` over what a view gives with `stages` after its pipeline,
-/// where a read may block.
-pub async fn read<T>(
-    req: &Request<'_>,
-    view: &Resolved,
-    stages: Vec<Document>,
-    read: impl FnOnce(DocStream) -> Result<T>,
-) -> Result<T> {
-    let body = aggregation(req, view, stages, None);
-    let agg = super::aggregate::parse(&view.collection.db, &body)?;
-    let router = &req.state.router;
-    router.admit_namespace(&agg.ns).await?;
-    router
-        .read_on(|| read(super::aggregate::execute(req, &agg)?))
-        .await
 }
 
 /// The `aggregate` command a read of a view becomes: the view's
