@@ -171,6 +171,11 @@ pub struct Config {
     /// 60 s, instead of failing with 16500.
     #[arg(long)]
     pub server_side_retry: bool,
+
+    /// Offer the commands test suites use: `configureFailPoint`, with
+    /// MongoDB's `failCommand` fail point. Never on a server others use.
+    #[arg(long)]
+    pub enable_test_commands: bool,
 }
 
 impl Config {

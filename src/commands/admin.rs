@@ -207,3 +207,25 @@ fn request_units(router: &crate::router::Router) -> Document {
         "operationsCharged": t.operations as i64,
     }
 }
+
+/// `configureFailPoint` (`--enable-test-commands`): sets the
+/// `failCommand` fail point ([`super::fail_point`]).
+pub async fn configure_fail_point(req: &Request<'_>) -> Result<Document> {
+    let b = &req.body;
+    match b.get("configureFailPoint") {
+        Some(Bson::String(name)) if name == "failCommand" => {}
+        Some(Bson::String(name)) => {
+            return Err(Error::new(
+                ErrorCode::FailPointSetFailed,
+                format!("{name} not found"),
+            ))
+        }
+        _ => {
+            return Err(Error::type_mismatch(
+                "BSON field 'configureFailPoint.configureFailPoint' is the wrong type, expected type 'string'",
+            ))
+        }
+    }
+    let was = super::fail_point::configure(&req.state.fail_points, b.get("mode"), b.get("data"))?;
+    Ok(doc! {"count": was})
+}

@@ -22,6 +22,14 @@ pub const MAX_WIRE_VERSION: i32 = 21;
 
 pub async fn hello(req: &Request<'_>) -> Result<Document> {
     let offered = offered_compressors(&req.body)?;
+    if let Ok(name) = req
+        .body
+        .get_document("client")
+        .and_then(|c| c.get_document("application"))
+        .and_then(|a| a.get_str("name"))
+    {
+        req.conn.set_app_name(name);
+    }
     let mut reply = Document::new();
     if req.name == "hello" {
         reply.insert("isWritablePrimary", true);

@@ -26,6 +26,7 @@ pub mod delete;
 pub mod distinct;
 pub mod explain;
 pub mod explain_render;
+pub mod fail_point;
 pub mod find;
 pub mod find_and_modify;
 pub mod handshake;
@@ -242,12 +243,37 @@ async fn run(
             format!("no such command: '{name}'"),
         ));
     };
+    if TEST_COMMANDS.contains(&name.as_str()) && !state.config.enable_test_commands {
+        return Err(Error::new(
+            ErrorCode::CommandNotFound,
+            format!("no such command: '{name}'"),
+        ));
+    }
     if entry.admin_only && db != "admin" {
         return Err(Error::new(
             ErrorCode::Unauthorized,
             format!("{name} may only be run against the admin database."),
         ));
     }
+    let failing = match state.fail_points.check(&name, &body, &db, conn.app_name()) {
+        None => None,
+        Some(action) => {
+            if let Some(block) = action.block {
+                tokio::time::sleep(block).await;
+            }
+            if action.close_connection {
+                conn.close();
+                return Err(Error::new(
+                    ErrorCode::HostUnreachable,
+                    "connection closed by the failCommand fail point",
+                ));
+            }
+            if let Some(error) = action.error {
+                return Ok(error.into());
+            }
+            Some(action)
+        }
+    };
     let write_concern = write_concern::check(&name, &body)?;
     state.counters.op_command.fetch_add(1, Ordering::Relaxed);
     let retry = retry::is_retryable_write(&name)
@@ -287,7 +313,7 @@ async fn run(
             done => break done?,
         }
     };
-    if write_concern.error.is_none() && retry.is_none() {
+    if write_concern.error.is_none() && retry.is_none() && failing.is_none() {
         return Ok(reply);
     }
     let mut reply = reply.into_document()?;
@@ -297,8 +323,19 @@ async fn run(
     if let Some((session, txn)) = retry {
         state.retries.record(session, txn, &reply);
     }
+    // The fail point's error is not part of the write's outcome: a retry
+    // is answered with the recorded reply, without it.
+    if let Some(wce) = failing.and_then(|a| a.write_concern_error.map(|e| (e, a.labels))) {
+        reply.insert("writeConcernError", wce.0);
+        if !wce.1.is_empty() {
+            reply.insert("errorLabels", wce.1);
+        }
+    }
     Ok(reply.into())
 }
+
+/// Commands only `--enable-test-commands` offers.
+const TEST_COMMANDS: &[&str] = &["configureFailPoint"];
 
 /// Multi-document transactions are not built yet; a command that would
 /// start or continue one fails instead of running outside a transaction.

@@ -82,6 +82,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         "commit a transaction"
     ),
     command!(
+        "configureFailPoint",
+        admin::configure_fail_point,
+        true,
+        "set a fail point (--enable-test-commands)"
+    ),
+    command!(
         "connectionStatus",
         admin::connection_status,
         false,

@@ -29,6 +29,8 @@ pub struct StateInner {
     pub started: Instant,
     pub counters: Counters,
     pub retries: retry::RetryTable,
+    /// `configureFailPoint`'s fail points (`--enable-test-commands`).
+    pub fail_points: super::fail_point::FailPoints,
     cluster_time: AtomicU64,
 }
 
@@ -62,6 +64,7 @@ impl ServerState {
             started: Instant::now(),
             counters: Counters::default(),
             retries: retry::RetryTable::default(),
+            fail_points: super::fail_point::FailPoints::default(),
             cluster_time: AtomicU64::new(0),
         }))
     }
@@ -106,6 +109,11 @@ pub struct ConnectionInfo {
     last_request: parking_lot::Mutex<Option<LastRequest>>,
     /// The compressors `hello` agreed on ([`CompressorList::to_bits`]).
     compressors: AtomicU16,
+    /// The application name the client gave in its first `hello`.
+    app_name: std::sync::OnceLock<String>,
+    /// Set when the connection is to close instead of replying (the
+    /// `failCommand` fail point's `closeConnection`).
+    closing: std::sync::atomic::AtomicBool,
     state: ServerState,
 }
 
@@ -121,6 +129,8 @@ impl ConnectionInfo {
             probe,
             last_request: parking_lot::Mutex::new(None),
             compressors: AtomicU16::new(0),
+            app_name: std::sync::OnceLock::new(),
+            closing: std::sync::atomic::AtomicBool::new(false),
             state: state.clone(),
         }
     }
@@ -142,6 +152,25 @@ impl ConnectionInfo {
 
     pub(super) fn set_compressors(&self, list: CompressorList) {
         self.compressors.store(list.to_bits(), Ordering::Relaxed);
+    }
+
+    /// The application name from the client's metadata, if it gave one.
+    pub fn app_name(&self) -> Option<&str> {
+        self.app_name.get().map(String::as_str)
+    }
+
+    /// Records the application name; only the first `hello` sets it.
+    pub(super) fn set_app_name(&self, name: &str) {
+        let _ = self.app_name.set(name.to_string());
+    }
+
+    /// Whether the connection must close now, without a reply.
+    pub fn closing(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn close(&self) {
+        self.closing.store(true, Ordering::Relaxed);
     }
 }
 

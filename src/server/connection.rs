@@ -112,6 +112,9 @@ pub async fn serve(
             Some(Ok(m)) => m,
         };
         let reply = respond(&state, &conn, message).await;
+        if conn.closing() {
+            break "closed by the failCommand fail point";
+        }
         framed.codec_mut().accept(conn.compressors());
         let Some(reply) = reply else {
             continue;
