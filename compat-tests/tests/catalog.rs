@@ -61,6 +61,21 @@ async fn list_databases_shows_databases_with_data() {
 }
 
 #[tokio::test]
+async fn list_databases_always_shows_admin_and_config_as_a_mongos_does() {
+    let srv = TestServer::start().await;
+    let typed = srv.client.list_database_names().await.unwrap();
+    assert_eq!(typed, vec!["admin", "config"]);
+    seed(&srv, "app", "c", 1).await;
+    let reply = run(&srv, "admin", doc! {"listDatabases": 1}).await;
+    let dbs = reply.get_array("databases").unwrap();
+    assert_eq!(names(dbs), vec!["admin", "app", "config"]);
+    for d in dbs {
+        let d = d.as_document().unwrap();
+        assert_eq!(d.get_bool("empty"), Ok(false), "{d}");
+    }
+}
+
+#[tokio::test]
 async fn list_databases_does_not_show_databases_without_collections() {
     let srv = TestServer::start().await;
     // Touching a database handle or reading from it creates nothing.

@@ -29,13 +29,21 @@ pub async fn list_databases(req: &Request<'_>) -> Result<Document> {
             _ => dbs.push((coll.ns.db.clone(), size)),
         }
     }
+    // A mongos always lists the cluster's own databases: `admin`, and
+    // `config`, which Shardgate generates from its catalog.
+    for name in ["admin", "config"] {
+        if let Err(at) = dbs.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+            dbs.insert(at, (name.to_string(), 0));
+        }
+    }
     let mut out = Vec::new();
     let mut total = 0u64;
     for (name, size) in dbs {
+        let empty = size == 0 && !matches!(name.as_str(), "admin" | "config");
         let entry = if name_only {
             doc! {"name": &name}
         } else {
-            doc! {"name": &name, "sizeOnDisk": size as i64, "empty": size == 0}
+            doc! {"name": &name, "sizeOnDisk": size as i64, "empty": empty}
         };
         if filter.as_ref().is_some_and(|f| !f.matches(&entry)) {
             continue;
