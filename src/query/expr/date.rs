@@ -872,6 +872,34 @@ impl Unit {
     }
 }
 
+/// A time unit named outside an expression (`$setWindowFields` bounds and
+/// `unit`s, `$densify`'s step): `"year"` ... `"millisecond"`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimeUnit(Unit);
+
+impl TimeUnit {
+    /// Parses a unit name; anything else is MongoDB's `FailedToParse`.
+    pub fn parse(name: &str) -> Result<TimeUnit> {
+        Unit::parse(name).map(TimeUnit).ok_or_else(|| {
+            Error::new(
+                ErrorCode::FailedToParse,
+                format!("unknown time unit value: {name}"),
+            )
+        })
+    }
+
+    /// The unit's length, for units of a week or shorter.
+    pub fn millis(self) -> Option<i64> {
+        self.0.fixed_ms()
+    }
+
+    /// `utc_ms` plus `amount` units, in UTC (months clamp the day);
+    /// `None` past the range of dates.
+    pub fn add(self, utc_ms: i64, amount: i64) -> Option<i64> {
+        add_to_date(utc_ms, self.0, amount, TimeZone::UTC)
+    }
+}
+
 /// Evaluates a `unit` argument: `Ok(None)` for null.
 fn unit_of<'a>(op: &str, node: Option<&'a Node>, scope: &Scope<'a>) -> Result<Option<Unit>> {
     let value = match node {
