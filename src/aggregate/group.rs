@@ -923,6 +923,51 @@ impl State {
 }
 
 // ---------------------------------------------------------------------------
+// Accumulators over windows
+
+/// An accumulator as `$setWindowFields` uses it: started afresh for a
+/// window (or kept running for a window open to the left), fed the
+/// window's documents in order, and read without being consumed.
+#[derive(Debug, Clone)]
+pub(super) struct WindowAccumulator(Accumulator);
+
+/// The running state of a [`WindowAccumulator`].
+#[derive(Debug, Clone)]
+pub(super) struct WindowState(State);
+
+impl WindowAccumulator {
+    /// Parses `{$sum: <expr>}` (the window function without its `window`).
+    pub(super) fn parse(field: &str, spec: &Document) -> Result<WindowAccumulator> {
+        parse_accumulator(field, &Bson::Document(spec.clone())).map(WindowAccumulator)
+    }
+
+    /// Whether `name` is an accumulator a window can run.
+    pub(super) fn is_accumulator(name: &str) -> bool {
+        name != "$mergeObjects" && ACCUMULATORS.contains(&name)
+    }
+
+    pub(super) fn start(&self) -> WindowState {
+        WindowState(new_state(&self.0.op))
+    }
+
+    /// Adds one document of the window.
+    pub(super) fn add(
+        &self,
+        state: &mut WindowState,
+        doc: &Document,
+        vars: &Document,
+    ) -> Result<()> {
+        let value = eval(&self.0.arg, doc, vars)?;
+        state.0.add(&self.0.op, value, doc).map(|_| ())
+    }
+
+    /// The value over what was added so far.
+    pub(super) fn value(&self, state: &WindowState) -> Bson {
+        state.0.clone().finish(&self.0.op)
+    }
+}
+
+// ---------------------------------------------------------------------------
 // The group engine
 
 /// How documents map to group keys.

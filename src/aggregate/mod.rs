@@ -26,6 +26,7 @@ mod multi;
 mod output;
 pub mod spill;
 mod update;
+mod window;
 
 pub use basic::sort_with_limit;
 pub use group::ACCUMULATORS;
@@ -232,6 +233,7 @@ static TABLES: &[&[(&str, StageParser)]] = &[
     lookup::STAGES,
     multi::STAGES,
     output::STAGES,
+    window::STAGES,
 ];
 
 fn find_stage(name: &str) -> Option<StageParser> {

@@ -4,10 +4,10 @@
 //!
 //! Dates are `bson::DateTime` (milliseconds since the epoch, proleptic
 //! Gregorian calendar). Calendar math is done here on "local" milliseconds:
-//! the instant shifted by the time zone's offset. Only fixed-offset zones
-//! are known (`UTC`, `GMT`, `+hh:mm`, `-hhmm`, `+hh`); Olson names such as
-//! `America/New_York` are rejected with MongoDB's "unrecognized time zone"
-//! error until a time zone database is added.
+//! the instant shifted by the time zone's offset at that instant. Zones are
+//! fixed offsets (`UTC`, `GMT`, `+hh:mm`, `-hhmm`, `+hh`) or Olson names
+//! (`America/New_York`) from the `chrono-tz` database, daylight saving
+//! time included; any other name is MongoDB's 40485.
 
 use bson::{Bson, DateTime, Document};
 
@@ -165,14 +165,17 @@ impl Parts {
 // ---------------------------------------------------------------------------
 // Time zones.
 
-/// A fixed UTC offset.
+/// A time zone: a fixed UTC offset, or an Olson zone whose offset
+/// depends on the instant (daylight saving time), from the `chrono-tz`
+/// database.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct TimeZone {
-    offset_ms: i64,
+pub(super) enum TimeZone {
+    Fixed(i64),
+    Named(chrono_tz::Tz),
 }
 
 impl TimeZone {
-    pub(super) const UTC: TimeZone = TimeZone { offset_ms: 0 };
+    pub(super) const UTC: TimeZone = TimeZone::Fixed(0);
 
     pub(super) fn parse(name: &str) -> Option<TimeZone> {
         if matches!(
@@ -181,19 +184,55 @@ impl TimeZone {
         ) {
             return Some(TimeZone::UTC);
         }
-        parse_offset(name).map(|offset_ms| TimeZone { offset_ms })
+        if let Some(offset_ms) = parse_offset(name) {
+            return Some(TimeZone::Fixed(offset_ms));
+        }
+        name.parse::<chrono_tz::Tz>().ok().map(TimeZone::Named)
+    }
+
+    /// The zone's offset from UTC at the instant `utc_ms`.
+    fn offset_at(self, utc_ms: i64) -> i64 {
+        use chrono::{Offset, TimeZone as _};
+        match self {
+            TimeZone::Fixed(offset_ms) => offset_ms,
+            TimeZone::Named(tz) => chrono::DateTime::from_timestamp_millis(utc_ms)
+                .map(|t| {
+                    let offset = tz.offset_from_utc_datetime(&t.naive_utc());
+                    i64::from(offset.fix().local_minus_utc()) * MS_PER_SECOND
+                })
+                .unwrap_or(0),
+        }
     }
 
     fn to_local(self, utc_ms: i64) -> i64 {
-        utc_ms.saturating_add(self.offset_ms)
+        utc_ms.saturating_add(self.offset_at(utc_ms))
     }
 
+    /// The instant of a local time. A local time that occurs twice (when
+    /// clocks go back) is its first occurrence; one that does not occur
+    /// (when clocks go forward) is read with the offset before the change.
     fn to_utc(self, local_ms: i64) -> i64 {
-        local_ms.saturating_sub(self.offset_ms)
+        match self {
+            TimeZone::Fixed(offset_ms) => local_ms.saturating_sub(offset_ms),
+            TimeZone::Named(_) => {
+                let before = self.offset_at(local_ms.saturating_sub(MS_PER_DAY));
+                let after = self.offset_at(local_ms.saturating_add(MS_PER_DAY));
+                let first = local_ms.saturating_sub(before);
+                if self.offset_at(first) == before {
+                    return first;
+                }
+                let second = local_ms.saturating_sub(after);
+                if self.offset_at(second) == after {
+                    return second;
+                }
+                first
+            }
+        }
     }
 
-    fn offset_minutes(self) -> i64 {
-        self.offset_ms / MS_PER_MINUTE
+    /// The offset at `utc_ms` in minutes, for `%z` and `%Z`.
+    fn offset_minutes(self, utc_ms: i64) -> i64 {
+        self.offset_at(utc_ms) / MS_PER_MINUTE
     }
 }
 
@@ -415,11 +454,11 @@ pub(super) fn format_date(format: &str, utc_ms: i64, tz: TimeZone) -> Result<Str
             'V' => out.push_str(&format!("{:02}", p.iso_week().1)),
             'G' => out.push_str(&format!("{:04}", p.iso_week().0)),
             'Z' => {
-                let m = tz.offset_minutes();
+                let m = tz.offset_minutes(utc_ms);
                 out.push_str(&format!("{}{}", if m < 0 { '-' } else { '+' }, m.abs()));
             }
             'z' => {
-                let m = tz.offset_minutes();
+                let m = tz.offset_minutes(utc_ms);
                 let sign = if m < 0 { '-' } else { '+' };
                 out.push_str(&format!("{sign}{:02}{:02}", m.abs() / 60, m.abs() % 60));
             }
@@ -545,17 +584,19 @@ pub(super) fn parse_date_string(text: &str, tz: TimeZone) -> Result<(i64, bool)>
         }
     }
     let rest = cursor.rest().trim_start();
-    let (offset, named) = if rest.is_empty() {
-        (tz.offset_ms, false)
+    let offset = if rest.is_empty() {
+        None
     } else if rest == "Z" || rest == "z" || rest == "UTC" || rest == "GMT" {
-        (0, true)
+        Some(0)
     } else {
-        let offset = parse_offset(rest).ok_or_else(|| bad("trailing data"))?;
-        (offset, true)
+        Some(parse_offset(rest).ok_or_else(|| bad("trailing data"))?)
     };
     let local = civil_millis(year, month, day, hour, minute, second, millis)
         .ok_or_else(|| bad("a date component is out of range"))?;
-    Ok((local - offset, named))
+    match offset {
+        Some(offset) => Ok((local - offset, true)),
+        None => Ok((tz.to_utc(local), false)),
+    }
 }
 
 /// Local milliseconds of calendar fields, validating their ranges.
@@ -638,7 +679,7 @@ fn parse_with_format(text: &str, format: &str, tz: TimeZone) -> Result<i64> {
     let (mut hour, mut minute, mut second, mut millis) = (0, 0, 0, 0);
     let mut day_of_year: Option<i64> = None;
     let (mut iso_year, mut iso_week, mut iso_dow) = (None, None, None);
-    let mut offset = tz.offset_ms;
+    let mut offset: Option<i64> = None;
     let mut chars = format.chars();
     while let Some(c) = chars.next() {
         if c != '%' {
@@ -682,7 +723,7 @@ fn parse_with_format(text: &str, format: &str, tz: TimeZone) -> Result<i64> {
                     .find(|(_, c)| !(c.is_ascii_digit() || *c == ':'))
                     .map_or(rest.len(), |(i, _)| i);
                 let token = &rest[..len];
-                offset = if spec == 'Z' {
+                offset = Some(if spec == 'Z' {
                     token
                         .parse::<i64>()
                         .ok()
@@ -692,7 +733,7 @@ fn parse_with_format(text: &str, format: &str, tz: TimeZone) -> Result<i64> {
                     0
                 } else {
                     parse_offset(token).ok_or_else(|| bad("bad offset"))?
-                };
+                });
                 cursor.pos += len;
             }
             '%' => {
@@ -720,7 +761,10 @@ fn parse_with_format(text: &str, format: &str, tz: TimeZone) -> Result<i64> {
         civil_millis(year, month, day, hour, minute, second, millis)
             .ok_or_else(|| bad("a date component is out of range"))?
     };
-    Ok(local - offset)
+    Ok(match offset {
+        Some(offset) => local - offset,
+        None => tz.to_utc(local),
+    })
 }
 
 /// Days since the epoch of an ISO week date.
@@ -869,6 +913,34 @@ impl Unit {
             Unit::Month => Some(1),
             _ => None,
         }
+    }
+}
+
+/// A time unit named outside an expression (`$setWindowFields` bounds and
+/// `unit`s, `$densify`'s step): `"year"` ... `"millisecond"`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimeUnit(Unit);
+
+impl TimeUnit {
+    /// Parses a unit name; anything else is MongoDB's `FailedToParse`.
+    pub fn parse(name: &str) -> Result<TimeUnit> {
+        Unit::parse(name).map(TimeUnit).ok_or_else(|| {
+            Error::new(
+                ErrorCode::FailedToParse,
+                format!("unknown time unit value: {name}"),
+            )
+        })
+    }
+
+    /// The unit's length, for units of a week or shorter.
+    pub fn millis(self) -> Option<i64> {
+        self.0.fixed_ms()
+    }
+
+    /// `utc_ms` plus `amount` units, in UTC (months clamp the day);
+    /// `None` past the range of dates.
+    pub fn add(self, utc_ms: i64, amount: i64) -> Option<i64> {
+        add_to_date(utc_ms, self.0, amount, TimeZone::UTC)
     }
 }
 
@@ -1184,6 +1256,12 @@ fn date_arithmetic<'a>(
 /// Adds `amount` units; months clamp the day to the month's last day.
 fn add_to_date(utc_ms: i64, unit: Unit, amount: i64, tz: TimeZone) -> Option<i64> {
     if let Some(ms) = unit.fixed_ms() {
+        // Days and weeks are calendar days in a zone with daylight saving
+        // time (noon stays noon); shorter units are elapsed time.
+        if matches!(unit, Unit::Day | Unit::Week) && matches!(tz, TimeZone::Named(_)) {
+            let local = tz.to_local(utc_ms).checked_add(ms.checked_mul(amount)?)?;
+            return Some(tz.to_utc(local));
+        }
         return utc_ms.checked_add(ms.checked_mul(amount)?);
     }
     let months = unit.months()?.checked_mul(amount)?;
@@ -1519,6 +1597,98 @@ mod tests {
 
     fn i(v: i32) -> std::result::Result<Bson, i32> {
         Ok(Bson::Int32(v))
+    }
+
+    /// MongoDB's documentation examples with Olson names, and both sides
+    /// of daylight saving time changes.
+    #[test]
+    fn named_time_zones() {
+        let s = |v: &str| Ok(Bson::String(v.to_string()));
+        let d = |v: &str| Ok(date(v));
+        check(vec![
+            (
+                doc! {"$dateToString": {"date": date("2014-01-01T08:15:39.736Z"),
+                "format": "%H:%M:%S:%L%z", "timezone": "America/New_York"}},
+                s("03:15:39:736-0500"),
+            ),
+            (
+                doc! {"$dateToString": {"date": date("2014-07-01T08:15:39.736Z"),
+                "format": "%H:%M %z %Z", "timezone": "America/New_York"}},
+                s("04:15 -0400 -240"),
+            ),
+            (
+                doc! {"$dateToParts": {"date": date("2017-01-01T01:29:09.123Z"),
+                "timezone": "America/New_York"}},
+                Ok(Bson::Document(
+                    doc! {"year": 2016, "month": 12, "day": 31, "hour": 20,
+                    "minute": 29, "second": 9, "millisecond": 123},
+                )),
+            ),
+            (
+                doc! {"$dateFromParts": {"year": 2016, "month": 12, "day": 31, "hour": 23,
+                "minute": 46, "second": 12, "timezone": "America/New_York"}},
+                d("2017-01-01T04:46:12Z"),
+            ),
+            (
+                doc! {"$dateFromString": {"dateString": "2017-02-08T12:10:40.787",
+                "timezone": "America/New_York"}},
+                d("2017-02-08T17:10:40.787Z"),
+            ),
+            (
+                doc! {"$dateFromString": {"dateString": "2017-07-08 12:10",
+                "format": "%Y-%m-%d %H:%M", "timezone": "Europe/Berlin"}},
+                d("2017-07-08T10:10:00Z"),
+            ),
+            (
+                doc! {"$hour": {"date": date("2021-01-15T12:00:00Z"), "timezone": "Europe/Berlin"}},
+                i(13),
+            ),
+            (
+                doc! {"$hour": {"date": date("2021-07-15T12:00:00Z"), "timezone": "Europe/Berlin"}},
+                i(14),
+            ),
+            (
+                doc! {"$dayOfMonth": {"date": date("2021-07-01T02:00:00Z"), "timezone": "America/New_York"}},
+                i(30),
+            ),
+            (
+                doc! {"$hour": {"date": date("2021-07-15T12:00:00Z"), "timezone": "GMT"}},
+                i(12),
+            ),
+            (
+                doc! {"$hour": {"date": date("2021-07-15T12:00:00Z"), "timezone": "Z"}},
+                i(12),
+            ),
+            // Berlin's clocks went forward on 2021-03-28: that day started at
+            // 23:00 UTC the evening before.
+            (
+                doc! {"$dateTrunc": {"date": date("2021-03-28T12:00:00Z"), "unit": "day",
+                "timezone": "Europe/Berlin"}},
+                d("2021-03-27T23:00:00Z"),
+            ),
+            // A day later is noon again in New York across the change; 24
+            // hours later is 13:00.
+            (
+                doc! {"$dateAdd": {"startDate": date("2021-03-13T17:00:00Z"), "unit": "day",
+                "amount": 1, "timezone": "America/New_York"}},
+                d("2021-03-14T16:00:00Z"),
+            ),
+            (
+                doc! {"$dateAdd": {"startDate": date("2021-03-13T17:00:00Z"), "unit": "hour",
+                "amount": 24, "timezone": "America/New_York"}},
+                d("2021-03-14T17:00:00Z"),
+            ),
+            (
+                doc! {"$dateDiff": {"startDate": date("2021-03-14T04:59:00Z"),
+                "endDate": date("2021-03-14T05:01:00Z"), "unit": "day",
+                "timezone": "America/New_York"}},
+                Ok(Bson::Int64(1)),
+            ),
+            (
+                doc! {"$hour": {"date": "$d", "timezone": "America/Gotham"}},
+                Err(40485),
+            ),
+        ]);
     }
 
     #[test]

@@ -33,6 +33,8 @@ mod date;
 mod string;
 mod types;
 
+pub use date::TimeUnit;
+
 /// A parsed aggregation expression.
 #[derive(Debug, Clone)]
 pub struct Expr {
