@@ -17,7 +17,12 @@
 #      up to DOCS); RESULT workload=agg-group-ratio gives sharded / unsharded;
 #   2. agg-topk: aggregate([{$sort: {v: -1}}, {$limit: 10}]) over the same
 #      two collections (reused, not loaded again), checked against the ten
-#      documents with the largest v.
+#      documents with the largest v;
+#   3. agg-window (only when asked for): $setWindowFields with a running
+#      sum of v per cat (sorted by v, documents window [unbounded,
+#      current]), then $group by cat, allowDiskUse, over the same two
+#      collections; each group's count and largest running sum are checked
+#      against the documents.
 #
 # About 5 minutes in all with the defaults on two cores (plus the build).
 #
@@ -25,7 +30,7 @@
 #   DOCS=200000 DURATION=5 bench/run-aggregate.sh           # a quick look
 #   bench/run-aggregate.sh --workloads agg-topk             # only that one
 #
-# --workloads LIST (any of agg-group, agg-topk) picks the workloads; the
+# --workloads LIST (any of agg-group, agg-topk, agg-window) picks the workloads; the
 # script takes it out of the arguments. The other extra arguments go to
 # every shardgate-bench run and win over the script's defaults (e.g.
 # --warmup, --agg-partitions, --batch for the load).
@@ -54,7 +59,7 @@ read -r -a server_args <<<"${SERVER_ARGS:-}"
 # shellcheck source=bench/servers.sh
 source "$repo/bench/servers.sh"
 # agg-group first: it loads the collections agg-topk then reuses.
-pick_workloads "agg-group agg-topk" "agg-group,agg-topk" "$@"
+pick_workloads "agg-group agg-topk agg-window" "agg-group,agg-topk" "$@"
 set -- ${rest[@]+"${rest[@]}"}
 
 if [[ "${SKIP_BUILD:-}" != 1 ]]; then

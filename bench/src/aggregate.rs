@@ -11,6 +11,12 @@
 //!   "$cat", n: {$sum: 1}, total: {$sum: "$v"}}}])`, which the server splits
 //!   into a partial group per partition plus a final group at the router.
 //! * `agg-topk`: `aggregate([{$sort: {v: -1}}, {$limit: 10}])`.
+//! * `agg-window`: `aggregate([{$setWindowFields: {partitionBy: "$cat",
+//!   sortBy: {v: 1}, output: {running: {$sum: "$v", window: {documents:
+//!   ["unbounded", "current"]}}}}}, {$group: {_id: "$cat", n: {$sum: 1},
+//!   total: {$max: "$running"}}}], {allowDiskUse: true})`: every document
+//!   through a window, the running sum's last value checked against the
+//!   group's total.
 //!
 //! Each is timed at concurrency 1 and every `--concurrency` level, on the
 //! sharded and then the unsharded collection, with the server's CPU use
@@ -155,14 +161,15 @@ impl Generated for AggData {
 enum Query {
     Group,
     TopK,
+    Window,
 }
 
 impl Query {
     fn of(w: Workload) -> Query {
-        if w == Workload::AggTopk {
-            Query::TopK
-        } else {
-            Query::Group
+        match w {
+            Workload::AggTopk => Query::TopK,
+            Workload::AggWindow => Query::Window,
+            _ => Query::Group,
         }
     }
 
@@ -180,6 +187,21 @@ impl Query {
                 doc! { "$sort": { "v": -1 } },
                 doc! { "$limit": TOP_K as i64 },
             ],
+            Query::Window => vec![
+                doc! { "$setWindowFields": {
+                    "partitionBy": "$cat",
+                    "sortBy": { "v": 1 },
+                    "output": { "running": {
+                        "$sum": "$v",
+                        "window": { "documents": ["unbounded", "current"] },
+                    } },
+                } },
+                doc! { "$group": {
+                    "_id": "$cat",
+                    "n": { "$sum": 1 },
+                    "total": { "$max": "$running" },
+                } },
+            ],
         }
     }
 
@@ -189,6 +211,9 @@ impl Query {
                 "aggregate([{$match: {v: {$gte: 0}}}, {$group: {_id: \"$cat\", n: {$sum: 1}, total: {$sum: \"$v\"}}}])"
             }
             Query::TopK => "aggregate([{$sort: {v: -1}}, {$limit: 10}])",
+            Query::Window => {
+                "aggregate([{$setWindowFields: {partitionBy: \"$cat\", sortBy: {v: 1}, output: {running: {$sum: \"$v\", window: {documents: [\"unbounded\", \"current\"]}}}}}, {$group: {_id: \"$cat\", n: {$sum: 1}, total: {$max: \"$running\"}}}])"
+            }
         }
     }
 }
@@ -211,11 +236,14 @@ async fn query(
 ) -> Result<bool, String> {
     let cursor = coll
         .aggregate(q.pipeline())
+        .allow_disk_use(q == Query::Window)
         .await
         .map_err(|e| e.to_string())?;
     let docs: Vec<Document> = cursor.try_collect().await.map_err(|e| e.to_string())?;
     match q {
-        Query::Group => check_group(data, &docs),
+        // Every `v` is non-negative, so the largest running sum of a
+        // `cat` is its total.
+        Query::Group | Query::Window => check_group(data, &docs),
         Query::TopK => check_topk(data, &docs),
     }
     .map_err(|e| format!("wrong answer: {e}"))?;
@@ -493,6 +521,11 @@ pub async fn agg_group(args: &Args, target: &Target) -> Result<Outcome, String> 
 /// `agg-topk`.
 pub async fn agg_topk(args: &Args, target: &Target) -> Result<Outcome, String> {
     run(args, target, Workload::AggTopk).await
+}
+
+/// `agg-window`.
+pub async fn agg_window(args: &Args, target: &Target) -> Result<Outcome, String> {
+    run(args, target, Workload::AggWindow).await
 }
 
 async fn run(args: &Args, target: &Target, w: Workload) -> Result<Outcome, String> {

@@ -294,6 +294,7 @@ impl Args {
                     Workload::FanoutQuery
                         | Workload::AggGroup
                         | Workload::AggTopk
+                        | Workload::AggWindow
                         | Workload::ScanFilter
                 )
             }) {
@@ -437,6 +438,7 @@ async fn run(args: Args) -> Result<(), String> {
             Workload::IndexInsert => indexes::index_insert(&args, &targets[0]).await?,
             Workload::AggGroup => aggregate::agg_group(&args, &targets[0]).await?,
             Workload::AggTopk => aggregate::agg_topk(&args, &targets[0]).await?,
+            Workload::AggWindow => aggregate::agg_window(&args, &targets[0]).await?,
             Workload::Unwind => robustness::unwind(&args, &targets[0]).await?,
             Workload::CursorMemory => robustness::cursor_memory(&args, &targets[0]).await?,
             Workload::RuEnforcement => request_units::ru_enforcement(&args, &targets[0]).await?,

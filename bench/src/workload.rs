@@ -61,6 +61,9 @@ pub enum Workload {
     AggGroup,
     /// `aggregate([{$sort: {v: -1}}, {$limit: 10}])` on the same two.
     AggTopk,
+    /// `$setWindowFields` (a running sum of `v` per `cat`) then `$group`,
+    /// on the same two.
+    AggWindow,
     /// `ping`: the per-request path alone, no storage.
     Ping,
     /// `$unwind` of one document's array of 10,000 to 100,000 elements
@@ -102,6 +105,7 @@ impl Workload {
             Workload::IndexInsert => "index-insert",
             Workload::AggGroup => "agg-group",
             Workload::AggTopk => "agg-topk",
+            Workload::AggWindow => "agg-window",
             Workload::Ping => "ping",
             Workload::Unwind => "unwind",
             Workload::CursorMemory => "cursor-memory",
@@ -123,6 +127,7 @@ impl Workload {
                 | Workload::IndexInsert
                 | Workload::AggGroup
                 | Workload::AggTopk
+                | Workload::AggWindow
                 | Workload::Ping
                 | Workload::Unwind
                 | Workload::CursorMemory
