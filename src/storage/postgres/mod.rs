@@ -843,9 +843,12 @@ fn route(placement: &Placement, op: &WriteOp) -> StorageResult<Option<ServerId>>
     }
 }
 
+/// A write to a partition this gateway's placement does not hold: another
+/// gateway split or moved it since this one read the catalog, so the
+/// router reloads it and tries again.
 fn unplaced(collection: u64) -> StorageError {
-    StorageError::Engine(format!(
-        "collection {collection} has a write outside every placed partition"
+    StorageError::Stale(format!(
+        "collection {collection} has a write outside every partition this gateway has placed"
     ))
 }
 
