@@ -398,7 +398,8 @@ async fn out_keeps_the_target_validator_and_indexes() {
 #[tokio::test]
 async fn warn_logs_the_failure_and_writes() {
     let srv = TestServer::start().await;
-    let db = srv.db(DB);
+    // The first gateway's log is the one read below.
+    let db = srv.pinned_db(DB);
     let mut options = adult_validator();
     options.insert("validationAction", "warn");
     create(&srv, "c", options, false).await;
