@@ -64,6 +64,18 @@ async fn all(db: &Database, name: &str) -> Vec<Document> {
         .unwrap()
 }
 
+/// The options `listCollections` shows for collection `name`.
+async fn options_of(db: &Database, name: &str) -> Document {
+    let infos: Vec<Document> = db
+        .run_cursor_command(doc! {"listCollections": 1, "filter": {"name": name}})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    infos[0].get_document("options").unwrap().clone()
+}
+
 /// The one write error of a raw write command's reply.
 fn write_error(reply: &Document) -> Document {
     let errors = reply
@@ -378,17 +390,7 @@ async fn out_keeps_the_target_validator_and_indexes() {
     assert_eq!(all(&db, "target").await.len(), 2);
     let names: Vec<String> = coll(&db, "target").list_index_names().await.unwrap();
     assert_eq!(names, vec!["_id_".to_string(), "age_1".to_string()]);
-    let infos: Vec<Document> = db
-        .run_cursor_command(doc! {"listCollections": 1, "filter": {"name": "target"}})
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    assert_eq!(
-        infos[0].get_document("options").unwrap(),
-        &adult_validator()
-    );
+    assert_eq!(&options_of(&db, "target").await, &adult_validator());
     // A result the validator refuses fails the `$out`.
     src.insert_one(doc! {"_id": 3, "age": 1}).await.unwrap();
     let r = src.aggregate(vec![doc! {"$out": "target"}]).await;
@@ -447,15 +449,8 @@ async fn coll_mod_changes_the_validator_level_and_action() {
     // Off: nothing is checked.
     run(&db, doc! {"collMod": "c", "validationLevel": "off"}).await;
     c.insert_one(doc! {"_id": 3, "age": 1}).await.unwrap();
-    let infos: Vec<Document> = db
-        .run_cursor_command(doc! {"listCollections": 1, "filter": {"name": "c"}})
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
     assert_eq!(
-        infos[0].get_document("options").unwrap(),
+        &options_of(&db, "c").await,
         &doc! {"validationLevel": "off", "validator": {"age": {"$gte": 18}}}
     );
     // An empty validator removes it.
