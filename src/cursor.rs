@@ -38,13 +38,28 @@ use crate::aggregate::DocStream;
 use crate::base::limits::{MAX_BSON_OBJECT_SIZE, MAX_INTERNAL_OBJECT_SIZE};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::size::document_size;
-use crate::router::{Found, StoredStream};
+use crate::router::capped::Tail;
+use crate::router::{Collection, Found, StoredStream};
 
 /// A result stream that can tell whether anything is left: documents,
 /// or stored documents whose bytes go into replies undecoded.
 pub enum CursorStream {
     Documents(Peekable<DocStream>),
     Stored(Peekable<StoredStream>),
+    /// A tailable cursor's: reaching the end leaves it open.
+    Tail(Box<TailStream>),
+}
+
+/// A tailable cursor's documents, with the one a full batch left over.
+pub struct TailStream {
+    tail: Tail,
+    held: Option<Document>,
+}
+
+impl From<Tail> for CursorStream {
+    fn from(tail: Tail) -> CursorStream {
+        CursorStream::Tail(Box::new(TailStream { tail, held: None }))
+    }
 }
 
 impl From<DocStream> for CursorStream {
@@ -181,6 +196,10 @@ impl CursorStream {
                 let docs = BatchDocs::Documents(docs.into_iter().map(Bson::Document).collect());
                 Ok(Batch { docs, exhausted })
             }
+            CursorStream::Tail(t) => Ok(Batch {
+                docs: BatchDocs::Documents(t.next_documents(max_docs)?),
+                exhausted: false,
+            }),
             // Stored documents were checked against the size limit when
             // they were written.
             CursorStream::Stored(stored) => {
@@ -191,6 +210,48 @@ impl CursorStream {
                 })
             }
         }
+    }
+}
+
+impl CursorStream {
+    /// For a tailable `awaitData` cursor, the collection whose inserts
+    /// it waits for when a `getMore` finds nothing new.
+    pub fn awaits(&self) -> Option<Arc<Collection>> {
+        match self {
+            CursorStream::Tail(t) if t.tail.await_data => Some(t.tail.collection().clone()),
+            _ => None,
+        }
+    }
+}
+
+impl TailStream {
+    /// The next documents, sized as [`CursorStream::next_batch`] sizes
+    /// them; fewer (or none) when nothing newer is there yet.
+    fn next_documents(&mut self, max_docs: Option<usize>) -> Result<Vec<Bson>> {
+        self.tail.resume();
+        let mut docs = Vec::new();
+        let mut bytes = 0usize;
+        while max_docs.is_none_or(|m| docs.len() < m) {
+            let doc = match self.held.take() {
+                Some(doc) => doc,
+                None => match self.tail.next_document() {
+                    Some(doc) => doc?,
+                    None => break,
+                },
+            };
+            let size = document_size(&doc);
+            if size > MAX_INTERNAL_OBJECT_SIZE {
+                return Err(Error::bson_object_too_large(size, &doc));
+            }
+            let with_overhead = size.saturating_add(PER_DOCUMENT_OVERHEAD);
+            if !docs.is_empty() && bytes.saturating_add(with_overhead) > MAX_BATCH_BYTES {
+                self.held = Some(doc);
+                break;
+            }
+            docs.push(Bson::Document(doc));
+            bytes = bytes.saturating_add(with_overhead);
+        }
+        Ok(docs)
     }
 }
 

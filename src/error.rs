@@ -147,6 +147,7 @@ error_codes! {
     ConflictingOperationInProgress = 117,
     NamespaceNotSharded = 118,
     DocumentValidationFailure = 121,
+    CappedPositionLost = 136,
     ExceededMemoryLimit = 146,
     InvalidSyntax = 150,
     ViewDepthLimitExceeded = 165,

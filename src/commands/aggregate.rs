@@ -383,6 +383,7 @@ fn coll_stats_documents(
     };
     let now = bson::DateTime::now();
     let (nindexes, index_sizes) = super::indexes::index_counts(&coll);
+    let capped = coll.options().capped.is_some();
     let ids: Vec<u64> = parts.iter().map(|(_, id, _)| *id).collect();
     let units = router.partition_units(&coll, &ids);
     // Partitions shown on one shard (a server holding several) add up.
@@ -419,7 +420,7 @@ fn coll_stats_documents(
                         "numOrphanDocs": 0_i64,
                         "storageSize": u.bytes as i64,
                         "freeStorageSize": 0_i64,
-                        "capped": false,
+                        "capped": capped,
                         "nindexes": nindexes,
                         "indexDetails": {},
                         "indexBuilds": [],

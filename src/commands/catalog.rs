@@ -61,10 +61,20 @@ pub async fn list_databases(req: &Request<'_>) -> Result<Document> {
 }
 
 fn collection_info(c: &Collection) -> Document {
+    let options = c.options();
+    if options.timeseries.is_some() {
+        // A time-series collection has no `_id` index, as in MongoDB.
+        return doc! {
+            "name": &c.ns.coll,
+            "type": "timeseries",
+            "options": options.document.clone(),
+            "info": {"readOnly": false},
+        };
+    }
     doc! {
         "name": &c.ns.coll,
         "type": "collection",
-        "options": c.options().document.clone(),
+        "options": options.document.clone(),
         "info": {"readOnly": false, "uuid": c.uuid.clone()},
         "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
     }
@@ -106,12 +116,7 @@ pub async fn list_collections(req: &Request<'_>) -> Result<Document> {
 
 pub async fn create(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("create", &req.db, &req.body)?;
-    if bool_or("create", &req.body, "capped", false)? {
-        return Err(Error::new(
-            ErrorCode::CommandNotSupported,
-            "capped collections are not supported by Shardgate",
-        ));
-    }
+    let capped = super::capped::create_options(&req.body)?;
     if req.body.contains_key("viewOn") || req.body.contains_key("pipeline") {
         return create_view(req, &ns).await;
     }
@@ -121,15 +126,15 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
             format!("Namespace {ns} already exists as a view"),
         ));
     }
-    for unsupported in ["timeseries", "clusteredIndex"] {
-        if req.body.contains_key(unsupported) {
-            return Err(Error::new(
-                ErrorCode::CommandNotSupported,
-                format!("create with '{unsupported}' is not supported by Shardgate yet"),
-            ));
-        }
+    let kinds = super::timeseries::create_options(&req.body)?;
+    if !kinds.is_empty() && !capped.is_empty() && kinds.contains_key("clusteredIndex") {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "Cannot create a clustered collection that is capped",
+        ));
     }
-    let mut options = Document::new();
+    let mut options = capped;
+    options.extend(kinds);
     for (k, v) in &req.body {
         if matches!(
             k.as_str(),
@@ -149,7 +154,12 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
             format!("Collection {ns} already exists with different options"),
         ));
     }
+    let default_index = super::timeseries::default_index(&options);
     router.create_collection(&ns, options).await?;
+    if let Some(spec) = default_index {
+        let created = router.create_indexes(&ns, &[spec]).await?;
+        router.durable(created.seq).await?;
+    }
     Ok(Document::new())
 }
 
@@ -271,7 +281,7 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
         "avgObjSize": avg as i64,
         "storageSize": (stats.size / scale) as i64,
         "freeStorageSize": 0i64,
-        "capped": false,
+        "capped": coll.options().capped.is_some(),
         "nindexes": nindexes,
         "indexDetails": {},
         "indexBuilds": [],
@@ -288,6 +298,12 @@ pub async fn coll_stats(req: &Request<'_>) -> Result<Document> {
             .collect(),
         None => vec![0],
     };
+    if let Some(capped) = coll.options().capped {
+        reply.insert("maxSize", (capped.size / scale) as i64);
+        if let Some(max) = capped.max {
+            reply.insert("max", max as i64);
+        }
+    }
     let units = router.partition_units(&coll, &ids);
     reply.insert(
         "requestUnits",

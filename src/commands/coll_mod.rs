@@ -1,6 +1,8 @@
 //! `collMod`: changes a collection's validator, validation level and
-//! action, or one index's options (`index`); or a view's definition
-//! (`viewOn` and `pipeline` together).
+//! action, a capped collection's bounds (`cappedSize`, `cappedMax`), a
+//! time-series or clustered collection's expiry (`expireAfterSeconds`)
+//! and granularity (`timeseries`), or one index's options (`index`); or
+//! a view's definition (`viewOn` and `pipeline` together).
 
 use bson::Document;
 
@@ -12,17 +14,19 @@ use crate::router::validation::VALIDATION_OPTIONS;
 use crate::router::Namespace;
 
 /// Options of MongoDB 7.0's `collMod` that Shardgate does not offer yet.
-const NOT_YET: [&str; 5] = [
-    "expireAfterSeconds",
-    "timeseries",
-    "cappedSize",
-    "cappedMax",
-    "changeStreamPreAndPostImages",
-];
+const NOT_YET: [&str; 1] = ["changeStreamPreAndPostImages"];
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("collMod", &req.db, &req.body)?;
-    let mut known = vec!["index", "viewOn", "pipeline"];
+    let mut known = vec![
+        "index",
+        "viewOn",
+        "pipeline",
+        "cappedSize",
+        "cappedMax",
+        "expireAfterSeconds",
+        "timeseries",
+    ];
     known.extend(VALIDATION_OPTIONS);
     known.extend(NOT_YET);
     check_fields(req, &known)?;
@@ -62,6 +66,28 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         if !changed {
             bail!(NamespaceNotFound, "ns does not exist: {ns}");
         }
+    }
+    let Some(coll) = router.collection(&ns) else {
+        bail!(NamespaceNotFound, "ns does not exist: {ns}");
+    };
+    // Checked on the options of now; applied to those of the change.
+    let current = coll.options().document.clone();
+    let capped = super::capped::modified_options(&req.body, &current)?;
+    let kinds = super::timeseries::modified_options(&req.body, &current)?;
+    if capped.is_some() || kinds.is_some() {
+        let body = &req.body;
+        router
+            .modify_options(&ns, |options| {
+                let options = super::capped::modified_options(body, options)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| options.clone());
+                super::timeseries::modified_options(body, &options)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(options)
+            })
+            .await?;
     }
     if let Some(spec) = req.body.get("index") {
         reply.extend(super::indexes::modify_index(req, &ns, spec).await?);

@@ -162,7 +162,7 @@ fn partition_plan(kind: Kind, spec: &FindSpec, plan: &QueryPlan, part: &Partitio
                 "direction": if *reverse { "backward" } else { "forward" },
             },
         },
-        Access::IdRange { reverse, .. } => {
+        Access::IdRange { reverse, .. } | Access::Natural { reverse } => {
             doc! {"stage": "COLLSCAN", "direction": if *reverse { "backward" } else { "forward" }}
         }
         Access::Scan => doc! {"stage": "COLLSCAN", "direction": "forward"},

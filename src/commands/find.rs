@@ -1,6 +1,7 @@
 //! `find`, `getMore` and `killCursors`.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use bson::raw::CStr;
 use bson::{doc, Bson, Document};
@@ -26,6 +27,10 @@ pub(crate) struct Find {
     batch_size: Option<usize>,
     single_batch: bool,
     max_time_ms: Option<u64>,
+    /// A tailable cursor (on a capped collection), waiting for new
+    /// documents in `getMore` when `await_data`.
+    tailable: bool,
+    await_data: bool,
 }
 
 pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
@@ -33,7 +38,13 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
     let filter = opt_document("find", b, "filter")?
         .map(Filter::parse)
         .transpose()?;
+    let mut natural = None;
     let sort = match opt_document("find", b, "sort")? {
+        // `{$natural: ±1}` asks for a scan in storage order: a hint, not a sort.
+        Some(s) if s.len() == 1 && s.contains_key("$natural") => {
+            natural = Some(Hint::parse(&Bson::Document(s.clone()))?);
+            None
+        }
         Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
         _ => None,
     };
@@ -48,11 +59,30 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
     let max_time_ms = opt_non_negative("find", b, "maxTimeMS")?;
     let hint = match b.get("hint") {
         Some(h) => Hint::parse(h)?,
-        None => None,
+        None => natural.flatten(),
     };
     // MongoDB 7.0 lets a blocking sort spill unless the query says
     // `allowDiskUse: false` (`allowDiskUseByDefault`).
     let allow_disk_use = bool_or("find", b, "allowDiskUse", true)?;
+    let tailable = bool_or("find", b, "tailable", false)?;
+    let await_data = bool_or("find", b, "awaitData", false)?;
+    if tailable {
+        let sort = opt_document("find", b, "sort")?.filter(|s| !s.is_empty());
+        if sort.is_some_and(|s| s != &doc! {"$natural": 1}) {
+            return Err(Error::bad_value(
+                "cannot use tailable option with a sort other than {$natural: 1}",
+            ));
+        }
+        if single_batch {
+            return Err(Error::bad_value(
+                "cannot use tailable option with the 'singleBatch' option",
+            ));
+        }
+    } else if await_data {
+        return Err(Error::failed_to_parse(
+            "Cannot set 'awaitData' without also setting 'tailable'",
+        ));
+    }
     // comment, readConcern … are accepted and do not change the result.
     opt_document("find", b, "collation")?;
     Ok(Find {
@@ -70,6 +100,8 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
         batch_size,
         single_batch,
         max_time_ms,
+        tailable,
+        await_data,
     })
 }
 
@@ -109,6 +141,9 @@ pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
             .await
             .map(CommandReply::from);
     }
+    if f.tailable {
+        return tail(req, f).await;
+    }
     f.spec.sort_limits = Some(crate::aggregate::Limits {
         max_blocking_bytes: req.state.config.max_blocking_stage_bytes,
         allow_disk_use: f.allow_disk_use,
@@ -141,6 +176,34 @@ pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
         req.state.cursors.open(ns.clone(), stream, req.conn.id)?
     };
     batch_reply(FIRST_BATCH, id, &ns, batch.docs)
+}
+
+/// A tailable `find`: its first batch, and a cursor left open on a
+/// collection that holds documents, even when none matched yet.
+async fn tail(req: &Request<'_>, f: Find) -> Result<CommandReply> {
+    let ns = f.ns.full();
+    let first = f.batch_size.unwrap_or(DEFAULT_FIRST_BATCH);
+    let first = f.spec.limit.map_or(first, |l| first.min(l as usize));
+    let router = &req.state.router;
+    let opened = router.read_on(|| -> Result<Option<_>> {
+        let Some((tail, holds)) =
+            router.tail(&f.ns, f.spec.filter, f.spec.projection, f.await_data)?
+        else {
+            return Ok(None);
+        };
+        let mut stream = CursorStream::from(tail);
+        let batch = stream.next_batch(Some(first))?;
+        Ok(Some((batch, stream, holds)))
+    });
+    let (docs, id) = match opened.await? {
+        None => (BatchDocs::Documents(Vec::new()), 0),
+        Some((batch, _, false)) => (batch.docs, 0),
+        Some((batch, stream, true)) => {
+            let id = req.state.cursors.open(ns.clone(), stream, req.conn.id)?;
+            (batch.docs, id)
+        }
+    };
+    batch_reply(FIRST_BATCH, id, &ns, docs)
 }
 
 /// The reply to one batch of a cursor: stored documents go into it as
@@ -213,19 +276,42 @@ pub async fn get_more(req: &Request<'_>) -> Result<CommandReply> {
         .counters
         .op_getmore
         .fetch_add(1, Ordering::Relaxed);
+    let max_time_ms = opt_non_negative("getMore", b, "maxTimeMS")?;
     let state = req.state;
-    let batch = state
-        .router
-        .read_on(|| {
-            state.cursors.with_cursor(id, &ns, |stream| {
-                let batch = stream.next_batch(batch_size)?;
-                let exhausted = batch.exhausted;
-                Ok((batch, exhausted))
+    // A tailable `awaitData` cursor that finds nothing new waits for an
+    // insert, up to `maxTimeMS` (one second by default), as mongod does.
+    let deadline = Instant::now() + Duration::from_millis(max_time_ms.unwrap_or(1000));
+    loop {
+        let (batch, awaits) = state
+            .router
+            .read_on(|| {
+                state.cursors.with_cursor(id, &ns, |stream| {
+                    let awaits = stream.awaits();
+                    if max_time_ms.is_some() && awaits.is_none() {
+                        return Err(Error::bad_value(
+                            "cannot set maxTimeMS on getMore command for a non-awaitData cursor",
+                        ));
+                    }
+                    let batch = stream.next_batch(batch_size)?;
+                    let exhausted = batch.exhausted;
+                    Ok(((batch, awaits), exhausted))
+                })
             })
-        })
-        .await?;
-    let id = if batch.exhausted { 0 } else { id };
-    batch_reply(NEXT_BATCH, id, &ns, batch.docs)
+            .await?;
+        let now = Instant::now();
+        match awaits {
+            Some(coll) if batch.docs.is_empty() && now < deadline => {
+                // Another gateway's inserts wake no one here: look again
+                // at least every 100 ms.
+                let nap = (deadline - now).min(Duration::from_millis(100));
+                let _ = tokio::time::timeout(nap, coll.appended.notified()).await;
+            }
+            _ => {
+                let id = if batch.exhausted { 0 } else { id };
+                return batch_reply(NEXT_BATCH, id, &ns, batch.docs);
+            }
+        }
+    }
 }
 
 pub async fn kill_cursors(req: &Request<'_>) -> Result<Document> {

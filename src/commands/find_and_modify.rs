@@ -6,7 +6,7 @@ use bson::{doc, Bson, Document};
 use super::args::{bool_or, collection_namespace, opt_document};
 use super::request::Request;
 use crate::aggregate::parse_update;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::{Filter, MatchDetails};
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
@@ -34,6 +34,15 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let b = &req.body;
     let ns = collection_namespace(cmd, &req.db, b)?;
     super::views::refuse(&req.state.router, &ns).await?;
+    // MongoDB 7.0 serves a time-series collection through a view.
+    if let Some(coll) = req.state.router.collection(&ns) {
+        if coll.options().timeseries.is_some() {
+            return Err(Error::new(
+                ErrorCode::CommandNotSupportedOnView,
+                format!("Namespace {ns} is a view, not a collection"),
+            ));
+        }
+    }
     let filter = Filter::parse(opt_document(cmd, b, "query")?.unwrap_or(&Document::new()))?;
     let sort = match opt_document(cmd, b, "sort")? {
         Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),

@@ -51,7 +51,22 @@ pub async fn list_indexes(req: &Request<'_>) -> Result<Document> {
         ));
     };
     let batch_size = cursor_batch_size("listIndexes", &req.body)?;
-    let mut specs = vec![id_index_spec()];
+    let options = coll.options();
+    // A time-series collection has no `_id` index; a clustered one's is
+    // the clustered index.
+    let mut specs = match (&options.timeseries, options.document.get("clusteredIndex")) {
+        (Some(_), _) => Vec::new(),
+        (None, Some(clustered)) => {
+            let mut spec = id_index_spec();
+            if let Some(name) = clustered.as_document().and_then(|c| c.get_str("name").ok()) {
+                spec.insert("name", name);
+            }
+            spec.insert("unique", true);
+            spec.insert("clustered", true);
+            vec![spec]
+        }
+        (None, None) => vec![id_index_spec()],
+    };
     specs.extend(coll.indexes().iter().map(|i| i.spec()));
     reply_with_cursor(
         &req.state.cursors,

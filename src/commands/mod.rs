@@ -18,6 +18,7 @@
 pub mod admin;
 pub mod aggregate;
 pub mod args;
+pub mod capped;
 pub mod catalog;
 pub mod coll_mod;
 pub mod count;
@@ -38,6 +39,7 @@ pub mod request_statistics;
 pub mod retry;
 pub mod sharding;
 pub mod state;
+pub mod timeseries;
 pub mod update;
 pub mod version;
 pub mod views;

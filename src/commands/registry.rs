@@ -6,8 +6,8 @@ use bson::{doc, Document};
 
 use super::request::{CommandReply, Handler, Request};
 use super::{
-    admin, aggregate, catalog, coll_mod, count, custom_action, delete, distinct, explain, find,
-    find_and_modify, handshake, indexes, insert, request_statistics, sharding, update,
+    admin, aggregate, capped, catalog, coll_mod, count, custom_action, delete, distinct, explain,
+    find, find_and_modify, handshake, indexes, insert, request_statistics, sharding, update,
 };
 use crate::error::Result;
 
@@ -92,6 +92,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         admin::connection_status,
         false,
         "authenticated users"
+    ),
+    command!(
+        "convertToCapped",
+        capped::convert_to_capped,
+        false,
+        "make a collection capped"
     ),
     command!("count", count::run, false, "count documents"),
     command!("create", catalog::create, false, "create a collection"),

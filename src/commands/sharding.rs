@@ -101,6 +101,7 @@ pub async fn shard_collection(req: &Request<'_>) -> Result<Document> {
         },
     };
     let router = req.state.router.clone();
+    time_series_key(req, &ns, &key.path).await?;
     let outcome = router.shard_collection(&ns, key, partitions).await?;
     let (coll, seq) = match outcome {
         Sharded::Done(coll, seq) => (coll, seq),
@@ -112,6 +113,56 @@ pub async fn shard_collection(req: &Request<'_>) -> Result<Document> {
         "collectionsharded": ns.full(),
         "collectionUUID": coll.uuid.clone(),
     })
+}
+
+/// For a time-series collection (or one `shardCollection` creates with
+/// its `timeseries` option), checks that the key is the meta field or a
+/// field under it: measurements are partitioned by their source, as
+/// MongoDB requires (its other choice, a range key on the time field, is
+/// not a hashed key).
+async fn time_series_key(req: &Request<'_>, ns: &Namespace, path: &str) -> Result<()> {
+    let router = &req.state.router;
+    let timeseries = match router.collection(ns) {
+        Some(coll) => coll.options().timeseries.clone(),
+        None => match req.body.get("timeseries") {
+            None | Some(Bson::Null) => None,
+            Some(spec) => {
+                let options =
+                    super::timeseries::create_options(&doc! {"timeseries": spec.clone()})?;
+                let ts = crate::router::timeseries::TimeSeries::of_options(&options);
+                check_time_series_key(ts.as_ref(), path)?;
+                let default_index = super::timeseries::default_index(&options);
+                router.create_collection(ns, options).await?;
+                if let Some(spec) = default_index {
+                    let created = router.create_indexes(ns, &[spec]).await?;
+                    router.durable(created.seq).await?;
+                }
+                return Ok(());
+            }
+        },
+    };
+    check_time_series_key(timeseries.as_ref(), path)
+}
+
+fn check_time_series_key(
+    ts: Option<&crate::router::timeseries::TimeSeries>,
+    path: &str,
+) -> Result<()> {
+    let Some(ts) = ts else {
+        return Ok(());
+    };
+    let on_meta = ts.meta_field.as_deref().is_some_and(|meta| {
+        path == meta || path.strip_prefix(meta).is_some_and(|r| r.starts_with('.'))
+    });
+    if !on_meta {
+        bail!(
+            BadValue,
+            "the shard key of a time-series collection must be its metaField ({}) or a field \
+             under it; '{path}' is not",
+            ts.meta_field.as_deref().unwrap_or("none")
+        );
+    }
+    Ok(())
 }
 
 /// `listShards`: every partition, as a mongos lists its shards.

@@ -13,6 +13,7 @@ use super::request::Request;
 use crate::aggregate::parse_update;
 use crate::error::{Error, Result};
 use crate::query::filter::Filter;
+use crate::router::timeseries::TimeSeries;
 use crate::router::{DocumentValidation, UpdateStatement};
 
 /// Parses one entry of `updates`.
@@ -112,9 +113,18 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             }
         }
     }
+    let timeseries = req
+        .state
+        .router
+        .collection(&ns)
+        .and_then(|c| c.options().timeseries.clone());
     for (i, entry) in entries.iter().enumerate() {
         req.state.counters.op_update.fetch_add(1, Ordering::Relaxed);
-        let result = match parse_statement(entry) {
+        let checked = match &timeseries {
+            Some(ts) => check_time_series_update(ts, entry),
+            None => Ok(()),
+        };
+        let result = match checked.and_then(|()| parse_statement(entry)) {
             Ok(stmt) => {
                 let stmt = UpdateStatement { validation, ..stmt };
                 req.state.router.update(&ns, &stmt).await
@@ -146,4 +156,14 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         reply.insert("writeErrors", errors);
     }
     Ok(reply)
+}
+
+/// An update statement on a time-series collection, checked against
+/// MongoDB 7.0's rules ([`TimeSeries::check_update`]).
+fn check_time_series_update(ts: &TimeSeries, entry: &Document) -> Result<()> {
+    let q = entry.get_document("q").cloned().unwrap_or_default();
+    let u = entry.get("u").cloned().unwrap_or(Bson::Null);
+    let multi = bool_or("update", entry, "multi", false)?;
+    let upsert = bool_or("update", entry, "upsert", false)?;
+    ts.check_update(&q, &u, multi, upsert)
 }

@@ -57,6 +57,9 @@ pub struct Collection {
     /// Throughput provisioned on this collection itself; stored with
     /// its metadata.
     throughput: RwLock<Option<Throughput>>,
+    /// Woken when a capped collection's inserts commit, for the
+    /// `awaitData` cursors waiting on it.
+    pub appended: tokio::sync::Notify,
 }
 
 /// How a sharded collection is partitioned.
@@ -173,6 +176,7 @@ impl Collection {
             indexes: RwLock::new(Arc::new(Vec::new())),
             next_index: AtomicU32::new(FIRST_INDEX_NUMBER),
             throughput: RwLock::new(None),
+            appended: tokio::sync::Notify::new(),
         }
     }
 

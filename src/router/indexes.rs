@@ -935,6 +935,15 @@ impl Router {
         let now = bson::DateTime::now().timestamp_millis();
         let mut deleted = 0;
         for coll in self.catalog.list() {
+            // A time-series or clustered collection's own expiry.
+            let expiry = coll.options().expiry().map(|(f, s)| (f.to_string(), s));
+            if let Some((field, secs)) = expiry {
+                let cutoff =
+                    bson::DateTime::from_millis(now.saturating_sub(secs.saturating_mul(1000)));
+                let filter = crate::query::filter::Filter::parse(&doc! {field: {"$lt": cutoff}})?;
+                let (n, _) = self.delete(&coll.ns, &filter, true, None).await?;
+                deleted += n;
+            }
             for index in coll.indexes().iter() {
                 let (Some(secs), [field]) = (index.expire_after_secs, index.fields.as_slice())
                 else {

@@ -16,6 +16,7 @@
 
 pub mod aggregate;
 mod api;
+pub mod capped;
 pub mod catalog;
 pub mod charge;
 pub mod config_db;
@@ -27,6 +28,7 @@ pub mod sharding;
 pub mod strict;
 mod tests;
 pub mod throttle;
+pub mod timeseries;
 pub mod validation;
 mod write;
 
@@ -835,6 +837,11 @@ fn access_records(
                 examined,
             ),
             charge::INDEX_LOOKUP,
+        ),
+        Access::Natural { reverse } => raw_scan(
+            capped::natural_records(&reader.view, id, *reverse),
+            examined,
+            Some(loaded),
         ),
         Access::Scan => scan_records(
             &reader.view,

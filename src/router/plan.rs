@@ -123,6 +123,9 @@ pub enum Access {
     /// The `_id` index in `_id` order, keeping this partition's entries:
     /// a sharded query sorted by `_id` alone streams instead of sorting.
     IdIndex { reverse: bool },
+    /// A capped collection's records in insertion order, or newest
+    /// first ([`super::capped`]).
+    Natural { reverse: bool },
     /// Every record of the partition.
     Scan,
 }
@@ -280,7 +283,16 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Resul
                 },
                 (None, None) => {
                     let (from, to) = id_key_range(filter);
-                    Access::IdRange { from, to, reverse }
+                    let whole = matches!((&from, &to), (Bound::Unbounded, Bound::Unbounded));
+                    // A capped collection's scan keeps insertion order,
+                    // unless the query sorts by `_id`.
+                    if coll.options().capped.is_some() && whole && id_sort.is_none() {
+                        Access::Natural {
+                            reverse: matches!(spec.hint, Some(Hint::Natural(true))),
+                        }
+                    } else {
+                        Access::IdRange { from, to, reverse }
+                    }
                 }
             };
             vec![PartitionPlan {

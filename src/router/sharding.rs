@@ -89,6 +89,9 @@ impl Router {
             if old.is_dropped() {
                 continue;
             }
+            if old.options().capped.is_some() {
+                bail!(InvalidOptions, "can't shard a capped collection");
+            }
             if let Some(index) = old.indexes().iter().find(|i| {
                 i.unique && i.fields.first().map(|f| f.path.as_str()) != Some(key.path.as_str())
             }) {

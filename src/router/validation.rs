@@ -26,6 +26,10 @@ pub struct CollectionOptions {
     /// The options as given; `listCollections` shows them.
     pub document: Document,
     validator: Validator,
+    /// A capped collection's bounds.
+    pub capped: Option<super::capped::Capped>,
+    /// A time-series collection's fields.
+    pub timeseries: Option<super::timeseries::TimeSeries>,
 }
 
 /// Whether a write is checked against its collection's validator.
@@ -74,6 +78,8 @@ impl CollectionOptions {
         CollectionOptions {
             document: Document::new(),
             validator: Validator::None,
+            capped: None,
+            timeseries: None,
         }
     }
 
@@ -82,6 +88,8 @@ impl CollectionOptions {
     pub fn parse(command: &str, ns: &Namespace, document: Document) -> Result<CollectionOptions> {
         let validator = parse_validator(command, ns, &document)?;
         Ok(CollectionOptions {
+            capped: super::capped::Capped::of_options(&document),
+            timeseries: super::timeseries::TimeSeries::of_options(&document),
             document,
             validator,
         })
@@ -95,9 +103,25 @@ impl CollectionOptions {
             Validator::Unusable(e)
         });
         CollectionOptions {
+            capped: super::capped::Capped::of_options(&document),
+            timeseries: super::timeseries::TimeSeries::of_options(&document),
             document,
             validator,
         }
+    }
+
+    /// The field whose dates expire documents and after how many
+    /// seconds, for a collection-level `expireAfterSeconds`: a
+    /// time-series collection's time field, a clustered collection's
+    /// `_id`.
+    pub fn expiry(&self) -> Option<(&str, i64)> {
+        if let Some(ts) = &self.timeseries {
+            return Some((ts.time_field.as_str(), ts.expire_after_secs?));
+        }
+        if self.document.contains_key("clusteredIndex") {
+            return Some(("_id", super::timeseries::expire_after_secs(&self.document)?));
+        }
+        None
     }
 
     /// Whether writes to the collection must see whole documents to check

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bson::raw::{RawBsonRef, RawIter};
 use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 
+use super::capped::CappedBatch;
 use super::catalog::Usage;
 use super::charge;
 use super::indexes::IndexWrites;
@@ -500,6 +501,8 @@ pub(crate) struct CollectionBatch<'a> {
     indexes: IndexWrites,
     /// Index entries, written with the records in one atomic batch.
     index_batch: WriteBatch,
+    /// A capped collection's inserts held back and its bounds kept.
+    capped: Option<CappedBatch>,
 }
 
 impl<'a> CollectionBatch<'a> {
@@ -515,6 +518,7 @@ impl<'a> CollectionBatch<'a> {
             layout,
             indexes: IndexWrites::new(coll),
             index_batch: WriteBatch::default(),
+            capped: CappedBatch::new(coll),
         }
     }
 
@@ -540,6 +544,9 @@ impl<'a> CollectionBatch<'a> {
 
     /// Adds a new document in BSON form (its `_id` checked unique).
     pub fn insert(&mut self, id: &Bson, bytes: Vec<u8>) -> Result<()> {
+        if let Some(capped) = &self.capped {
+            capped.check_fits(bytes.len())?;
+        }
         let index_ops = if self.indexes.is_empty() {
             Vec::new()
         } else {
@@ -552,6 +559,17 @@ impl<'a> CollectionBatch<'a> {
                 .changes(&self.live, &self.coll.ns, &id_key, None, Some((&doc, hash)))?
         };
         let len = bytes.len();
+        let charged = charge::insert(len, 1 + index_ops.len());
+        if let Some(capped) = &mut self.capped {
+            // Written at commit, if it still fits then (capped
+            // collections are never sharded).
+            let mut held = WriteBatch::default();
+            held.push(WriteOp::PutRecord(Router::id_key(self.coll, id), bytes));
+            self.indexes.apply(index_ops, &mut held);
+            capped.hold(keystring::encode_id(id), len, held.ops);
+            self.charge(super::UNSHARDED_HASH, charged);
+            return Ok(());
+        }
         let hash = match &mut self.layout {
             Layout::Unsharded(batch) => {
                 batch.push(WriteOp::PutRecord(Router::id_key(self.coll, id), bytes));
@@ -559,7 +577,7 @@ impl<'a> CollectionBatch<'a> {
             }
             Layout::Partitioned(pb) => pb.insert(id, bytes)?,
         };
-        self.charge(hash, charge::insert(len, 1 + index_ops.len()));
+        self.charge(hash, charged);
         self.indexes.apply(index_ops, &mut self.index_batch);
         Ok(())
     }
@@ -615,6 +633,9 @@ impl<'a> CollectionBatch<'a> {
         index_ops: usize,
     ) -> Result<()> {
         let len = bytes.len();
+        if let Some(capped) = &mut self.capped {
+            capped.resize(&self.live, old.len, len)?;
+        }
         let hash = match &mut self.layout {
             Layout::Unsharded(batch) => {
                 batch.push(WriteOp::PutRecord(old.key.clone(), bytes));
@@ -628,6 +649,14 @@ impl<'a> CollectionBatch<'a> {
 
     /// Removes a stored document.
     pub fn delete(&mut self, old: &Record) -> Result<()> {
+        if let Some(capped) = &mut self.capped {
+            capped.forget(&self.live, &old.key.id, old.len, &mut self.index_batch)?;
+        }
+        self.remove(old)
+    }
+
+    /// Removes a stored document's record and secondary index entries.
+    fn remove(&mut self, old: &Record) -> Result<()> {
         let index_ops = if self.indexes.is_empty() {
             Vec::new()
         } else {
@@ -651,13 +680,17 @@ impl<'a> CollectionBatch<'a> {
     /// Commits everything; returns the commit sequence (0 when there was
     /// nothing to write).
     pub fn commit(mut self) -> Result<u64> {
+        let appended = match self.capped.take() {
+            Some(capped) => self.finish_capped(capped)?,
+            None => 0,
+        };
         let mut index_ops = std::mem::take(&mut self.index_batch).ops;
         if self.indexes.meta_changed {
             let mut meta = WriteBatch::default();
             self.router.catalog.put_meta(self.coll, &mut meta)?;
             index_ops.extend(meta.ops);
         }
-        match self.layout {
+        let seq = match self.layout {
             Layout::Unsharded(mut batch) => {
                 batch.ops.extend(index_ops);
                 if batch.is_empty() {
@@ -669,7 +702,25 @@ impl<'a> CollectionBatch<'a> {
                 pb.batch.ops.extend(index_ops);
                 pb.commit()
             }
+        }?;
+        if appended > 0 {
+            self.coll.appended.notify_waiters();
         }
+        Ok(seq)
+    }
+
+    /// Makes room in a capped collection for the inserts it held back,
+    /// deleting its oldest documents, and adds those that fit to the
+    /// batch. Returns how many it added.
+    fn finish_capped(&mut self, mut capped: CappedBatch) -> Result<usize> {
+        for old in capped.evictions(&self.live)? {
+            capped.forget(&self.live, &old.key.id, old.len, &mut self.index_batch)?;
+            self.remove(&old)?;
+        }
+        let Layout::Unsharded(records) = &mut self.layout else {
+            return Err(Error::internal("a capped collection is sharded"));
+        };
+        capped.finish(&self.live, records, &mut self.index_batch)
     }
 }
 
@@ -773,12 +824,18 @@ impl Router {
                         break;
                     }
                     let id_key = keystring::encode_id(id);
-                    let valid = match validates {
+                    let measured = match &options.timeseries {
+                        Some(ts) => RawDocument::from_bytes(bytes)
+                            .map_err(raw_error)
+                            .and_then(|raw| ts.check_measurement(raw)),
+                        None => Ok(()),
+                    };
+                    let valid = measured.and_then(|()| match validates {
                         true => {
                             decode(bytes).and_then(|doc| options.check(ns, &doc, None, validation))
                         }
                         false => Ok(()),
-                    };
+                    });
                     let result = if let Err(e) = valid {
                         Err(e)
                     } else if seen.contains(&id_key) || writes.id_exists(id, bytes)? {

@@ -1,0 +1,744 @@
+//! Capped collections: a collection bounded in bytes (`size`) and
+//! optionally in documents (`max`), whose documents come back in the
+//! order they were inserted and whose oldest documents make room for new
+//! ones, as in MongoDB.
+//!
+//! Records stay keyed by `_id` like every other collection's; the
+//! insertion order is kept beside them in three internal index spaces of
+//! the collection (numbers no client index ever gets), written in the same
+//! atomic batch as the records:
+//!
+//! - the natural order: `seq | keystring(_id)` for each document, `seq`
+//!   counting inserts from 1, read in order by a collection scan and by a
+//!   tailable cursor;
+//! - `keystring(_id) → seq`, so a delete finds its natural entry;
+//! - one state entry: the next `seq`, the documents and the bytes held,
+//!   so an insert knows without a scan what must go.
+//!
+//! Inserts of a batch are held back until it commits ([`CappedBatch`]):
+//! the newest documents that fit stay, the oldest stored ones are deleted
+//! (with their index entries), and documents of the batch itself that an
+//! even newer one pushes out are never written at all, which leaves the
+//! same collection as inserting them one by one. Writers hold the
+//! collection's write lock, so the state they read stays theirs until
+//! they commit.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bson::{Bson, Document};
+
+use super::catalog::Collection;
+use super::{Namespace, Record, Router, UNSHARDED_HASH};
+use crate::error::{Error, ErrorCode, Result};
+use crate::query::filter::Filter;
+use crate::query::projection::Projection;
+use crate::storage::layout::{IndexEntryKey, ONE_PARTITION};
+use crate::storage::{
+    blocking, IndexScan, RecordKey, SharedStore, SharedView, StorageError, StorageResult,
+    WriteBatch, WriteOp,
+};
+
+/// A capped collection's bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capped {
+    /// The most bytes of documents it holds.
+    pub size: u64,
+    /// The most documents it holds, if bounded.
+    pub max: Option<u64>,
+}
+
+/// The largest `size`: 1 PB, as MongoDB allows.
+pub const MAX_SIZE: i64 = 1 << 50;
+/// `max` must stay below 2^31.
+pub const MAX_DOCS_LIMIT: i64 = 1 << 31;
+/// What a `max` of zero or less stands for: no bound, as MongoDB stores it.
+pub const UNBOUNDED_DOCS: i64 = 0x7fff_ffff;
+
+impl Capped {
+    /// The bounds the options document of a collection gives it (`capped:
+    /// true` with `size`, and `max` when bounded), or `None` when it is
+    /// not capped.
+    pub fn of_options(options: &Document) -> Option<Capped> {
+        if !options.get("capped").is_some_and(truthy) {
+            return None;
+        }
+        let number = |name| options.get(name).and_then(as_i64);
+        let size = number("size").unwrap_or(0).max(0) as u64;
+        let max = number("max").filter(|&m| m > 0 && m < UNBOUNDED_DOCS);
+        Some(Capped {
+            size,
+            max: max.map(|m| m as u64),
+        })
+    }
+
+    /// Whether `count` documents of `bytes` bytes pass the bounds.
+    fn exceeded(&self, count: u64, bytes: u64) -> bool {
+        bytes > self.size || self.max.is_some_and(|m| count > m)
+    }
+}
+
+/// A `size` as MongoDB 7.0 keeps it: rounded up to a multiple of 256.
+pub fn rounded_size(size: i64) -> i64 {
+    size.saturating_add(0xff) & !0xff
+}
+
+/// A `max` as MongoDB keeps it: zero or less means unbounded.
+pub fn adjusted_max(max: i64) -> i64 {
+    if max <= 0 {
+        UNBOUNDED_DOCS
+    } else {
+        max
+    }
+}
+
+fn truthy(value: &Bson) -> bool {
+    match value {
+        Bson::Boolean(b) => *b,
+        Bson::Null | Bson::Undefined => false,
+        other => as_i64(other).is_none_or(|n| n != 0),
+    }
+}
+
+fn as_i64(value: &Bson) -> Option<i64> {
+    match value {
+        Bson::Int32(n) => Some(i64::from(*n)),
+        Bson::Int64(n) => Some(*n),
+        Bson::Double(d) if d.is_finite() => Some(*d as i64),
+        Bson::Decimal128(d) => d.to_string().parse::<f64>().ok().map(|d| d as i64),
+        _ => None,
+    }
+}
+
+/// The internal index holding the natural order (`seq | keystring(_id)`).
+const NATURAL: u32 = u32::MAX - 1;
+/// The internal index mapping `keystring(_id)` to its `seq`.
+const SEQ_OF_ID: u32 = u32::MAX - 2;
+/// The internal index holding the one state entry.
+const STATE: u32 = u32::MAX - 3;
+
+fn entry_key(collection: u64, index: u32, entry: Vec<u8>) -> IndexEntryKey {
+    IndexEntryKey {
+        collection,
+        index,
+        partition: ONE_PARTITION,
+        entry,
+    }
+}
+
+fn natural_entry(seq: u64, id_key: &[u8]) -> Vec<u8> {
+    let mut entry = seq.to_be_bytes().to_vec();
+    entry.extend_from_slice(id_key);
+    entry
+}
+
+/// The `seq` and `keystring(_id)` of a natural-order entry.
+fn split_natural(entry: &[u8]) -> StorageResult<(u64, Vec<u8>)> {
+    let (seq, id_key) = entry.split_first_chunk::<8>().ok_or_else(|| {
+        StorageError::Corrupt("a capped collection's order entry is truncated".into())
+    })?;
+    Ok((u64::from_be_bytes(*seq), id_key.to_vec()))
+}
+
+/// What a capped collection holds, kept in its state entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct State {
+    /// The `seq` the next inserted document gets.
+    next: u64,
+    count: u64,
+    bytes: u64,
+}
+
+impl State {
+    fn encode(&self) -> Vec<u8> {
+        [self.next, self.count, self.bytes]
+            .iter()
+            .flat_map(|n| n.to_be_bytes())
+            .collect()
+    }
+
+    fn decode(bytes: &[u8]) -> Result<State> {
+        let field = |i: usize| -> Result<u64> {
+            bytes
+                .get(i * 8..i * 8 + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+                .ok_or_else(|| Error::internal("a capped collection's state entry is truncated"))
+        };
+        Ok(State {
+            next: field(0)?,
+            count: field(1)?,
+            bytes: field(2)?,
+        })
+    }
+
+    /// The state stored for `collection` (a new collection's when none).
+    fn read(view: &SharedView, collection: u64) -> Result<State> {
+        let scan = IndexScan {
+            from: Bound::Included(Vec::new()),
+            to: Bound::Included(Vec::new()),
+            ..IndexScan::all(collection, STATE, Some(ONE_PARTITION))
+        };
+        match blocking::iter(view.scan_index(scan)).next() {
+            Some(item) => State::decode(&item?.1),
+            None => Ok(State {
+                next: 1,
+                ..State::default()
+            }),
+        }
+    }
+}
+
+/// A document an insert holds back until its batch commits.
+struct Pending {
+    id_key: Vec<u8>,
+    len: u64,
+    /// The record and its secondary index entries.
+    ops: Vec<WriteOp>,
+}
+
+/// A capped collection's part of one write batch: the state it read, the
+/// documents held back, and what removing documents changed.
+pub(crate) struct CappedBatch {
+    limits: Capped,
+    collection: u64,
+    state: Option<State>,
+    pending: Vec<Pending>,
+    /// `_id`s this batch deleted, which the eviction must not delete again.
+    deleted: Vec<Vec<u8>>,
+}
+
+impl CappedBatch {
+    pub fn new(coll: &Collection) -> Option<CappedBatch> {
+        coll.options().capped.map(|limits| CappedBatch {
+            limits,
+            collection: coll.id,
+            state: None,
+            pending: Vec::new(),
+            deleted: Vec::new(),
+        })
+    }
+
+    fn state(&mut self, live: &SharedView) -> Result<&mut State> {
+        if self.state.is_none() {
+            self.state = Some(State::read(live, self.collection)?);
+        }
+        Ok(self.state.get_or_insert_with(State::default))
+    }
+
+    /// Fails for a document larger than the whole collection may hold:
+    /// making room for it would delete everything.
+    pub fn check_fits(&self, len: usize) -> Result<()> {
+        if len as u64 > self.limits.size {
+            return Err(Error::bad_value("object to insert exceeds cappedMaxSize"));
+        }
+        Ok(())
+    }
+
+    /// Holds back an insert: `ops` write its record and index entries.
+    pub fn hold(&mut self, id_key: Vec<u8>, len: usize, ops: Vec<WriteOp>) {
+        self.pending.push(Pending {
+            id_key,
+            len: len as u64,
+            ops,
+        });
+    }
+
+    /// Accounts for a stored document's removal: its order entries go.
+    pub fn forget(
+        &mut self,
+        live: &SharedView,
+        id_key: &[u8],
+        len: usize,
+        batch: &mut WriteBatch,
+    ) -> Result<()> {
+        let seq = seq_of(live, self.collection, id_key)?;
+        let state = self.state(live)?;
+        state.count = state.count.saturating_sub(1);
+        state.bytes = state.bytes.saturating_sub(len as u64);
+        if let Some(seq) = seq {
+            batch.push(WriteOp::DeleteIndexEntry(entry_key(
+                self.collection,
+                NATURAL,
+                natural_entry(seq, id_key),
+            )));
+        }
+        batch.push(WriteOp::DeleteIndexEntry(entry_key(
+            self.collection,
+            SEQ_OF_ID,
+            id_key.to_vec(),
+        )));
+        self.deleted.push(id_key.to_vec());
+        Ok(())
+    }
+
+    /// Accounts for a stored document replaced by one of `new_len` bytes.
+    pub fn resize(&mut self, live: &SharedView, old_len: usize, new_len: usize) -> Result<()> {
+        let state = self.state(live)?;
+        state.bytes = state.bytes.saturating_sub(old_len as u64) + new_len as u64;
+        Ok(())
+    }
+
+    /// The stored documents to delete so that the held-back inserts fit,
+    /// oldest first, as `delete` will be called for each. The caller then
+    /// calls [`CappedBatch::finish`].
+    pub fn evictions(&mut self, live: &SharedView) -> Result<Vec<Record>> {
+        if self.pending.is_empty() {
+            return Ok(Vec::new());
+        }
+        let limits = self.limits;
+        let added: u64 = self.pending.iter().map(|p| p.len).sum();
+        let state = *self.state(live)?;
+        let (mut count, mut bytes) = (state.count + self.pending.len() as u64, state.bytes + added);
+        let mut out = Vec::new();
+        if !limits.exceeded(count, bytes) {
+            return Ok(out);
+        }
+        for item in natural_entries(live, self.collection, Bound::Unbounded, false) {
+            if !limits.exceeded(count, bytes) {
+                break;
+            }
+            let (_, id_key) = item?;
+            if self.deleted.contains(&id_key) {
+                continue;
+            }
+            let key = RecordKey::new(self.collection, UNSHARDED_HASH, id_key);
+            let Some(value) = blocking::wait(live.record(&key))? else {
+                continue;
+            };
+            let record = super::decode_record(key, &value)?;
+            count -= 1;
+            bytes = bytes.saturating_sub(record.len as u64);
+            out.push(record);
+        }
+        Ok(out)
+    }
+
+    /// Writes the held-back inserts that fit (the newest), with their
+    /// order entries, and the new state, into `records` and `entries`.
+    /// Returns how many documents were written.
+    pub fn finish(
+        mut self,
+        live: &SharedView,
+        records: &mut WriteBatch,
+        entries: &mut WriteBatch,
+    ) -> Result<usize> {
+        if self.state.is_none() && self.pending.is_empty() {
+            return Ok(0);
+        }
+        let limits = self.limits;
+        let pending = std::mem::take(&mut self.pending);
+        let collection = self.collection;
+        let state = self.state(live)?;
+        let first_seq = state.next;
+        state.next += pending.len() as u64;
+        state.count += pending.len() as u64;
+        state.bytes += pending.iter().map(|p| p.len).sum::<u64>();
+        let mut written = 0;
+        for (i, p) in pending.into_iter().enumerate() {
+            // The oldest of the batch give way to its newest.
+            if limits.exceeded(state.count, state.bytes) {
+                state.count -= 1;
+                state.bytes = state.bytes.saturating_sub(p.len);
+                continue;
+            }
+            let seq = first_seq + i as u64;
+            for op in p.ops {
+                match op {
+                    WriteOp::PutRecord(..) => records.push(op),
+                    other => entries.push(other),
+                }
+            }
+            entries.push(WriteOp::PutIndexEntry(
+                entry_key(collection, NATURAL, natural_entry(seq, &p.id_key)),
+                Vec::new(),
+            ));
+            entries.push(WriteOp::PutIndexEntry(
+                entry_key(collection, SEQ_OF_ID, p.id_key),
+                seq.to_be_bytes().to_vec(),
+            ));
+            written += 1;
+        }
+        entries.push(WriteOp::PutIndexEntry(
+            entry_key(collection, STATE, Vec::new()),
+            state.encode(),
+        ));
+        Ok(written)
+    }
+}
+
+/// The `seq` of the document whose `keystring(_id)` is `id_key`.
+fn seq_of(view: &SharedView, collection: u64, id_key: &[u8]) -> Result<Option<u64>> {
+    let scan = IndexScan {
+        from: Bound::Included(id_key.to_vec()),
+        to: Bound::Included(id_key.to_vec()),
+        ..IndexScan::all(collection, SEQ_OF_ID, Some(ONE_PARTITION))
+    };
+    match blocking::iter(view.scan_index(scan)).next() {
+        Some(item) => {
+            let (_, value) = item?;
+            let seq = value
+                .try_into()
+                .map(u64::from_be_bytes)
+                .map_err(|_| Error::internal("a capped collection's order entry is truncated"))?;
+            Ok(Some(seq))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The natural-order entries (`seq`, `keystring(_id)`) from `from` on.
+fn natural_entries(
+    view: &SharedView,
+    collection: u64,
+    from: Bound<u64>,
+    reverse: bool,
+) -> impl Iterator<Item = StorageResult<(u64, Vec<u8>)>> + Send + 'static {
+    let from = match from {
+        Bound::Included(seq) => Bound::Included(seq.to_be_bytes().to_vec()),
+        Bound::Excluded(seq) => match seq.checked_add(1) {
+            Some(next) => Bound::Included(next.to_be_bytes().to_vec()),
+            None => Bound::Excluded(vec![0xff; 9]),
+        },
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let scan = IndexScan {
+        from,
+        reverse,
+        ..IndexScan::all(collection, NATURAL, Some(ONE_PARTITION))
+    };
+    blocking::iter(view.scan_index(scan)).map(|item| split_natural(&item?.0.entry))
+}
+
+/// The records of a capped collection in insertion order (or newest
+/// first), for a collection scan.
+pub(crate) fn natural_records(
+    view: &SharedView,
+    collection: u64,
+    reverse: bool,
+) -> impl Iterator<Item = StorageResult<(RecordKey, Vec<u8>)>> + Send + 'static {
+    let records = view.clone();
+    natural_entries(view, collection, Bound::Unbounded, reverse).filter_map(move |entry| {
+        let (_, id_key) = match entry {
+            Ok(e) => e,
+            Err(e) => return Some(Err(e)),
+        };
+        let key = RecordKey::new(collection, UNSHARDED_HASH, id_key);
+        match blocking::wait(records.record(&key)) {
+            Ok(Some(value)) => Some(Ok((key, value))),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        }
+    })
+}
+
+type Entries = Box<dyn Iterator<Item = StorageResult<(u64, Vec<u8>)>> + Send>;
+
+/// A tailable cursor's reading of a capped collection: each read goes on
+/// after the last document it saw, in a fresh snapshot, so documents
+/// inserted since appear; a read that finds nothing leaves the cursor
+/// open for the next.
+pub struct Tail {
+    store: SharedStore,
+    collection: Arc<Collection>,
+    filter: Option<Filter>,
+    projection: Option<Projection>,
+    /// Whether `getMore` waits for new documents (`awaitData`).
+    pub await_data: bool,
+    /// The `seq` of the last document read.
+    last: Option<u64>,
+    current: Option<Entries>,
+    view: Option<SharedView>,
+}
+
+impl Tail {
+    fn new(
+        store: SharedStore,
+        collection: Arc<Collection>,
+        filter: Option<Filter>,
+        projection: Option<Projection>,
+        await_data: bool,
+    ) -> Tail {
+        Tail {
+            store,
+            collection,
+            filter,
+            projection,
+            await_data,
+            last: None,
+            current: None,
+            view: None,
+        }
+    }
+
+    /// The collection it reads, whose [`Collection::appended`] wakes a
+    /// cursor waiting for new documents.
+    pub fn collection(&self) -> &Arc<Collection> {
+        &self.collection
+    }
+
+    /// Ends the current read: the next document comes from a fresh
+    /// snapshot, after the last one read. Each `getMore` starts so, as a
+    /// cursor resumes from its saved position.
+    pub fn resume(&mut self) {
+        self.current = None;
+        self.view = None;
+    }
+
+    /// The next matching document; `None` when there is nothing newer
+    /// for now (the next call reads again).
+    pub fn next_document(&mut self) -> Option<Result<Document>> {
+        loop {
+            if self.current.is_none() {
+                if let Err(e) = self.start() {
+                    return Some(Err(e));
+                }
+            }
+            let entries = self.current.as_mut()?;
+            let (seq, id_key) = match entries.next() {
+                None => {
+                    self.current = None;
+                    self.view = None;
+                    return None;
+                }
+                Some(Err(e)) => return Some(Err(e.into())),
+                Some(Ok(entry)) => entry,
+            };
+            self.last = Some(seq);
+            match self.load(id_key) {
+                Ok(Some(doc)) => return Some(Ok(doc)),
+                Ok(None) => continue,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// Starts a read after the last document seen; fails with 136
+    /// `CappedPositionLost` when that document has been deleted since
+    /// (the collection moved on past the cursor).
+    fn start(&mut self) -> Result<()> {
+        let view = self.store.view();
+        let entries: Entries = match self.last {
+            None => Box::new(natural_entries(
+                &view,
+                self.collection.id,
+                Bound::Unbounded,
+                false,
+            )),
+            Some(last) => {
+                let mut entries =
+                    natural_entries(&view, self.collection.id, Bound::Included(last), false);
+                match entries.next() {
+                    Some(Ok((seq, _))) if seq == last => {}
+                    Some(Err(e)) => return Err(e.into()),
+                    _ => {
+                        return Err(Error::new(
+                            ErrorCode::CappedPositionLost,
+                            format!(
+                                "CollectionScan died due to position in capped collection being \
+                                 deleted. Last seen record id: RecordId({last})"
+                            ),
+                        ))
+                    }
+                }
+                Box::new(entries)
+            }
+        };
+        self.current = Some(entries);
+        self.view = Some(view);
+        Ok(())
+    }
+
+    /// The document under `id_key`, if it matches, projected.
+    fn load(&self, id_key: Vec<u8>) -> Result<Option<Document>> {
+        let Some(view) = &self.view else {
+            return Ok(None);
+        };
+        let key = RecordKey::new(self.collection.id, UNSHARDED_HASH, id_key);
+        let Some(value) = blocking::wait(view.record(&key))? else {
+            return Ok(None);
+        };
+        let doc = super::decode_record(key, &value)?.doc;
+        let details = match &self.filter {
+            Some(filter) => {
+                let details = filter.try_matches_with_details(&doc)?;
+                if !details.matched {
+                    return Ok(None);
+                }
+                details
+            }
+            None => Default::default(),
+        };
+        match &self.projection {
+            Some(p) => p.apply(&doc, &details).map(Some),
+            None => Ok(Some(doc)),
+        }
+    }
+}
+
+impl Router {
+    /// A tailable cursor's reading of `ns` (see [`Tail`]), and whether the
+    /// collection holds any document: MongoDB keeps a tailable cursor
+    /// open only on a collection that does. `None` when there is no such
+    /// collection. Fails with 2 `BadValue` on a collection that is not
+    /// capped.
+    pub fn tail(
+        &self,
+        ns: &Namespace,
+        filter: Option<Filter>,
+        projection: Option<Projection>,
+        await_data: bool,
+    ) -> Result<Option<(Tail, bool)>> {
+        let Some(coll) = self.collection(ns) else {
+            return Ok(None);
+        };
+        if coll.options().capped.is_none() {
+            return Err(Error::bad_value(format!(
+                "error processing query: ns={ns} tailable cursor requested on non capped \
+                 collection"
+            )));
+        }
+        let view = self.store.view();
+        let holds = natural_entries(&view, coll.id, Bound::Unbounded, false)
+            .next()
+            .transpose()?
+            .is_some();
+        let tail = Tail::new(self.store.clone(), coll, filter, projection, await_data);
+        Ok(Some((tail, holds)))
+    }
+}
+
+impl Router {
+    /// Makes `ns` a capped collection of `size` bytes (`convertToCapped`):
+    /// its documents are copied, oldest first (in `_id` order unless it
+    /// was capped already), into a new capped collection that then takes
+    /// its name, so only the newest that fit are kept, and only the `_id`
+    /// index.
+    pub async fn convert_to_capped(&self, ns: &Namespace, size: Bson) -> Result<()> {
+        let Some(coll) = self.collection(ns) else {
+            return Err(Error::new(
+                ErrorCode::NamespaceNotFound,
+                format!("source collection {ns} does not exist"),
+            ));
+        };
+        if coll.sharding.is_some() {
+            return Err(Error::new(
+                ErrorCode::IllegalOperation,
+                format!("can't convert sharded collection {ns} to a capped collection"),
+            ));
+        }
+        let options = bson::doc! {"capped": true, "size": size};
+        let limit = Capped::of_options(&options).map_or(0, |c| c.size);
+        let tmp = Namespace::new(&ns.db, &format!("tmp.convertToCapped.{}", ns.coll))?;
+        if self.collection(&tmp).is_some() {
+            self.drop_collection(&tmp).await?;
+        }
+        self.create_collection(&tmp, options).await?;
+        // Only the newest documents that fit are kept; the window is
+        // bounded by the new collection's size.
+        let newest = self
+            .find(ns, super::FindSpec::default(), |found| {
+                let mut newest = std::collections::VecDeque::new();
+                let mut bytes = 0u64;
+                for doc in found.documents() {
+                    let encoded = doc?
+                        .to_vec()
+                        .map_err(|e| Error::internal(format!("cannot encode a document: {e}")))?;
+                    bytes += encoded.len() as u64;
+                    newest.push_back(encoded);
+                    while bytes > limit {
+                        let Some(oldest) = newest.pop_front() else {
+                            break;
+                        };
+                        bytes -= oldest.len() as u64;
+                    }
+                }
+                Ok(newest)
+            })
+            .await?;
+        let newest: Vec<Vec<u8>> = newest.into();
+        for chunk in newest.chunks(1000) {
+            let outcome = self
+                .insert(
+                    &tmp,
+                    chunk.to_vec(),
+                    true,
+                    super::DocumentValidation::Bypass,
+                )
+                .await?;
+            if let Some((_, e)) = outcome.errors.into_iter().next() {
+                return Err(e);
+            }
+        }
+        self.rename_collection(&tmp, ns, true).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    #[test]
+    fn sizes_round_up_to_256_bytes_and_max_of_zero_is_unbounded() {
+        assert_eq!(rounded_size(1), 256);
+        assert_eq!(rounded_size(256), 256);
+        assert_eq!(rounded_size(1000), 1024);
+        assert_eq!(adjusted_max(0), UNBOUNDED_DOCS);
+        assert_eq!(adjusted_max(-3), UNBOUNDED_DOCS);
+        assert_eq!(adjusted_max(5), 5);
+    }
+
+    #[test]
+    fn bounds_come_from_the_options_document() {
+        assert_eq!(Capped::of_options(&doc! {"validator": {}}), None);
+        assert_eq!(
+            Capped::of_options(&doc! {"capped": false, "size": 4096}),
+            None
+        );
+        assert_eq!(
+            Capped::of_options(&doc! {"capped": true, "size": 4096, "max": 10}),
+            Some(Capped {
+                size: 4096,
+                max: Some(10)
+            })
+        );
+        assert_eq!(
+            Capped::of_options(&doc! {"capped": true, "size": 4096_i64, "max": UNBOUNDED_DOCS}),
+            Some(Capped {
+                size: 4096,
+                max: None
+            })
+        );
+    }
+
+    #[test]
+    fn either_bound_is_exceeded_alone() {
+        let c = Capped {
+            size: 1000,
+            max: Some(3),
+        };
+        assert!(!c.exceeded(3, 1000));
+        assert!(c.exceeded(4, 10));
+        assert!(c.exceeded(1, 1001));
+        assert!(!Capped {
+            size: 1000,
+            max: None
+        }
+        .exceeded(1_000_000, 1000));
+    }
+
+    #[test]
+    fn state_and_order_entries_round_trip() {
+        let s = State {
+            next: 7,
+            count: 3,
+            bytes: 999,
+        };
+        assert_eq!(State::decode(&s.encode()).unwrap(), s);
+        let entry = natural_entry(42, b"id");
+        assert_eq!(split_natural(&entry).unwrap(), (42, b"id".to_vec()));
+        // Order entries sort by seq.
+        assert!(natural_entry(2, b"z") < natural_entry(10, b"a"));
+    }
+}
