@@ -1,7 +1,8 @@
 // mongosh collection kinds against Shardgate: a $jsonSchema validator
 // rejecting a document (with errInfo), collMod to warn, and a view
 // (db.createView, find and aggregate through it, getCollectionInfos,
-// writes refused), on an unsharded and a sharded collection.
+// writes refused), on an unsharded and a sharded collection; a capped log
+// read with a tailable cursor.
 //
 // Run: mongosh --quiet --norc "mongodb://127.0.0.1:PORT/test?directConnection=true" \
 //        compat-tests/mongosh/collections.js
@@ -119,6 +120,39 @@ expectError("createIndex on a view", 166, () => v.createIndex({ item: 1 }));
 attempt("drop the view", () => v.drop());
 check(!cdb.getCollectionNames().includes("order_totals"), "the view is gone", cdb.getCollectionNames());
 check(cdb.orders.countDocuments({}) === 4, "its collection is untouched");
+
+// --- a capped log read with a tailable cursor -------------------------------
+attempt("createCollection capped", () => cdb.createCollection("log", { capped: true, size: 4096, max: 3 }));
+check(cdb.log.isCapped(), "isCapped() on a capped collection");
+for (let n = 0; n < 5; n++) {
+  attempt("insert into the log", () => cdb.log.insertOne({ _id: 10 - n, n: n }));
+}
+const kept = attempt("find on the log", () => cdb.log.find({}, { _id: 0 }).toArray());
+check(same(kept, [{ n: 2 }, { n: 3 }, { n: 4 }]), "the newest three, oldest first", kept);
+const newestFirst = attempt("find newest first", () => cdb.log.find({}, { _id: 0 }).sort({ $natural: -1 }).toArray());
+check(same(newestFirst, [{ n: 4 }, { n: 3 }, { n: 2 }]), "$natural: -1", newestFirst);
+const tail = cdb.log.find({}, { _id: 0 }).tailable({ awaitData: true });
+const firstRead = [];
+for (let i = 0; i < 10 && firstRead.length < 3; i++) {
+  const next = tail.tryNext();
+  if (next !== null) {
+    firstRead.push(next);
+  }
+}
+check(same(firstRead, [{ n: 2 }, { n: 3 }, { n: 4 }]), "the tailable cursor reads the log", firstRead);
+attempt("append to the log", () => cdb.log.insertMany([{ _id: 1, n: 5 }, { _id: 0, n: 6 }]));
+const appended = [];
+for (let i = 0; i < 10 && appended.length < 2; i++) {
+  const next = tail.tryNext();
+  if (next !== null) {
+    appended.push(next);
+  }
+}
+check(same(appended, [{ n: 5 }, { n: 6 }]), "the tailable cursor sees what was appended", appended);
+check(!tail.isExhausted(), "the tailable cursor stays open");
+tail.close();
+expectError("a tailable cursor on a collection that is not capped", 2, () =>
+  cdb.orders.find({}).tailable().hasNext());
 
 cdb.dropDatabase();
 
