@@ -2,7 +2,7 @@
 // rejecting a document (with errInfo), collMod to warn, and a view
 // (db.createView, find and aggregate through it, getCollectionInfos,
 // writes refused), on an unsharded and a sharded collection; a capped log
-// read with a tailable cursor.
+// read with a tailable cursor; a time-series rollup.
 //
 // Run: mongosh --quiet --norc "mongodb://127.0.0.1:PORT/test?directConnection=true" \
 //        compat-tests/mongosh/collections.js
@@ -153,6 +153,32 @@ check(!tail.isExhausted(), "the tailable cursor stays open");
 tail.close();
 expectError("a tailable cursor on a collection that is not capped", 2, () =>
   cdb.orders.find({}).tailable().hasNext());
+
+// --- a time-series rollup ----------------------------------------------------
+attempt("createCollection timeseries", () =>
+  cdb.createCollection("weather", { timeseries: { timeField: "timestamp", metaField: "metadata", granularity: "hours" } }));
+const weatherInfo = cdb.getCollectionInfos({ name: "weather" })[0];
+check(weatherInfo && weatherInfo.type === "timeseries", "getCollectionInfos shows a time-series collection", weatherInfo);
+const readings = [
+  ["2021-05-18T00:00:00Z", 12], ["2021-05-18T04:00:00Z", 11], ["2021-05-18T08:00:00Z", 11],
+  ["2021-05-18T12:00:00Z", 12], ["2021-05-18T16:00:00Z", 16], ["2021-05-18T20:00:00Z", 15],
+  ["2021-05-19T00:00:00Z", 13], ["2021-05-19T04:00:00Z", 12], ["2021-05-19T08:00:00Z", 11],
+  ["2021-05-19T12:00:00Z", 12], ["2021-05-19T16:00:00Z", 17], ["2021-05-19T20:00:00Z", 12],
+];
+attempt("insert the readings", () => cdb.weather.insertMany(readings.map(([at, temp]) => ({
+  metadata: { sensorId: 5578, type: "temperature" }, timestamp: new Date(at), temp: temp,
+}))));
+expectError("a reading without its time", 2, () => cdb.weather.insertOne({ metadata: { sensorId: 1 }, temp: 1 }));
+const daily = attempt("the daily rollup", () => cdb.weather.aggregate([
+  { $group: { _id: { $dateTrunc: { date: "$timestamp", unit: "day" } }, avgTmp: { $avg: "$temp" }, maxTmp: { $max: "$temp" } } },
+  { $sort: { _id: 1 } },
+]).toArray());
+check(same(daily, [
+  { _id: new Date("2021-05-18T00:00:00Z"), avgTmp: 77 / 6, maxTmp: 16 },
+  { _id: new Date("2021-05-19T00:00:00Z"), avgTmp: 77 / 6, maxTmp: 17 },
+]), "the daily average and maximum", daily);
+expectError("updateOne on a time-series collection", 72, () =>
+  cdb.weather.updateOne({ "metadata.sensorId": 5578 }, { $set: { "metadata.type": "t" } }));
 
 cdb.dropDatabase();
 
