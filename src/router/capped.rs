@@ -29,7 +29,7 @@ use std::sync::Arc;
 use bson::{Bson, Document};
 
 use super::catalog::Collection;
-use super::{Namespace, Record, Router, UNSHARDED_HASH};
+use super::{Namespace, Router, UNSHARDED_HASH};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
 use crate::query::projection::Projection;
@@ -132,12 +132,30 @@ fn natural_entry(seq: u64, id_key: &[u8]) -> Vec<u8> {
     entry
 }
 
-/// The `seq` and `keystring(_id)` of a natural-order entry.
-fn split_natural(entry: &[u8]) -> StorageResult<(u64, Vec<u8>)> {
-    let (seq, id_key) = entry.split_first_chunk::<8>().ok_or_else(|| {
-        StorageError::Corrupt("a capped collection's order entry is truncated".into())
-    })?;
-    Ok((u64::from_be_bytes(*seq), id_key.to_vec()))
+/// A natural-order entry: a document's `seq`, `keystring(_id)` and
+/// stored length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    seq: u64,
+    id_key: Vec<u8>,
+    len: u64,
+}
+
+impl Entry {
+    fn decode(entry: &[u8], value: &[u8]) -> StorageResult<Entry> {
+        let truncated =
+            || StorageError::Corrupt("a capped collection's order entry is truncated".into());
+        let (seq, id_key) = entry.split_first_chunk::<8>().ok_or_else(truncated)?;
+        let len = value
+            .try_into()
+            .map(u64::from_be_bytes)
+            .map_err(|_| truncated())?;
+        Ok(Entry {
+            seq: u64::from_be_bytes(*seq),
+            id_key: id_key.to_vec(),
+            len,
+        })
+    }
 }
 
 /// What a capped collection holds, kept in its state entry.
@@ -147,11 +165,15 @@ struct State {
     next: u64,
     count: u64,
     bytes: u64,
+    /// No document older than this `seq` is left: reads of the natural
+    /// order start here, past the deleted entries an LSM store would
+    /// otherwise step over on every read.
+    first: u64,
 }
 
 impl State {
     fn encode(&self) -> Vec<u8> {
-        [self.next, self.count, self.bytes]
+        [self.next, self.count, self.bytes, self.first]
             .iter()
             .flat_map(|n| n.to_be_bytes())
             .collect()
@@ -169,6 +191,7 @@ impl State {
             next: field(0)?,
             count: field(1)?,
             bytes: field(2)?,
+            first: field(3)?,
         })
     }
 
@@ -183,10 +206,17 @@ impl State {
             Some(item) => State::decode(&item?.1),
             None => Ok(State {
                 next: 1,
+                first: 1,
                 ..State::default()
             }),
         }
     }
+}
+
+/// A stored document an insert pushes out.
+pub(crate) struct Evicted {
+    pub key: RecordKey,
+    pub len: usize,
 }
 
 /// A document an insert holds back until its batch commits.
@@ -253,18 +283,34 @@ impl CappedBatch {
         batch: &mut WriteBatch,
     ) -> Result<()> {
         let seq = seq_of(live, self.collection, id_key)?;
+        self.forget_at(live, seq, id_key, len as u64, batch)
+    }
+
+    /// [`CappedBatch::forget`] of the document at `seq`, when known.
+    fn forget_at(
+        &mut self,
+        live: &SharedView,
+        seq: Option<u64>,
+        id_key: &[u8],
+        len: u64,
+        batch: &mut WriteBatch,
+    ) -> Result<()> {
+        let collection = self.collection;
         let state = self.state(live)?;
         state.count = state.count.saturating_sub(1);
-        state.bytes = state.bytes.saturating_sub(len as u64);
+        state.bytes = state.bytes.saturating_sub(len);
         if let Some(seq) = seq {
+            if seq == state.first {
+                state.first = seq + 1;
+            }
             batch.push(WriteOp::DeleteIndexEntry(entry_key(
-                self.collection,
+                collection,
                 NATURAL,
                 natural_entry(seq, id_key),
             )));
         }
         batch.push(WriteOp::DeleteIndexEntry(entry_key(
-            self.collection,
+            collection,
             SEQ_OF_ID,
             id_key.to_vec(),
         )));
@@ -279,10 +325,13 @@ impl CappedBatch {
         Ok(())
     }
 
-    /// The stored documents to delete so that the held-back inserts fit,
-    /// oldest first, as `delete` will be called for each. The caller then
-    /// calls [`CappedBatch::finish`].
-    pub fn evictions(&mut self, live: &SharedView) -> Result<Vec<Record>> {
+    /// Makes room for the held-back inserts: the oldest stored documents
+    /// that must go are forgotten (their order entries deleted into
+    /// `batch`) and returned, oldest first, for the caller to delete
+    /// their records and index entries. Their records are not read: the
+    /// order entries hold their lengths. The caller then calls
+    /// [`CappedBatch::finish`].
+    pub fn evict(&mut self, live: &SharedView, batch: &mut WriteBatch) -> Result<Vec<Evicted>> {
         if self.pending.is_empty() {
             return Ok(Vec::new());
         }
@@ -294,22 +343,23 @@ impl CappedBatch {
         if !limits.exceeded(count, bytes) {
             return Ok(out);
         }
-        for item in natural_entries(live, self.collection, Bound::Unbounded, false) {
+        for entry in natural_entries(live, self.collection, state.first, false) {
             if !limits.exceeded(count, bytes) {
                 break;
             }
-            let (_, id_key) = item?;
-            if self.deleted.contains(&id_key) {
+            let entry = entry?;
+            if self.deleted.contains(&entry.id_key) {
                 continue;
             }
-            let key = RecordKey::new(self.collection, UNSHARDED_HASH, id_key);
-            let Some(value) = blocking::wait(live.record(&key))? else {
-                continue;
-            };
-            let record = super::decode_record(key, &value)?;
             count -= 1;
-            bytes = bytes.saturating_sub(record.len as u64);
-            out.push(record);
+            bytes = bytes.saturating_sub(entry.len);
+            self.forget_at(live, Some(entry.seq), &entry.id_key, entry.len, batch)?;
+            // Everything before it is gone now.
+            self.state(live)?.first = entry.seq + 1;
+            out.push(Evicted {
+                key: RecordKey::new(self.collection, UNSHARDED_HASH, entry.id_key),
+                len: entry.len as usize,
+            });
         }
         Ok(out)
     }
@@ -351,7 +401,7 @@ impl CappedBatch {
             }
             entries.push(WriteOp::PutIndexEntry(
                 entry_key(collection, NATURAL, natural_entry(seq, &p.id_key)),
-                Vec::new(),
+                p.len.to_be_bytes().to_vec(),
             ));
             entries.push(WriteOp::PutIndexEntry(
                 entry_key(collection, SEQ_OF_ID, p.id_key),
@@ -387,27 +437,22 @@ fn seq_of(view: &SharedView, collection: u64, id_key: &[u8]) -> Result<Option<u6
     }
 }
 
-/// The natural-order entries (`seq`, `keystring(_id)`) from `from` on.
+/// The natural-order entries from `seq` `from` on (in either direction).
 fn natural_entries(
     view: &SharedView,
     collection: u64,
-    from: Bound<u64>,
+    from: u64,
     reverse: bool,
-) -> impl Iterator<Item = StorageResult<(u64, Vec<u8>)>> + Send + 'static {
-    let from = match from {
-        Bound::Included(seq) => Bound::Included(seq.to_be_bytes().to_vec()),
-        Bound::Excluded(seq) => match seq.checked_add(1) {
-            Some(next) => Bound::Included(next.to_be_bytes().to_vec()),
-            None => Bound::Excluded(vec![0xff; 9]),
-        },
-        Bound::Unbounded => Bound::Unbounded,
-    };
+) -> impl Iterator<Item = StorageResult<Entry>> + Send + 'static {
     let scan = IndexScan {
-        from,
+        from: Bound::Included(from.to_be_bytes().to_vec()),
         reverse,
         ..IndexScan::all(collection, NATURAL, Some(ONE_PARTITION))
     };
-    blocking::iter(view.scan_index(scan)).map(|item| split_natural(&item?.0.entry))
+    blocking::iter(view.scan_index(scan)).map(|item| {
+        let (key, value) = item?;
+        Entry::decode(&key.entry, &value)
+    })
 }
 
 /// The records of a capped collection in insertion order (or newest
@@ -418,9 +463,10 @@ pub(crate) fn natural_records(
     reverse: bool,
 ) -> impl Iterator<Item = StorageResult<(RecordKey, Vec<u8>)>> + Send + 'static {
     let records = view.clone();
-    natural_entries(view, collection, Bound::Unbounded, reverse).filter_map(move |entry| {
-        let (_, id_key) = match entry {
-            Ok(e) => e,
+    let first = State::read(view, collection).map_or(1, |s| s.first);
+    natural_entries(view, collection, first, reverse).filter_map(move |entry| {
+        let id_key = match entry {
+            Ok(e) => e.id_key,
             Err(e) => return Some(Err(e)),
         };
         let key = RecordKey::new(collection, UNSHARDED_HASH, id_key);
@@ -432,7 +478,7 @@ pub(crate) fn natural_records(
     })
 }
 
-type Entries = Box<dyn Iterator<Item = StorageResult<(u64, Vec<u8>)>> + Send>;
+type Entries = Box<dyn Iterator<Item = StorageResult<Entry>> + Send>;
 
 /// A tailable cursor's reading of a capped collection: each read goes on
 /// after the last document it saw, in a fresh snapshot, so documents
@@ -495,7 +541,7 @@ impl Tail {
                 }
             }
             let entries = self.current.as_mut()?;
-            let (seq, id_key) = match entries.next() {
+            let entry = match entries.next() {
                 None => {
                     self.current = None;
                     self.view = None;
@@ -504,8 +550,8 @@ impl Tail {
                 Some(Err(e)) => return Some(Err(e.into())),
                 Some(Ok(entry)) => entry,
             };
-            self.last = Some(seq);
-            match self.load(id_key) {
+            self.last = Some(entry.seq);
+            match self.load(entry.id_key) {
                 Ok(Some(doc)) => return Some(Ok(doc)),
                 Ok(None) => continue,
                 Err(e) => return Some(Err(e)),
@@ -519,17 +565,14 @@ impl Tail {
     fn start(&mut self) -> Result<()> {
         let view = self.store.view();
         let entries: Entries = match self.last {
-            None => Box::new(natural_entries(
-                &view,
-                self.collection.id,
-                Bound::Unbounded,
-                false,
-            )),
+            None => {
+                let first = State::read(&view, self.collection.id)?.first;
+                Box::new(natural_entries(&view, self.collection.id, first, false))
+            }
             Some(last) => {
-                let mut entries =
-                    natural_entries(&view, self.collection.id, Bound::Included(last), false);
+                let mut entries = natural_entries(&view, self.collection.id, last, false);
                 match entries.next() {
-                    Some(Ok((seq, _))) if seq == last => {}
+                    Some(Ok(entry)) if entry.seq == last => {}
                     Some(Err(e)) => return Err(e.into()),
                     _ => {
                         return Err(Error::new(
@@ -598,11 +641,7 @@ impl Router {
                  collection"
             )));
         }
-        let view = self.store.view();
-        let holds = natural_entries(&view, coll.id, Bound::Unbounded, false)
-            .next()
-            .transpose()?
-            .is_some();
+        let holds = State::read(&self.store.view(), coll.id)?.count > 0;
         let tail = Tail::new(self.store.clone(), coll, filter, projection, await_data);
         Ok(Some((tail, holds)))
     }
@@ -734,10 +773,18 @@ mod tests {
             next: 7,
             count: 3,
             bytes: 999,
+            first: 4,
         };
         assert_eq!(State::decode(&s.encode()).unwrap(), s);
         let entry = natural_entry(42, b"id");
-        assert_eq!(split_natural(&entry).unwrap(), (42, b"id".to_vec()));
+        assert_eq!(
+            Entry::decode(&entry, &120_u64.to_be_bytes()).unwrap(),
+            Entry {
+                seq: 42,
+                id_key: b"id".to_vec(),
+                len: 120
+            }
+        );
         // Order entries sort by seq.
         assert!(natural_entry(2, b"z") < natural_entry(10, b"a"));
     }

@@ -713,9 +713,18 @@ impl<'a> CollectionBatch<'a> {
     /// deleting its oldest documents, and adds those that fit to the
     /// batch. Returns how many it added.
     fn finish_capped(&mut self, mut capped: CappedBatch) -> Result<usize> {
-        for old in capped.evictions(&self.live)? {
-            capped.forget(&self.live, &old.key.id, old.len, &mut self.index_batch)?;
-            self.remove(&old)?;
+        for old in capped.evict(&self.live, &mut self.index_batch)? {
+            if self.indexes.is_empty() {
+                // Nothing to read the document for.
+                self.charge(old.key.hash, charge::insert(old.len, 1));
+                if let Layout::Unsharded(batch) = &mut self.layout {
+                    batch.push(WriteOp::DeleteRecord(old.key));
+                }
+                continue;
+            }
+            if let Some(value) = blocking::wait(self.live.record(&old.key))? {
+                self.remove(&super::decode_record(old.key, &value)?)?;
+            }
         }
         let Layout::Unsharded(records) = &mut self.layout else {
             return Err(Error::internal("a capped collection is sharded"));
