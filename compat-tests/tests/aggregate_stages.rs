@@ -958,3 +958,66 @@ async fn sample_rate_keeps_its_share() {
     )
     .await;
 }
+
+// ---------------------------------------------------------------------------
+// explain
+
+#[tokio::test]
+async fn explain_shows_every_new_stage() {
+    let (srv, db) = graph_setup(&[]).await;
+    both_copies(&srv, "coffee", "_id", coffee()).await;
+    let pipelines: Vec<(&str, Vec<Document>, &str)> = vec![
+        (
+            "employees",
+            vec![doc! {"$graphLookup": {"from": "employees_by_name_sharded",
+            "startWith": "$reportsTo", "connectFromField": "reportsTo",
+            "connectToField": "name", "as": "h"}}],
+            "$graphLookup",
+        ),
+        (
+            "coffee",
+            vec![
+                doc! {"$densify": {"field": "altitude", "partitionByFields": ["variety"],
+                "range": {"bounds": "full", "step": 200}}},
+            ],
+            "$densify",
+        ),
+        (
+            "coffee",
+            vec![doc! {"$fill": {"sortBy": {"altitude": 1},
+            "output": {"price": {"method": "locf"}, "score": {"value": 0}}}}],
+            "$fill",
+        ),
+        (
+            "coffee",
+            vec![
+                doc! {"$match": {"$sampleRate": 0.5}},
+                doc! {"$project": {"r": {"$rand": {}}}},
+            ],
+            "$sampleRate",
+        ),
+    ];
+    for (source, pipeline, shown) in pipelines {
+        for coll in [source.to_string(), format!("{source}_sharded")] {
+            // As an aggregate option and as the explain command.
+            for cmd in [
+                doc! {"aggregate": coll.clone(), "pipeline": pipeline.clone(), "explain": true},
+                doc! {"explain": {"aggregate": coll.clone(), "pipeline": pipeline.clone(),
+                "cursor": {}}},
+            ] {
+                let reply = db
+                    .run_command(cmd.clone())
+                    .await
+                    .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+                assert_ok(&reply);
+                let text = format!("{reply}");
+                let expected = if coll.ends_with("_sharded") && shown == "$densify" {
+                    "$_internalDensify"
+                } else {
+                    shown
+                };
+                assert!(text.contains(expected), "{cmd}: {reply}");
+            }
+        }
+    }
+}
