@@ -279,7 +279,7 @@ struct AddFields {
     spec: Document,
 }
 
-fn parse_add_fields(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
+pub(super) fn parse_add_fields(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     parse_add_fields_as("$addFields", arg, ctx)
 }
 

@@ -20,6 +20,8 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::query::sort::SortSpec;
 
 mod basic;
+mod densify;
+mod graph;
 mod group;
 mod lookup;
 mod multi;
@@ -229,6 +231,8 @@ pub struct ParseContext {
 /// Every stage table, one per family, each sorted by name.
 static TABLES: &[&[(&str, StageParser)]] = &[
     basic::STAGES,
+    densify::STAGES,
+    graph::STAGES,
     group::STAGES,
     lookup::STAGES,
     multi::STAGES,

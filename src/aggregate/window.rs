@@ -729,7 +729,7 @@ enum Partitioning {
     Computed(Expr),
 }
 
-fn parse_set_window_fields(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
+pub(super) fn parse_set_window_fields(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
         return Err(parse_error(format!(
             "the $setWindowFields stage specification must be an object, found {}",

@@ -138,6 +138,20 @@ impl Filter {
         })
     }
 
+    /// True when the filter calls `$rand` (in `$expr`, or a `$sampleRate`
+    /// strictly between 0 and 1), which collection validators refuse.
+    pub fn uses_rand(&self) -> bool {
+        fn walk(node: &Node) -> bool {
+            match node {
+                Node::And(c) | Node::Or(c) | Node::Nor(c) => c.iter().any(walk),
+                Node::Not(inner) => walk(inner),
+                Node::Expr(e) => e.uses_rand(),
+                Node::Path(_) | Node::Always(_) | Node::Schema(_) => false,
+            }
+        }
+        walk(&self.root)
+    }
+
     /// The values `path` must equal (from `{path: v}`, `$eq` or `$in` at the
     /// top level or under `$and`), or `None` when the filter does not pin it.
     ///
@@ -890,7 +904,35 @@ fn parse_top_level_operator(key: &str, value: &Bson, level: Level) -> Result<Opt
         }
         "$text" => crate::bail!(BadValue, "$text is not supported"),
         "$jsonSchema" => Node::Schema(Box::new(schema::parse(value)?)),
-        "$sampleRate" => crate::bail!(BadValue, "$sampleRate is not supported"),
+        "$sampleRate" => {
+            if level == Level::Sub {
+                crate::bail!(
+                    BadValue,
+                    "$sampleRate can only be applied to the top-level document"
+                );
+            }
+            let Some(rate) = Number::of(value) else {
+                crate::bail!(BadValue, "argument to $sampleRate must be a numeric type");
+            };
+            // NaN lies outside the range, so it is refused too.
+            let rate = rate.to_f64();
+            if !(0.0..=1.0).contains(&rate) {
+                crate::bail!(
+                    BadValue,
+                    "numeric argument to $sampleRate must be in [0, 1]"
+                );
+            }
+            // As MongoDB desugars it: 0 and 1 are constants, anything
+            // between is `{$expr: {$lt: [{$rand: {}}, rate]}}`.
+            if rate == 0.0 {
+                Node::Always(false)
+            } else if rate == 1.0 {
+                Node::Always(true)
+            } else {
+                let expr = bson::doc! {"$lt": [{"$rand": {}}, rate]};
+                Node::Expr(Box::new(Expr::parse(&Bson::Document(expr))?))
+            }
+        }
         _ => crate::bail!(
             BadValue,
             "unknown top level operator: {key}. If you have a field name that starts with a '$' \
@@ -2978,5 +3020,60 @@ mod planner_tests {
         assert_eq!(c[2].path(), None);
         assert!(!c[2].accepts(&Bson::Int32(1)));
         assert!(c[3].accepts_missing() && c[3].accepts(&Bson::Null));
+    }
+}
+
+#[cfg(test)]
+mod sample_rate_tests {
+    use super::*;
+    use bson::doc;
+
+    #[test]
+    fn sample_rate_keeps_about_its_share() {
+        let f = Filter::parse(&doc! {"$sampleRate": 0.25}).unwrap();
+        assert!(f.uses_rand());
+        let kept = (0..20_000).filter(|_| f.matches(&doc! {})).count();
+        assert!((4_000..6_000).contains(&kept), "{kept}");
+        // 0 and 1 are constants, as MongoDB desugars them.
+        let none = Filter::parse(&doc! {"$sampleRate": 0}).unwrap();
+        let all = Filter::parse(&doc! {"$sampleRate": 1.0}).unwrap();
+        assert!(!none.uses_rand() && !all.uses_rand());
+        assert!((0..100).all(|_| !none.matches(&doc! {}) && all.matches(&doc! {})));
+        // Inside $and, beside other conditions.
+        let f = Filter::parse(&doc! {"$and": [{"$sampleRate": 0.5}, {"a": 1}]}).unwrap();
+        assert!((0..100).all(|_| !f.matches(&doc! {"a": 2})));
+    }
+
+    #[test]
+    fn sample_rate_errors() {
+        for (spec, message) in [
+            (
+                doc! {"$sampleRate": "x"},
+                "argument to $sampleRate must be a numeric type",
+            ),
+            (
+                doc! {"$sampleRate": 1.5},
+                "numeric argument to $sampleRate must be in [0, 1]",
+            ),
+            (
+                doc! {"$sampleRate": -0.1},
+                "numeric argument to $sampleRate must be in [0, 1]",
+            ),
+            (
+                doc! {"$sampleRate": f64::NAN},
+                "numeric argument to $sampleRate must be in [0, 1]",
+            ),
+            (
+                doc! {"a": {"$elemMatch": {"$sampleRate": 0.5}}},
+                "$sampleRate can only be applied to the top-level document",
+            ),
+        ] {
+            let e = Filter::parse(&spec).unwrap_err();
+            assert_eq!(
+                (e.code.number(), e.message.as_str()),
+                (2, message),
+                "{spec}"
+            );
+        }
     }
 }

@@ -788,6 +788,55 @@ mod tests {
         assert_eq!(p.cost.docs, Some(20), "scans cost the partitions' counts");
     }
 
+    /// `$graphLookup` reads each level with `{$and: [restrict, {to: {$in:
+    /// frontier}}, ...]}`: on the shard key that reads the owners of the
+    /// frontier only, and elsewhere an index on `connectToField`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_graph_lookup_level_targets_its_frontier() {
+        let (_dir, router) = router(40).await;
+        let level = |values: Vec<Bson>| {
+            filter(doc! {"$and": [
+                {"a": {"$gte": 0}},
+                {"k": {"$in": values}},
+                {"k": {"$exists": true}},
+                {"k": {"$not": {"$type": "undefined"}}},
+            ]})
+        };
+        let p = plan_of(
+            &router,
+            "sharded",
+            FindSpec {
+                filter: level(vec![Bson::Int32(3)]),
+                ..FindSpec::default()
+            },
+        );
+        assert_eq!(p.parts.len(), 1);
+        assert_eq!(p.key_hashes.as_ref().map(Vec::len), Some(1));
+        let p = plan_of(
+            &router,
+            "sharded",
+            FindSpec {
+                filter: level(vec![Bson::Int32(3), Bson::Int32(4)]),
+                ..FindSpec::default()
+            },
+        );
+        assert_eq!(p.key_hashes.as_ref().map(Vec::len), Some(2));
+        assert!(p.parts.len() <= 2);
+        let ns = Namespace::new("t", "plain").unwrap();
+        router
+            .create_indexes_now(&ns, &[doc! {"key": {"k": 1}, "name": "k_1"}])
+            .unwrap();
+        let p = plan_of(
+            &router,
+            "plain",
+            FindSpec {
+                filter: level(vec![Bson::Int32(3), Bson::Int32(4)]),
+                ..FindSpec::default()
+            },
+        );
+        assert!(p.index.is_some(), "no index for the level's $in");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_pinned_key_with_an_id_range_streams_in_id_order() {
         let (_dir, router) = router(200).await;

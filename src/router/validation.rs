@@ -227,6 +227,12 @@ fn parse_validator(command: &str, ns: &Namespace, options: &Document) -> Result<
         );
     }
     let filter = Filter::parse(validator)?;
+    if filter.uses_rand() {
+        bail!(
+            RandInValidator,
+            "$rand not allowed inside collection validators"
+        );
+    }
     Ok(match level {
         None => Validator::None,
         Some(level) => Validator::Active {

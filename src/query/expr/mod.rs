@@ -90,6 +90,12 @@ impl Expr {
         self.node.is_constant()
     }
 
+    /// True when the expression calls `$rand` somewhere (which collection
+    /// validators refuse).
+    pub fn uses_rand(&self) -> bool {
+        self.node.uses_rand()
+    }
+
     /// True when the expression only reads field paths: a literal, a
     /// `"$a.b"`, or an object of these, which [`Expr::evaluate_raw`] can
     /// evaluate on a document still in BSON form.
@@ -203,7 +209,17 @@ impl Node {
             Node::FieldPath(_) | Node::Variable { .. } => false,
             Node::Array(items) => items.iter().all(Node::is_constant),
             Node::Object(fields) => fields.iter().all(|(_, n)| n.is_constant()),
-            Node::Operator { args, .. } => args.iter().all(Node::is_constant),
+            // `$rand` gives a new value each time it is evaluated.
+            Node::Operator { op, args } => !op.is_random() && args.iter().all(Node::is_constant),
+        }
+    }
+
+    fn uses_rand(&self) -> bool {
+        match self {
+            Node::Literal(_) | Node::FieldPath(_) | Node::Variable { .. } => false,
+            Node::Array(items) => items.iter().any(Node::uses_rand),
+            Node::Object(fields) => fields.iter().any(|(_, n)| n.uses_rand()),
+            Node::Operator { op, args } => op.is_random() || args.iter().any(Node::uses_rand),
         }
     }
 }
@@ -236,6 +252,13 @@ pub(super) struct Operator {
     /// Turns a non-array argument into the argument list, for operators
     /// with an object form (`$cond: {if, then, else}`).
     pub(super) parse_args: Option<ArgsParser>,
+}
+
+impl Operator {
+    /// `$rand`, whose value is new at every evaluation: never a constant.
+    fn is_random(&self) -> bool {
+        self.name == "$rand"
+    }
 }
 
 impl std::fmt::Debug for Operator {
@@ -271,6 +294,7 @@ static OPERATORS: &[Operator] = &[
     op("$ne", Arity::Exactly(2), Evaluation::Values(op_ne)),
     op("$not", Arity::Exactly(1), Evaluation::Values(op_not)),
     op("$or", Arity::Any, Evaluation::Lazy(op_or)),
+    op("$rand", Arity::Exactly(0), Evaluation::Values(op_rand)),
     op("$size", Arity::Exactly(1), Evaluation::Values(op_size)),
     op(
         "$subtract",
@@ -448,6 +472,28 @@ fn parse_operator(name: &str, arg: &Bson) -> Result<Node> {
             format!("Unrecognized expression '{name}'"),
         ));
     };
+    if op.is_random() {
+        // `{$rand: {}}` (or `[]`, which `BSONElement::Obj()` also reads):
+        // any argument is refused, a scalar as not an object at all.
+        return match arg {
+            Bson::Document(d) if d.is_empty() => Ok(Node::Operator {
+                op,
+                args: Vec::new(),
+            }),
+            Bson::Array(a) if a.is_empty() => Ok(Node::Operator {
+                op,
+                args: Vec::new(),
+            }),
+            Bson::Document(_) | Bson::Array(_) => Err(Error::new(
+                ErrorCode::RandTakesNoArguments,
+                "$rand does not currently accept arguments",
+            )),
+            _ => Err(Error::new(
+                ErrorCode::ExpectedObject,
+                "invalid parameter: expected an object ($rand)",
+            )),
+        };
+    }
     let from_object = match (op.parse_args, arg) {
         (Some(parse), Bson::Document(_)) => parse(arg)?,
         _ => None,
@@ -803,6 +849,11 @@ fn op_add<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
         }
         None => owned(total.into_bson()),
     }
+}
+
+/// `$rand`: a double drawn uniformly from [0, 1).
+fn op_rand<'a>(_: &[Value<'a>]) -> Result<Value<'a>> {
+    owned(Bson::Double(rand::random::<f64>()))
 }
 
 fn op_multiply<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
@@ -1578,5 +1629,68 @@ mod tests {
                 .unwrap(),
             Bson::Boolean(true)
         );
+    }
+}
+
+#[cfg(test)]
+mod rand_tests {
+    use super::*;
+    use bson::doc;
+
+    fn parse(arg: Bson) -> Result<Expr> {
+        Expr::parse(&Bson::Document(doc! {"$rand": arg}))
+    }
+
+    #[test]
+    fn rand_is_a_fresh_double_in_the_unit_interval() {
+        let e = parse(Bson::Document(doc! {})).unwrap();
+        assert!(!e.is_constant() && e.uses_rand());
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..1000 {
+            let Bson::Double(x) = e.evaluate(&doc! {}).unwrap() else {
+                panic!("not a double");
+            };
+            assert!((0.0..1.0).contains(&x));
+            seen.insert(x.to_bits());
+        }
+        assert!(seen.len() > 990);
+        // An empty array is the same call; inside another expression too.
+        assert!(parse(Bson::Array(vec![])).is_ok());
+        let e = Expr::parse(&Bson::Document(doc! {"$multiply": [{"$rand": {}}, 10]})).unwrap();
+        assert!(!e.is_constant());
+        assert!(!Expr::parse(&Bson::Int32(1)).unwrap().uses_rand());
+    }
+
+    #[test]
+    fn rand_refuses_arguments() {
+        for (arg, code, message) in [
+            (
+                Bson::Document(doc! {"x": 1}),
+                3040501,
+                "$rand does not currently accept arguments",
+            ),
+            (
+                Bson::Array(vec![Bson::Int32(1)]),
+                3040501,
+                "$rand does not currently accept arguments",
+            ),
+            (
+                Bson::Int32(1),
+                10065,
+                "invalid parameter: expected an object ($rand)",
+            ),
+            (
+                Bson::Null,
+                10065,
+                "invalid parameter: expected an object ($rand)",
+            ),
+        ] {
+            let e = parse(arg.clone()).unwrap_err();
+            assert_eq!(
+                (e.code.number(), e.message.as_str()),
+                (code, message),
+                "{arg}"
+            );
+        }
     }
 }

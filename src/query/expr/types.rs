@@ -587,7 +587,7 @@ fn let_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     })?;
     let Bson::Document(vars) = vars else {
         return Err(Error::new(
-            ErrorCode::LetVarsNotObject,
+            ErrorCode::ExpectedObject,
             format!(
                 "invalid parameter: expected an object (vars), found {}",
                 type_name(vars)
