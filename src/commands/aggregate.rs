@@ -15,7 +15,6 @@ use super::views;
 use crate::aggregate::{stage_arg, Context, Limits, ParseContext, Pipeline};
 use crate::cursor::{first_batch_reply, with_time_limit, CursorStream, DEFAULT_FIRST_BATCH};
 use crate::error::{Error, ErrorCode, Result};
-use crate::query::expr::Expr;
 use crate::query::sort::SortSpec;
 use crate::router::aggregate::{leading_match, RouterContext, SplitPipeline};
 use crate::router::throttle::PartitionUnits;
@@ -74,20 +73,15 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Aggregate> {
         ),
         None => None,
     };
-    // `let` values are expressions over no document, evaluated once.
-    let mut vars = Document::new();
-    if let Some(lets) = opt_document("aggregate", b, "let")? {
-        for (name, value) in lets {
-            let v = Expr::parse(value)?.evaluate(&Document::new())?;
-            vars.insert(name.clone(), v);
-        }
-    }
+    let vars = args::let_variables("aggregate", b)?;
     Ok(Aggregate {
         ns,
         collectionless,
         pipeline: pipeline.clone(),
         vars,
-        allow_disk_use: bool_or("aggregate", b, "allowDiskUse", false)?,
+        // MongoDB 7.0 lets blocking stages spill unless told not to
+        // (`allowDiskUseByDefault`).
+        allow_disk_use: bool_or("aggregate", b, "allowDiskUse", true)?,
         explain,
         batch_size,
         max_time_ms: args::opt_non_negative("aggregate", b, "maxTimeMS")?,
@@ -105,7 +99,7 @@ fn first_stage(pipeline: &[Bson]) -> Option<&str> {
 /// The limits blocking stages run under.
 fn limits(req: &Request<'_>, allow_disk_use: bool) -> Limits {
     Limits {
-        max_blocking_bytes: req.state.config.max_blocking_stage_bytes,
+        max_blocking_bytes: req.state.parameters.blocking_bytes(),
         allow_disk_use,
         spill_dir: req.state.config.data_dir.join("spill"),
     }
@@ -241,6 +235,28 @@ fn explain_split(pipeline: &[Bson], vars: &Document) -> Result<(Vec<Bson>, Vec<B
     Ok((shards, merger))
 }
 
+/// The collection a pipeline's last stage writes (`$out`, `$merge`), if
+/// it names one well-formed; the stage's own parser reports the rest.
+fn output_namespace(pipeline: &[Bson], db: &str) -> Option<Namespace> {
+    let Some(Bson::Document(stage)) = pipeline.last() else {
+        return None;
+    };
+    let (name, arg) = stage.iter().next()?;
+    let target = match (name.as_str(), arg) {
+        ("$out", target) => target,
+        ("$merge", Bson::Document(spec)) => spec.get("into")?,
+        ("$merge", target) => target,
+        _ => return None,
+    };
+    match target {
+        Bson::String(coll) => Namespace::new(db, coll).ok(),
+        Bson::Document(d) => {
+            Namespace::new(d.get_str("db").unwrap_or(db), d.get_str("coll").ok()?).ok()
+        }
+        _ => None,
+    }
+}
+
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     super::args::check_fields(
         req,
@@ -271,6 +287,14 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         body.remove("explain");
         let explain = parse_explained(&req.db, body)?;
         return explain_render::explain(req, explain, Verbosity::QueryPlanner).await;
+    }
+    if let Some(target) = output_namespace(&agg.pipeline, &req.db) {
+        if views::find(&req.state.router, &target).await?.is_some() {
+            return Err(Error::new(
+                ErrorCode::CommandNotSupportedOnView,
+                format!("Namespace {target} is a view, not a collection"),
+            ));
+        }
     }
     let cursor_ns = agg.ns.full();
     if !agg.collectionless {

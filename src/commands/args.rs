@@ -230,6 +230,67 @@ pub fn check_batch_size(n: usize) -> Result<()> {
 /// Sizes live with the pure BSON logic; commands keep their old names.
 pub use crate::query::size::{bson_size, document_size};
 
+/// A command's `let`: each variable's expression evaluated once, over no
+/// document (so `$$NOW` and literals, not fields), as MongoDB does.
+pub fn let_variables(cmd: &str, body: &Document) -> Result<Document> {
+    let mut vars = Document::new();
+    if let Some(lets) = opt_document(cmd, body, "let")? {
+        for (name, value) in lets {
+            let v = crate::query::expr::Expr::parse(value)?.evaluate(&Document::new())?;
+            vars.insert(name.clone(), v);
+        }
+    }
+    Ok(vars)
+}
+
+/// `filter` with the `let` variables bound where a query reads them:
+/// inside its `$expr` clauses (at the top or under `$and`, `$or`,
+/// `$nor`). Elsewhere `"$$name"` is a plain string, as in MongoDB.
+pub fn bind_in_filter(filter: &Document, vars: &Document) -> Document {
+    if vars.is_empty() {
+        return filter.clone();
+    }
+    filter
+        .iter()
+        .map(|(key, value)| {
+            let bound = match (key.as_str(), value) {
+                ("$expr", v) => crate::aggregate::bind_variables(v, vars),
+                ("$and" | "$or" | "$nor", Bson::Array(clauses)) => Bson::Array(
+                    clauses
+                        .iter()
+                        .map(|c| match c {
+                            Bson::Document(c) => Bson::Document(bind_in_filter(c, vars)),
+                            other => other.clone(),
+                        })
+                        .collect(),
+                ),
+                (_, v) => v.clone(),
+            };
+            (key.clone(), bound)
+        })
+        .collect()
+}
+
+/// An update statement (`q`, `u`, …) with the `let` variables bound in
+/// its filter and, for a pipeline update, in its stages.
+pub fn bind_in_statement(entry: &Document, vars: &Document, q: &str, u: &str) -> Document {
+    if vars.is_empty() {
+        return entry.clone();
+    }
+    let mut bound = entry.clone();
+    if let Ok(filter) = entry.get_document(q) {
+        bound.insert(q, bind_in_filter(filter, vars));
+    }
+    if let Some(Bson::Array(stages)) = entry.get(u) {
+        let stages: Vec<Bson> = stages
+            .iter()
+            .map(|s| crate::aggregate::bind_variables(s, vars))
+            .collect();
+        bound.insert(u, stages);
+    }
+    bound
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

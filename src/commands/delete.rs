@@ -19,6 +19,15 @@ struct Statement<'a> {
 }
 
 fn check_statement(entry: &Document) -> Result<Statement<'_>> {
+    if let Some(field) = entry
+        .keys()
+        .find(|k| !["q", "limit", "hint", "collation", "sampleId"].contains(&k.as_str()))
+    {
+        return Err(Error::new(
+            ErrorCode::UnknownField,
+            format!("BSON field 'delete.deletes.{field}' is an unknown field."),
+        ));
+    }
     let q = match entry.get("q") {
         Some(Bson::Document(q)) => q,
         Some(other) => {
@@ -69,9 +78,10 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         .iter()
         .map(check_statement)
         .collect::<Result<Vec<_>>>()?;
+    let vars = super::args::let_variables("delete", &req.body)?;
     for (i, st) in statements.iter().enumerate() {
         req.state.counters.op_delete.fetch_add(1, Ordering::Relaxed);
-        let result = match Filter::parse(st.q) {
+        let result = match Filter::parse(&super::args::bind_in_filter(st.q, &vars)) {
             Ok(filter) => req.state.router.delete(&ns, &filter, st.multi, None).await,
             Err(e) => Err(e),
         };

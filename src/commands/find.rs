@@ -35,8 +35,9 @@ pub(crate) struct Find {
 
 pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
     let ns = collection_namespace("find", db, b)?;
+    let vars = args::let_variables("find", b)?;
     let filter = opt_document("find", b, "filter")?
-        .map(Filter::parse)
+        .map(|f| Filter::parse(&args::bind_in_filter(f, &vars)))
         .transpose()?;
     let mut natural = None;
     let sort = match opt_document("find", b, "sort")? {
@@ -145,7 +146,7 @@ pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
         return tail(req, f).await;
     }
     f.spec.sort_limits = Some(crate::aggregate::Limits {
-        max_blocking_bytes: req.state.config.max_blocking_stage_bytes,
+        max_blocking_bytes: req.state.parameters.blocking_bytes(),
         allow_disk_use: f.allow_disk_use,
         spill_dir: req.state.config.data_dir.join("spill"),
     });

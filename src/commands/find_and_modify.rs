@@ -43,6 +43,8 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             ));
         }
     }
+    let vars = super::args::let_variables(cmd, b)?;
+    let b = &super::args::bind_in_statement(b, &vars, "query", "update");
     let filter = Filter::parse(opt_document(cmd, b, "query")?.unwrap_or(&Document::new()))?;
     let sort = match opt_document(cmd, b, "sort")? {
         Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),

@@ -94,6 +94,16 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     // A statement without `q` or `u` fails the whole command; a bad
     // filter or update fails only its statement.
     for entry in &entries {
+        // As MongoDB 7.0's parser: `sort`, which 8.0 added, is unknown here.
+        if let Some(field) = entry
+            .keys()
+            .find(|k| !STATEMENT_FIELDS.contains(&k.as_str()))
+        {
+            return Err(Error::new(
+                crate::error::ErrorCode::UnknownField,
+                format!("BSON field 'update.updates.{field}' is an unknown field."),
+            ));
+        }
         for field in ["q", "u"] {
             match entry.get(field) {
                 Some(Bson::Document(_)) => {}
@@ -113,6 +123,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             }
         }
     }
+    let vars = super::args::let_variables("update", &req.body)?;
     let timeseries = req
         .state
         .router
@@ -124,6 +135,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             Some(ts) => check_time_series_update(ts, entry),
             None => Ok(()),
         };
+        let entry = &statement_with_variables(entry, &vars)?;
         let result = match checked.and_then(|()| parse_statement(entry)) {
             Ok(stmt) => {
                 let stmt = UpdateStatement { validation, ..stmt };
@@ -156,6 +168,31 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         reply.insert("writeErrors", errors);
     }
     Ok(reply)
+}
+
+/// The fields of an update statement MongoDB 7.0 knows.
+const STATEMENT_FIELDS: [&str; 11] = [
+    "q",
+    "u",
+    "c",
+    "arrayFilters",
+    "multi",
+    "upsert",
+    "upsertSupplied",
+    "hint",
+    "collation",
+    "sampleId",
+    "allowShardKeyUpdatesWithoutFullShardKeyInQuery",
+];
+
+/// A statement with the command's `let` variables, and its own
+/// constants (`c`, for a pipeline update), bound.
+fn statement_with_variables(entry: &Document, vars: &Document) -> Result<Document> {
+    let mut vars = vars.clone();
+    if let Some(constants) = super::args::opt_document("update.updates", entry, "c")? {
+        vars.extend(constants.clone());
+    }
+    Ok(super::args::bind_in_statement(entry, &vars, "q", "u"))
 }
 
 /// An update statement on a time-series collection, checked against
