@@ -42,29 +42,6 @@ pub async fn build_info(_req: &Request<'_>) -> Result<Document> {
     })
 }
 
-pub async fn get_parameter(req: &Request<'_>) -> Result<Document> {
-    let all = matches!(req.body.get("getParameter"), Some(Bson::String(s)) if s == "*");
-    let mut reply = Document::new();
-    let known = doc! {
-        "featureCompatibilityVersion": {"version": "7.0"},
-        "authenticationMechanisms": ["SCRAM-SHA-1", "SCRAM-SHA-256"],
-        "maxBSONDepth": 100,
-        "internalQueryMaxBlockingSortMemoryUsageBytes": 100i64 * 1024 * 1024,
-    };
-    for (k, v) in &known {
-        if all || req.body.contains_key(k) {
-            reply.insert(k.clone(), v.clone());
-        }
-    }
-    if reply.is_empty() && !all {
-        return Err(Error::new(
-            ErrorCode::InvalidOptions,
-            "no option found to get",
-        ));
-    }
-    Ok(reply)
-}
-
 pub async fn whats_my_uri(req: &Request<'_>) -> Result<Document> {
     Ok(doc! {"you": req.conn.peer.to_string()})
 }

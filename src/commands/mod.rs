@@ -33,6 +33,7 @@ pub mod find_and_modify;
 pub mod handshake;
 pub mod indexes;
 pub mod insert;
+pub mod parameters;
 pub mod registry;
 pub mod request;
 pub mod request_statistics;

@@ -7,7 +7,8 @@ use bson::{doc, Document};
 use super::request::{CommandReply, Handler, Request};
 use super::{
     admin, aggregate, capped, catalog, coll_mod, count, custom_action, delete, distinct, explain,
-    find, find_and_modify, handshake, indexes, insert, request_statistics, sharding, update,
+    find, find_and_modify, handshake, indexes, insert, parameters, request_statistics, sharding,
+    update,
 };
 use crate::error::Result;
 
@@ -156,6 +157,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         "alias of findAndModify"
     ),
     command!(
+        "fsync",
+        parameters::fsync,
+        true,
+        "make every write so far durable"
+    ),
+    command!(
         "getCmdLineOpts",
         admin::get_cmd_line_opts,
         true,
@@ -171,7 +178,7 @@ pub static COMMANDS: &[CommandEntry] = &[
     command!("getMore", find::get_more, false, "next batch of a cursor"),
     command!(
         "getParameter",
-        admin::get_parameter,
+        parameters::get_parameter,
         true,
         "server parameters"
     ),
@@ -230,6 +237,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         "rename a collection"
     ),
     command!("serverStatus", admin::server_status, false, "server status"),
+    command!(
+        "setParameter",
+        parameters::set_parameter,
+        true,
+        "change a server parameter"
+    ),
     command!(
         "shardCollection",
         sharding::shard_collection,

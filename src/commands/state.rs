@@ -31,6 +31,8 @@ pub struct StateInner {
     pub retries: retry::RetryTable,
     /// `configureFailPoint`'s fail points (`--enable-test-commands`).
     pub fail_points: super::fail_point::FailPoints,
+    /// The server parameters `setParameter` may change.
+    pub parameters: super::parameters::Parameters,
     cluster_time: AtomicU64,
 }
 
@@ -60,6 +62,7 @@ impl ServerState {
         ServerState(Arc::new(StateInner {
             router,
             cursors: CursorRegistry::new(config.cursor_limits()),
+            parameters: super::parameters::Parameters::new(config.max_blocking_stage_bytes),
             config,
             started: Instant::now(),
             counters: Counters::default(),

@@ -120,6 +120,13 @@ impl Router {
         self.durable(seq.unwrap_or(0)).await
     }
 
+    /// Makes everything written so far durable (`fsync`): an empty
+    /// commit after every other, waited for like a write.
+    pub async fn sync_all(&self) -> Result<()> {
+        let seq = maybe_blocking(false, || self.commit(WriteBatch::default()))?;
+        self.durable(seq).await
+    }
+
     /// Changes collection `ns`'s options (`collMod`), durably: `change`
     /// gets the current options and returns new ones, refused when
     /// malformed as `collMod` refuses them. False when there is no such
