@@ -147,6 +147,7 @@ error_codes! {
     ConflictingOperationInProgress = 117,
     NamespaceNotSharded = 118,
     DocumentValidationFailure = 121,
+    JSInterpreterFailure = 139,
     ExceededMemoryLimit = 146,
     InvalidSyntax = 150,
     ViewDepthLimitExceeded = 165,
