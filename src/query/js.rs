@@ -1016,7 +1016,7 @@ mod tests {
         let id = JsFunction::new("function(v) { return v; }").unwrap();
         for v in [
             Bson::Int64(1 << 60),
-            Bson::Int32(7).clone(),
+            Bson::Int32(7),
             Bson::String("s".into()),
             Bson::Boolean(true),
             Bson::Null,
@@ -1042,7 +1042,11 @@ mod tests {
                 Bson::Document(_) => Bson::Document(doc! {"x": {"y": [1.5, "z"]}}),
                 other => other.clone(),
             };
-            assert_eq!(id.call(None, &[v.clone()]).unwrap(), expected, "{v:?}");
+            assert_eq!(
+                id.call(None, std::slice::from_ref(&v)).unwrap(),
+                expected,
+                "{v:?}"
+            );
         }
     }
 
