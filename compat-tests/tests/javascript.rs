@@ -122,6 +122,19 @@ async fn where_filters_find_count_update_and_delete() {
             .await
             .expect("count");
         assert_eq!(compat_tests::num(&counted, "n"), 4, "{name}");
+        let distinct = coll
+            .distinct("k", doc! {"$where": "this.v < 2"})
+            .await
+            .expect("distinct");
+        assert_eq!(distinct, vec![Bson::from("a"), Bson::from("b")], "{name}");
+        let found = coll
+            .find_one_and_update(
+                doc! {"$where": "this.v == 4"},
+                doc! {"$set": {"seen": true}},
+            )
+            .await
+            .expect("findAndModify");
+        assert_eq!(found, Some(doc! {"_id": 4, "k": "b", "v": 4}), "{name}");
         let r = coll
             .update_many(doc! {"$where": "this.v > 8"}, doc! {"$set": {"big": true}})
             .await
