@@ -176,6 +176,20 @@ pub struct Config {
     /// MongoDB's `failCommand` fail point. Never on a server others use.
     #[arg(long)]
     pub enable_test_commands: bool,
+
+    /// Server-side JavaScript (`$where`, `$function`, `$accumulator`,
+    /// `mapReduce`); `off` refuses them as `mongod --noscripting` does.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub javascript: Switch,
+
+    /// Milliseconds one call of a script may run before it is stopped
+    /// (the operation's `maxTimeMS` stops it too).
+    #[arg(long, default_value_t = crate::query::js::DEFAULT_CALL_TIME_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub javascript_time_limit_ms: u64,
+
+    /// MiB of memory the JavaScript runtime of one server thread may hold.
+    #[arg(long, default_value_t = (crate::query::js::DEFAULT_MEMORY_BYTES >> 20) as u64, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub javascript_memory_mb: u64,
 }
 
 impl Config {
@@ -238,6 +252,16 @@ impl Config {
                 burst_capacity: self.burst_capacity,
                 server_side_retry: self.server_side_retry,
             },
+        }
+    }
+
+    /// The server-side JavaScript settings.
+    pub fn javascript_limits(&self) -> crate::query::js::Limits {
+        crate::query::js::Limits {
+            enabled: self.javascript == Switch::On,
+            call_time: std::time::Duration::from_millis(self.javascript_time_limit_ms),
+            memory_bytes: usize::try_from(self.javascript_memory_mb.saturating_mul(1 << 20))
+                .unwrap_or(usize::MAX),
         }
     }
 

@@ -492,7 +492,7 @@ pub fn with_time_limit<T: 'static>(
         }
         crate::query::interrupt::limit_to(deadline);
         n = n.wrapping_add(1);
-        if n % 64 == 0 && Instant::now() >= deadline {
+        if n.is_multiple_of(64) && Instant::now() >= deadline {
             expired = true;
             return Some(Err(Error::new(
                 ErrorCode::MaxTimeMSExpired,

@@ -148,6 +148,7 @@ error_codes! {
     NamespaceNotSharded = 118,
     DocumentValidationFailure = 121,
     CappedPositionLost = 136,
+    JSInterpreterFailure = 139,
     ExceededMemoryLimit = 146,
     InvalidSyntax = 150,
     ViewDepthLimitExceeded = 165,

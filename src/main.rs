@@ -14,6 +14,7 @@ static GLOBAL: MiMalloc = MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let config = Config::parse();
+    shardgate::query::js::configure(config.javascript_limits());
     // Before any thread or file exists: everything the server creates
     // (data directory, journal, tables, spill files) is private to its
     // user, whatever umask it was started with.

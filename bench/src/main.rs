@@ -23,6 +23,7 @@ mod cost;
 mod dataset;
 mod fanout;
 mod indexes;
+mod javascript;
 mod partition_move;
 mod report;
 mod request_units;
@@ -148,6 +149,12 @@ struct Args {
     /// about 150 bytes each.
     #[arg(long, default_value_t = 1_000_000)]
     agg_docs: u64,
+    /// js-cost: documents in `js_cost`.
+    #[arg(long, default_value_t = 200_000)]
+    js_docs: u64,
+    /// js-cost: timed runs of each query (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    js_repeats: u32,
     /// agg-group, agg-topk: partitions of `agg_sharded`, sharded on
     /// `{k: "hashed"}`.
     #[arg(long, default_value_t = 16)]
@@ -439,6 +446,7 @@ async fn run(args: Args) -> Result<(), String> {
             Workload::AggGroup => aggregate::agg_group(&args, &targets[0]).await?,
             Workload::AggTopk => aggregate::agg_topk(&args, &targets[0]).await?,
             Workload::AggWindow => aggregate::agg_window(&args, &targets[0]).await?,
+            Workload::JsCost => javascript::js_cost(&args, &targets[0]).await?,
             Workload::Unwind => robustness::unwind(&args, &targets[0]).await?,
             Workload::CursorMemory => robustness::cursor_memory(&args, &targets[0]).await?,
             Workload::RuEnforcement => request_units::ru_enforcement(&args, &targets[0]).await?,

@@ -83,6 +83,10 @@ pub enum Workload {
     /// so that the workloads before it keep their seeds (a seed mixes in
     /// the workload's position).
     FindMany,
+    /// `$where` and `$function` against the same queries without
+    /// JavaScript, per document (`javascript`). After `find-many` so that
+    /// the workloads before it keep their seeds.
+    JsCost,
 }
 
 /// Documents one `find-many` operation reads (fewer when `--docs` is less).
@@ -112,6 +116,7 @@ impl Workload {
             Workload::RuEnforcement => "ru-enforcement",
             Workload::MovePartition => "move-partition",
             Workload::FindMany => "find-many",
+            Workload::JsCost => "js-cost",
         }
     }
 
@@ -133,6 +138,7 @@ impl Workload {
                 | Workload::CursorMemory
                 | Workload::RuEnforcement
                 | Workload::MovePartition
+                | Workload::JsCost
         )
     }
 }

@@ -282,7 +282,7 @@ fn fuzz_loop(
         let outcome = panic::catch_unwind(AssertUnwindSafe(|| target.execute(&input)));
         started_ms.store(0, Ordering::Relaxed);
         report.execs += 1;
-        if report.execs % 1024 == 0 {
+        if report.execs.is_multiple_of(1024) {
             // Left behind for the parent should this process die.
             let _ = fs::write(
                 opts.artifacts.join(target.name).join("execs"),

@@ -73,13 +73,9 @@ struct Match {
     spec: Document,
 }
 
-fn parse_match(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
-    let Bson::Document(spec) = arg else {
-        return Err(loc(
-            ErrorCode::MatchNotObject,
-            "the match filter must be an expression in an object",
-        ));
-    };
+/// The operators a `$match` refuses at its top level, before its filter
+/// is parsed (the router's leading `$match` checks them first too).
+pub fn check_match_clauses(spec: &Document) -> Result<()> {
     for key in ["$where", "$near", "$nearSphere"] {
         if spec.contains_key(key) {
             return Err(loc(
@@ -88,8 +84,19 @@ fn parse_match(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
             ));
         }
     }
+    Ok(())
+}
+
+fn parse_match(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
+    let Bson::Document(spec) = arg else {
+        return Err(loc(
+            ErrorCode::MatchNotObject,
+            "the match filter must be an expression in an object",
+        ));
+    };
+    check_match_clauses(spec)?;
     Ok(Box::new(Match {
-        filter: Arc::new(Filter::parse(spec)?),
+        filter: Arc::new(Filter::parse_in_pipeline(spec)?),
         spec: spec.clone(),
     }))
 }

@@ -36,6 +36,7 @@ use super::{Context, DocStream, InputDoc, InputStream, ParseContext, Split, Stag
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, type_name, DecimalValue, Number};
 use crate::query::expr::{Expr, RawValue};
+use crate::query::js::{JsFunction, ScopeBuilder};
 use crate::query::keystring::{encode_id, encode_value};
 use crate::query::size::{
     accumulator_memory_error, field_size, SizeBudget, ACCUMULATOR_MEMORY_LIMIT,
@@ -84,6 +85,255 @@ enum Op {
     LastN(usize),
     MaxN(usize),
     MinN(usize),
+    /// `$accumulator`: JavaScript's `init`, `accumulate`, `merge` and
+    /// `finalize`.
+    Js(Arc<JsAccumulator>),
+    /// `$_internalJsReduce`: `mapReduce`'s reduce function over the
+    /// values emitted for one key.
+    JsReduce(JsFunction),
+}
+
+/// Values one `$_internalJsReduce` state holds before it reduces them
+/// to one (MongoDB reduces in batches under a document's size too).
+const REDUCE_BATCH_BYTES: usize = 4 << 20;
+
+/// `$_internalJsReduce: {data: <expression giving {k, v}>, eval: <reduce>}`.
+fn parse_js_reduce(arg: &Bson) -> Result<(Op, Expr)> {
+    let code = |n: i32, message: String| Error::new(ErrorCode::from_number(n), message);
+    let Bson::Document(spec) = arg else {
+        return Err(code(
+            31326,
+            format!(
+                "$_internalJsReduce requires a document argument, but found {}",
+                type_name(arg)
+            ),
+        ));
+    };
+    let (mut source, mut data) = (None, None);
+    for (name, value) in spec {
+        match name.as_str() {
+            "eval" => match value {
+                Bson::String(s) | Bson::JavaScriptCode(s) => source = Some(s.clone()),
+                other => {
+                    return Err(code(
+                        31244,
+                        format!(
+                            "$_internalJsReduce requires the 'eval' argument to be of type string, or code but found {}",
+                            type_name(other)
+                        ),
+                    ))
+                }
+            },
+            "data" => data = Some(Expr::parse(value)?),
+            "_internalScope" => {}
+            _ => {
+                return Err(code(
+                    31243,
+                    format!("Invalid argument specified to $_internalJsReduce: {name}"),
+                ))
+            }
+        }
+    }
+    let Some(source) = source else {
+        return Err(code(
+            31245,
+            "$_internalJsReduce requires 'eval' argument".into(),
+        ));
+    };
+    let Some(data) = data else {
+        return Err(code(
+            31349,
+            "$_internalJsReduce requires 'data' argument".into(),
+        ));
+    };
+    if !crate::query::js::enabled() {
+        return Err(crate::query::js::map_reduce_disabled_error());
+    }
+    let globals = match spec.get("_internalScope") {
+        Some(Bson::Document(d)) => d.clone(),
+        _ => Document::new(),
+    };
+    let mut builder = ScopeBuilder::new(globals);
+    builder.add(&source);
+    let function = builder
+        .finish()
+        .pop()
+        .ok_or_else(|| Error::internal("no reduce function"))?;
+    function.check()?;
+    Ok((Op::JsReduce(function), data))
+}
+
+/// `reduce(key, values)`.
+fn js_reduce(function: &JsFunction, key: &Option<Bson>, values: Vec<Bson>) -> Result<Bson> {
+    let key = key.clone().unwrap_or(Bson::Null);
+    function.call(None, &[key, Bson::Array(values)])
+}
+
+/// The functions of an `$accumulator`, compiled in one scope, and its
+/// `initArgs` (evaluated on each group's first document).
+#[derive(Debug)]
+struct JsAccumulator {
+    init: JsFunction,
+    init_args: Expr,
+    accumulate: JsFunction,
+    merge: JsFunction,
+    finalize: Option<JsFunction>,
+}
+
+/// `$accumulator: {init, initArgs, accumulate, accumulateArgs, merge,
+/// finalize, lang: "js"}`, with MongoDB's checks and codes.
+fn parse_js_accumulator(arg: &Bson) -> Result<(Op, Expr)> {
+    let code = |n: i32, message: String| Error::new(ErrorCode::from_number(n), message);
+    let Bson::Document(spec) = arg else {
+        return Err(code(
+            4544703,
+            format!(
+                "$accumulator expects an object as an argument; found: {}",
+                type_name(arg)
+            ),
+        ));
+    };
+    let mut builder = ScopeBuilder::new(Document::new());
+    let (mut init, mut accumulate, mut merge, mut finalize) = (None, None, None, None);
+    let (mut init_args, mut accumulate_args) = (None, None);
+    for (name, value) in spec {
+        let mut function = |field: &str| -> Result<usize> {
+            let parsed = Expr::parse(value)?;
+            if !parsed.is_constant() {
+                return Err(code(
+                    4544701,
+                    format!("$accumulator '{field}' must be a constant expression"),
+                ));
+            }
+            match parsed.evaluate(&Document::new())? {
+                Bson::String(s) | Bson::JavaScriptCode(s) => Ok(builder.add(&s)),
+                _ => Err(code(
+                    4544702,
+                    format!("$accumulator '{field}' must be a String or Code"),
+                )),
+            }
+        };
+        match name.as_str() {
+            "init" => init = Some(function("init")?),
+            "accumulate" => accumulate = Some(function("accumulate")?),
+            "merge" => merge = Some(function("merge")?),
+            "finalize" => finalize = Some(function("finalize")?),
+            "initArgs" => init_args = Some(Expr::parse(value)?),
+            "accumulateArgs" => accumulate_args = Some(Expr::parse(value)?),
+            "lang" => match value {
+                Bson::String(lang) if lang == "js" => {}
+                Bson::String(_) => {
+                    return Err(code(
+                        4544705,
+                        "$accumulator only supports lang: 'js'".into(),
+                    ))
+                }
+                other => {
+                    return Err(code(
+                        4544704,
+                        format!(
+                            "$accumulator lang must be a string; found: {}",
+                            type_name(other)
+                        ),
+                    ))
+                }
+            },
+            other => {
+                return Err(code(
+                    4544706,
+                    format!("$accumulator got an unexpected field: {other}"),
+                ))
+            }
+        }
+    }
+    let Some(init) = init else {
+        return Err(code(
+            4544707,
+            "$accumulator missing required argument 'init'".into(),
+        ));
+    };
+    let Some(accumulate) = accumulate else {
+        return Err(code(
+            4544708,
+            "$accumulator missing required argument 'accumulate'".into(),
+        ));
+    };
+    let Some(merge) = merge else {
+        return Err(code(
+            4544709,
+            "$accumulator missing required argument 'merge'".into(),
+        ));
+    };
+    let Some(accumulate_args) = accumulate_args else {
+        return Err(code(
+            4544710,
+            "$accumulator missing required argument 'accumulateArgs'".into(),
+        ));
+    };
+    if !crate::query::js::enabled() {
+        return Err(crate::query::js::function_disabled_error());
+    }
+    let functions = builder.finish();
+    let get = |i: usize| {
+        functions
+            .get(i)
+            .cloned()
+            .ok_or_else(|| Error::internal("$accumulator function missing"))
+    };
+    let js = JsAccumulator {
+        init: get(init)?,
+        init_args: match init_args {
+            Some(e) => e,
+            None => Expr::parse(&Bson::Array(Vec::new()))?,
+        },
+        accumulate: get(accumulate)?,
+        merge: get(merge)?,
+        finalize: finalize.map(get).transpose()?,
+    };
+    for f in [&js.init, &js.accumulate, &js.merge]
+        .into_iter()
+        .chain(js.finalize.as_ref())
+    {
+        f.check()?;
+    }
+    Ok((Op::Js(Arc::new(js)), accumulate_args))
+}
+
+impl JsAccumulator {
+    /// A group's first state: `init(...initArgs)`.
+    fn start(&self, init_args: Option<Bson>) -> Result<Bson> {
+        let args = match init_args {
+            Some(Bson::Array(items)) => items,
+            other => {
+                return Err(Error::new(
+                    ErrorCode::from_number(4544711),
+                    format!(
+                        "$accumulator initArgs must evaluate to an array: {}",
+                        other.map_or("missing".to_string(), |v| v.to_string())
+                    ),
+                ))
+            }
+        };
+        self.init.call(None, &args)
+    }
+
+    /// `accumulate(state, ...accumulateArgs)`.
+    fn accumulate(&self, state: Bson, args: Option<Bson>) -> Result<Bson> {
+        let mut call = vec![state];
+        match args {
+            Some(Bson::Array(items)) => call.extend(items),
+            other => {
+                return Err(Error::new(
+                    ErrorCode::from_number(4544712),
+                    format!(
+                        "$accumulator accumulateArgs must evaluate to an array: {}",
+                        other.map_or("missing".to_string(), |v| v.to_string())
+                    ),
+                ))
+            }
+        }
+        self.accumulate.call(None, &call)
+    }
 }
 
 impl Op {
@@ -147,6 +397,18 @@ fn parse_accumulator(field: &str, spec: &Bson) -> Result<Accumulator> {
             format!("The field '{field}' must specify one accumulator"),
         ));
     };
+    if name == "$accumulator" || name == "$_internalJsReduce" {
+        let (op, arg) = if name == "$accumulator" {
+            parse_js_accumulator(arg)?
+        } else {
+            parse_js_reduce(arg)?
+        };
+        return Ok(Accumulator {
+            field: field.to_string(),
+            op,
+            arg,
+        });
+    }
     if !ACCUMULATORS.contains(&name.as_str()) {
         return Err(loc(
             ErrorCode::GroupUnknownOperator,
@@ -414,6 +676,11 @@ enum State {
     /// bytes they hold.
     Sorted(Vec<(Vec<Bson>, Bson)>, usize),
     Values(Vec<Bson>, usize),
+    /// `$accumulator`'s state, once `init` made it.
+    Js(Option<Bson>),
+    /// `$_internalJsReduce`: the key, the values not yet reduced and
+    /// their bytes.
+    JsReduce(Option<Bson>, Vec<Bson>, usize),
 }
 
 fn new_state(op: &Op) -> State {
@@ -434,6 +701,8 @@ fn new_state(op: &Op) -> State {
         },
         Op::Sorted { .. } => State::Sorted(Vec::new(), 0),
         Op::FirstN(_) | Op::LastN(_) | Op::MaxN(_) | Op::MinN(_) => State::Values(Vec::new(), 0),
+        Op::Js(_) => State::Js(None),
+        Op::JsReduce(_) => State::JsReduce(None, Vec::new(), 0),
     }
 }
 
@@ -556,6 +825,8 @@ fn op_name(op: &Op) -> &'static str {
         Op::LastN(_) => "$lastN",
         Op::MaxN(_) => "$maxN",
         Op::MinN(_) => "$minN",
+        Op::Js(_) => "$accumulator",
+        Op::JsReduce(_) => "$_internalJsReduce",
     }
 }
 
@@ -724,9 +995,60 @@ impl State {
                 }
                 return Ok(size);
             }
-            (State::Sorted(..), _) => {}
+            (State::Js(state), Op::Js(js)) => {
+                let Some(current) = state.take() else {
+                    return Err(Error::internal("$accumulator state not started"));
+                };
+                let next = js.accumulate(current, value)?;
+                let size = approx_size(&next);
+                *state = Some(next);
+                return Ok(size);
+            }
+            (State::JsReduce(key, values, held), Op::JsReduce(function)) => {
+                let Some(value) = value else {
+                    return Ok(0);
+                };
+                let Bson::Document(data) = value else {
+                    return Err(Error::new(
+                        ErrorCode::from_number(31242),
+                        format!(
+                            "$_internalJsReduce requires a document argument, but found {}",
+                            type_name(&value)
+                        ),
+                    ));
+                };
+                let (Some(k), Some(v), 2) = (data.get("k"), data.get("v"), data.len()) else {
+                    return Err(Error::new(
+                        ErrorCode::from_number(31251),
+                        format!(
+                            "$_internalJsReduce requires the 'data' argument to have a 'k' and 'v' field. Instead found{data}"
+                        ),
+                    ));
+                };
+                *key = Some(k.clone());
+                let size = approx_size(v);
+                values.push(v.clone());
+                *held = held.saturating_add(size);
+                if *held > REDUCE_BATCH_BYTES && values.len() > 1 {
+                    let reduced = js_reduce(function, key, std::mem::take(values))?;
+                    *held = approx_size(&reduced);
+                    values.push(reduced);
+                }
+                return Ok(size);
+            }
+            (State::Sorted(..), _) | (State::Js(_), _) | (State::JsReduce(..), _) => {}
         }
         Ok(0)
+    }
+
+    /// Starts an `$accumulator`'s state with `init`, on its group's first
+    /// document (`initArgs` evaluated on it); other states need no start.
+    fn start(&mut self, op: &Op, doc: &Document, vars: &Document) -> Result<()> {
+        if let (State::Js(state @ None), Op::Js(js)) = (self, op) {
+            let init_args = eval(&js.init_args, doc, vars)?;
+            *state = Some(js.start(init_args)?);
+        }
+        Ok(())
     }
 
     /// The state as a partial value another group can merge.
@@ -754,6 +1076,10 @@ impl State {
             State::Values(mut items, _) => {
                 trim_n(&mut items, op);
                 Bson::Array(items)
+            }
+            State::Js(state) => state.unwrap_or(Bson::Null),
+            State::JsReduce(key, values, _) => {
+                Bson::Document(doc! {"k": key.unwrap_or(Bson::Null), "vs": values})
             }
         }
     }
@@ -874,13 +1200,50 @@ impl State {
                 hold(held, values_bytes(items), op)?;
                 return Ok(more.iter().map(approx_size).sum());
             }
+            State::Js(state) => {
+                let Op::Js(js) = op else {
+                    return Err(bad());
+                };
+                // A partition's (or spilled run's) state: merged into
+                // this one, or this one's start.
+                let next = match state.take() {
+                    None => partial.clone(),
+                    Some(current) => js.merge.call(None, &[current, partial.clone()])?,
+                };
+                let size = approx_size(&next);
+                *state = Some(next);
+                return Ok(size);
+            }
+            State::JsReduce(key, values, held) => {
+                let Op::JsReduce(function) = op else {
+                    return Err(bad());
+                };
+                let Bson::Document(p) = partial else {
+                    return Err(bad());
+                };
+                let Some(Bson::Array(more)) = p.get("vs") else {
+                    return Err(bad());
+                };
+                if key.is_none() {
+                    *key = p.get("k").cloned();
+                }
+                let size = values_bytes(more);
+                values.extend(more.iter().cloned());
+                *held = held.saturating_add(size);
+                if *held > REDUCE_BATCH_BYTES && values.len() > 1 {
+                    let reduced = js_reduce(function, key, std::mem::take(values))?;
+                    *held = approx_size(&reduced);
+                    values.push(reduced);
+                }
+                return Ok(size);
+            }
         }
         Ok(0)
     }
 
     /// The accumulator's result.
-    fn finish(self, op: &Op) -> Bson {
-        match self {
+    fn finish(self, op: &Op) -> Result<Bson> {
+        Ok(match self {
             State::Sum(s) => s.into_bson(),
             State::Avg(s, c) => {
                 if c == 0 {
@@ -906,7 +1269,7 @@ impl State {
             }
             State::Sorted(mut items, _) => {
                 let Op::Sorted { sort, n, bottom } = op else {
-                    return Bson::Null;
+                    return Ok(Bson::Null);
                 };
                 trim_sorted(&mut items, sort, n.unwrap_or(1), *bottom);
                 if *bottom {
@@ -917,8 +1280,24 @@ impl State {
                     Some(_) => Bson::Array(items.into_iter().map(|(_, v)| v).collect()),
                 }
             }
+            State::Js(state) => {
+                let state = state.unwrap_or(Bson::Null);
+                match op {
+                    Op::Js(js) => match &js.finalize {
+                        Some(finalize) => finalize.call(None, &[state])?,
+                        None => state,
+                    },
+                    _ => state,
+                }
+            }
+            State::JsReduce(key, values, _) => match op {
+                // No values (every `data` missing): no value, as MongoDB.
+                Op::JsReduce(_) if values.is_empty() => Bson::Null,
+                Op::JsReduce(function) => js_reduce(function, &key, values)?,
+                _ => Bson::Null,
+            },
             other => other.partial(op),
-        }
+        })
     }
 }
 
@@ -962,7 +1341,7 @@ impl WindowAccumulator {
     }
 
     /// The value over what was added so far.
-    pub(super) fn value(&self, state: &WindowState) -> Bson {
+    pub(super) fn value(&self, state: &WindowState) -> Result<Bson> {
         state.0.clone().finish(&self.0.op)
     }
 }
@@ -1042,17 +1421,17 @@ impl GroupSpec {
         }
     }
 
-    fn output(&self, key: Bson, states: Vec<State>, mode: Mode) -> Document {
+    fn output(&self, key: Bson, states: Vec<State>, mode: Mode) -> Result<Document> {
         let mut out = doc! {"_id": key};
         for (acc, state) in self.accs.iter().zip(states) {
             let v = if mode == Mode::Partial {
                 state.partial(&acc.op)
             } else {
-                state.finish(&acc.op)
+                state.finish(&acc.op)?
             };
             out.insert(acc.field.clone(), v);
         }
-        out
+        Ok(out)
     }
 
     fn new_states(&self) -> Vec<State> {
@@ -1070,10 +1449,10 @@ impl GroupSpec {
     /// field paths, and no accumulator sorts by the document.
     fn reads_raw(&self) -> bool {
         matches!(&self.key, KeyFn::Expr(e) if e.reads_fields_only())
-            && self
-                .accs
-                .iter()
-                .all(|a| a.arg.reads_fields_only() && !matches!(a.op, Op::Sorted { .. }))
+            && self.accs.iter().all(|a| {
+                a.arg.reads_fields_only()
+                    && !matches!(a.op, Op::Sorted { .. } | Op::Js(_) | Op::JsReduce(_))
+            })
     }
 }
 
@@ -1161,6 +1540,7 @@ impl Groups {
             self.bytes += if self.mode == Mode::Final {
                 state.merge_partial(&acc.op, d.get(&acc.field).unwrap_or(&Bson::Null))?
             } else {
+                state.start(&acc.op, d, &spec.vars)?;
                 let v = eval(&acc.arg, d, &spec.vars)?;
                 state.add(&acc.op, v, d)?
             };
@@ -1242,7 +1622,7 @@ impl Groups {
                 .groups
                 .into_iter()
                 .map(|g| spec.output(g.key, g.states, mode))
-                .collect();
+                .collect::<Result<_>>()?;
             if sort_output {
                 out.sort_by(|a, b| {
                     compare(
@@ -1382,7 +1762,7 @@ impl SpilledGroups {
                 absorb(&d, &mut states)?;
             }
         }
-        Ok(Some(self.spec.output(key, states, self.mode)))
+        Ok(Some(self.spec.output(key, states, self.mode)?))
     }
 }
 
@@ -2046,6 +2426,7 @@ impl BucketFiller {
         };
         self.taken += 1;
         for (acc, state) in self.spec.accs.iter().zip(states.iter_mut()) {
+            state.start(&acc.op, &d, &self.spec.vars)?;
             let value = eval(&acc.arg, &d, &self.spec.vars)?;
             state.add(&acc.op, value, &d)?;
         }
@@ -2101,7 +2482,7 @@ impl BucketFiller {
         };
         let mut doc = doc! {"_id": {"min": min, "max": max}};
         for (acc, state) in spec.accs.iter().zip(states) {
-            doc.insert(acc.field.clone(), state.finish(&acc.op));
+            doc.insert(acc.field.clone(), state.finish(&acc.op)?);
         }
         self.emitted += 1;
         Ok(Some(doc))
@@ -2518,6 +2899,87 @@ mod tests {
             }
             _ => panic!("not blocking"),
         }
+    }
+
+    #[test]
+    fn js_accumulators_split_into_partial_states_and_merge() {
+        let input: Vec<Document> = (0..30).map(|i| doc! {"g": i % 3, "v": i}).collect();
+        let spec = doc! {"$group": {"_id": "$g", "avg": {"$accumulator": {
+            "init": "function(base) { return {n: 0, sum: base}; }",
+            "initArgs": [100],
+            "accumulate": "function(s, v) { return {n: s.n + 1, sum: s.sum + v}; }",
+            "accumulateArgs": ["$v"],
+            "merge": "function(a, b) { return {n: a.n + b.n, sum: a.sum + b.sum - 100}; }",
+            "finalize": "function(s) { return (s.sum - 100) / s.n; }",
+            "lang": "js",
+        }}}};
+        let single = by_id(run(vec![spec.clone()], input.clone()).unwrap());
+        assert_eq!(
+            single,
+            vec![
+                doc! {"_id": 0, "avg": 13.5},
+                doc! {"_id": 1, "avg": 14.5},
+                doc! {"_id": 2, "avg": 15.5},
+            ]
+        );
+        assert_eq!(by_id(split_run(spec, &input)), single);
+        let no_finalize = doc! {"$group": {"_id": null, "s": {"$accumulator": {
+            "init": "function() { return 0; }",
+            "accumulate": "function(s, v) { return s + v; }",
+            "accumulateArgs": ["$v"],
+            "merge": "function(a, b) { return a + b; }",
+            "lang": "js",
+        }}}};
+        assert_eq!(
+            run(vec![no_finalize], input).unwrap(),
+            vec![doc! {"_id": null, "s": 435.0}]
+        );
+    }
+
+    #[test]
+    fn js_accumulator_arguments_are_checked() {
+        let e = |acc: Bson| {
+            err_code(
+                vec![doc! {"$group": {"_id": null, "a": {"$accumulator": acc}}}],
+                vec![doc! {}],
+            )
+        };
+        let full = doc! {
+            "init": "function() { return 0; }",
+            "accumulate": "function(s) { return s; }",
+            "accumulateArgs": [],
+            "merge": "function(a, b) { return a; }",
+            "lang": "js",
+        };
+        let without = |k: &str| {
+            let mut d = full.clone();
+            d.remove(k);
+            Bson::Document(d)
+        };
+        let with = |k: &str, v: Bson| {
+            let mut d = full.clone();
+            d.insert(k, v);
+            Bson::Document(d)
+        };
+        assert_eq!(e(Bson::Int32(1)), 4544703);
+        assert_eq!(e(with("init", Bson::Int32(1))), 4544702);
+        assert_eq!(e(with("init", Bson::String("$x".into()))), 4544701);
+        assert_eq!(e(with("lang", Bson::Int32(1))), 4544704);
+        assert_eq!(e(with("lang", Bson::String("py".into()))), 4544705);
+        assert_eq!(e(with("other", Bson::Int32(1))), 4544706);
+        assert_eq!(e(without("init")), 4544707);
+        assert_eq!(e(without("accumulate")), 4544708);
+        assert_eq!(e(without("merge")), 4544709);
+        assert_eq!(e(without("accumulateArgs")), 4544710);
+        assert_eq!(e(with("initArgs", Bson::Int32(1))), 4544711);
+        assert_eq!(e(with("accumulateArgs", Bson::Int32(1))), 4544712);
+        assert_eq!(
+            e(with(
+                "accumulate",
+                Bson::String("function() { throw 1; }".into())
+            )),
+            139
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub mod spill;
 mod update;
 mod window;
 
-pub use basic::sort_with_limit;
+pub use basic::{check_match_clauses, sort_with_limit};
 pub use group::ACCUMULATORS;
 pub use update::parse_update;
 

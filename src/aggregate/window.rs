@@ -1441,7 +1441,7 @@ impl Aggregate {
 
     fn value(&self, function: &Function) -> Result<Bson> {
         Ok(match (self, function) {
-            (Aggregate::Accumulator(state), Function::Accumulator(acc)) => acc.value(state),
+            (Aggregate::Accumulator(state), Function::Accumulator(acc)) => acc.value(state)?,
             (Aggregate::Integral(integral), Function::Integral { unit_ms, .. }) => {
                 let IntegralState {
                     points, sum, nan, ..

@@ -33,6 +33,7 @@ pub mod find_and_modify;
 pub mod handshake;
 pub mod indexes;
 pub mod insert;
+pub mod map_reduce;
 pub mod parameters;
 pub mod registry;
 pub mod request;

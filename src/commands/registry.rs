@@ -7,8 +7,8 @@ use bson::{doc, Document};
 use super::request::{CommandReply, Handler, Request};
 use super::{
     admin, aggregate, capped, catalog, coll_mod, count, custom_action, delete, distinct, explain,
-    find, find_and_modify, handshake, indexes, insert, parameters, request_statistics, sharding,
-    update,
+    find, find_and_modify, handshake, indexes, insert, map_reduce, parameters, request_statistics,
+    sharding, update,
 };
 use crate::error::Result;
 
@@ -210,6 +210,13 @@ pub static COMMANDS: &[CommandEntry] = &[
         "list partitions as shards"
     ),
     command!("logout", admin::ok, false, "log out"),
+    command!(
+        "mapReduce",
+        map_reduce::run,
+        false,
+        "map, reduce and finalize with JavaScript"
+    ),
+    command!("mapreduce", map_reduce::run, false, "alias of mapReduce"),
     command!(
         "moveChunk",
         sharding::move_chunk,

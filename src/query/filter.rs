@@ -39,6 +39,7 @@ use crate::query::compare::{
     Number, NUMBER_RANK,
 };
 use crate::query::expr::Expr;
+use crate::query::js::JsFunction;
 use crate::query::path::{parts, walk, Container, Part};
 use crate::query::regex::compile_regex;
 use crate::query::size::{nesting_exceeds, MAX_NESTING};
@@ -75,6 +76,20 @@ impl Filter {
         }
         Ok(Filter {
             root: parse_document(filter, Level::Top)?,
+        })
+    }
+
+    /// Parses the filter of an aggregation's `$match`, where MongoDB
+    /// refuses `$where` (2 BadValue) whether or not scripts are enabled.
+    pub fn parse_in_pipeline(filter: &Document) -> Result<Filter> {
+        if nesting_exceeds(filter.values(), MAX_NESTING) {
+            crate::bail!(
+                BadValue,
+                "exceeded maximum query nesting depth of {MAX_NESTING}"
+            );
+        }
+        Ok(Filter {
+            root: parse_document(filter, Level::Pipeline)?,
         })
     }
 
@@ -146,7 +161,7 @@ impl Filter {
                 Node::And(c) | Node::Or(c) | Node::Nor(c) => c.iter().any(walk),
                 Node::Not(inner) => walk(inner),
                 Node::Expr(e) => e.uses_rand(),
-                Node::Path(_) | Node::Always(_) | Node::Schema(_) => false,
+                Node::Path(_) | Node::Always(_) | Node::Schema(_) | Node::Where(_) => false,
             }
         }
         walk(&self.root)
@@ -417,7 +432,7 @@ fn collect_paths(node: &Node, out: &mut Vec<String>) -> bool {
             true
         }
         Node::Always(_) => true,
-        Node::Expr(_) | Node::Schema(_) => false,
+        Node::Expr(_) | Node::Schema(_) | Node::Where(_) => false,
     }
 }
 
@@ -437,7 +452,7 @@ fn any_path_condition(
             .any(|c| any_path_condition(c, !negated, hit)),
         Node::Not(child) => any_path_condition(child, !negated, hit),
         Node::Path(p) => hit(p, negated),
-        Node::Always(_) | Node::Expr(_) | Node::Schema(_) => false,
+        Node::Always(_) | Node::Expr(_) | Node::Schema(_) | Node::Where(_) => false,
     }
 }
 
@@ -601,6 +616,8 @@ enum Node {
     Not(Box<Node>),
     Path(PathNode),
     Expr(Box<Expr>),
+    /// `$where`: a JavaScript predicate on the whole document.
+    Where(JsFunction),
     Always(bool),
     /// `$jsonSchema`, on the whole document.
     Schema(Box<schema::Schema>),
@@ -834,6 +851,9 @@ enum Level {
     Top,
     /// Inside `$elemMatch`, where `$expr` and `$where` are not allowed.
     Sub,
+    /// The top level of an aggregation's `$match` (and `$lookup`'s), where
+    /// `$where` is not allowed.
+    Pipeline,
 }
 
 fn parse_document(filter: &Document, level: Level) -> Result<Node> {
@@ -896,12 +916,7 @@ fn parse_top_level_operator(key: &str, value: &Bson, level: Level) -> Result<Opt
                 value: value.clone(),
             },
         }),
-        "$where" => {
-            if level == Level::Sub {
-                crate::bail!(BadValue, "$elemMatch cannot contain $where expression");
-            }
-            crate::bail!(BadValue, "$where is not supported")
-        }
+        "$where" => Node::Where(parse_where(value, level)?),
         "$text" => crate::bail!(BadValue, "$text is not supported"),
         "$jsonSchema" => Node::Schema(Box::new(schema::parse(value)?)),
         "$sampleRate" => {
@@ -940,6 +955,31 @@ fn parse_top_level_operator(key: &str, value: &Bson, level: Level) -> Result<Opt
         ),
     };
     Ok(Some(node))
+}
+
+/// `$where`'s argument: a function or expression as a string or BSON
+/// JavaScript code, compiled now so a syntax error fails the operation
+/// before it reads anything.
+fn parse_where(value: &Bson, level: Level) -> Result<JsFunction> {
+    match level {
+        Level::Sub => crate::bail!(BadValue, "$elemMatch cannot contain $where expression"),
+        Level::Pipeline => crate::bail!(BadValue, "$where is not allowed in this context"),
+        Level::Top => {}
+    }
+    if !crate::query::js::enabled() {
+        return Err(crate::query::js::where_disabled_error());
+    }
+    let source = match value {
+        Bson::String(s) | Bson::JavaScriptCode(s) => s,
+        Bson::JavaScriptCodeWithScope(_) => crate::bail!(
+            BadValue,
+            "$where no longer supports deprecated BSON type CodeWScope"
+        ),
+        _ => crate::bail!(BadValue, "$where got bad type"),
+    };
+    let function = JsFunction::new(source)?;
+    function.check()?;
+    Ok(function)
 }
 
 /// `{path: value}` at the top of a filter or `$elemMatch` object.
@@ -1542,6 +1582,18 @@ impl MatchContext {
                 // An array element under `$elemMatch`, seen as a document.
                 Container::Arr(items) => schema.matches_document(&array_as_document(items)),
             },
+            Node::Where(function) => {
+                let Container::Doc(doc) = container else {
+                    return false;
+                };
+                match function.call_predicate(doc) {
+                    Ok(truth) => truth,
+                    Err(e) => {
+                        self.error.get_or_insert(e);
+                        false
+                    }
+                }
+            }
             Node::Expr(expr) => {
                 let Container::Doc(doc) = container else {
                     return false;
@@ -1568,7 +1620,7 @@ fn eval_on_value(node: &Node, value: &Bson) -> bool {
         Node::Not(child) => !eval_on_value(child, value),
         Node::Always(b) => *b,
         Node::Path(p) => test(&p.pred, Some(value)).is_some(),
-        Node::Expr(_) | Node::Schema(_) => false,
+        Node::Expr(_) | Node::Schema(_) | Node::Where(_) => false,
     }
 }
 
@@ -2519,9 +2571,39 @@ mod tests {
         assert!(m(doc! {"$alwaysTrue": 1}, doc! {}));
         assert!(!m(doc! {"$alwaysFalse": 1}, doc! {}));
         assert_eq!(err(doc! {"$alwaysTrue": 2}).code, ErrorCode::FailedToParse);
-        assert_eq!(err(doc! {"$where": "1"}).code, ErrorCode::BadValue);
         assert!(m(doc! {"a": 1, "$comment": "hi"}, doc! {"a": 1}));
         assert!(m(doc! {"": 1}, doc! {"": 1}));
+    }
+
+    #[test]
+    fn where_runs_javascript_on_the_document() {
+        assert!(m(doc! {"$where": "this.a > 1"}, doc! {"a": 2}));
+        assert!(!m(doc! {"$where": "this.a > 1"}, doc! {"a": 1}));
+        let code = Bson::JavaScriptCode("function() { return obj.a == 1; }".into());
+        assert!(m(doc! {"$where": code, "a": 1}, doc! {"a": 1}));
+        assert!(m(
+            doc! {"$or": [{"$where": "this.b == 'x'"}, {"a": 5}]},
+            doc! {"a": 1, "b": "x"}
+        ));
+        assert_eq!(err(doc! {"$where": 1}).code, ErrorCode::BadValue);
+        assert_eq!(
+            err(doc! {"a": {"$elemMatch": {"$where": "true"}}}).code,
+            ErrorCode::BadValue
+        );
+        assert_eq!(
+            err(doc! {"$where": "function( {"}).code,
+            ErrorCode::JSInterpreterFailure
+        );
+        let thrower = filter(doc! {"$where": "nope.x"});
+        assert_eq!(
+            thrower.try_matches(&doc! {}).unwrap_err().code,
+            ErrorCode::JSInterpreterFailure
+        );
+        assert!(thrower.paths().is_none());
+        assert_eq!(thrower.matches_raw(&bson::rawdoc! {"a": 1}), None);
+        let e = Filter::parse_in_pipeline(&doc! {"$and": [{"$where": "true"}]}).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadValue);
+        assert_eq!(e.message, "$where is not allowed in this context");
     }
 
     fn arb_value() -> impl proptest::strategy::Strategy<Value = Bson> {

@@ -178,7 +178,7 @@ pub fn check() -> Result<()> {
             t.set(n);
             n
         });
-        if ticks % CLOCK_EVERY == 0 {
+        if ticks.is_multiple_of(CLOCK_EVERY) {
             op.check_now()
         } else {
             Ok(())

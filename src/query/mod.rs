@@ -9,6 +9,7 @@ pub mod expr;
 pub mod filter;
 pub mod hash;
 pub mod interrupt;
+pub mod js;
 pub mod keystring;
 pub mod path;
 pub mod projection;

@@ -511,6 +511,7 @@ pub fn leading_match(stages: &[Bson]) -> Result<(Option<Filter>, &[Bson])> {
     while let Some((Bson::Document(first), tail)) = rest.split_first() {
         match first.get("$match") {
             Some(Bson::Document(m)) if first.len() == 1 => {
+                crate::aggregate::check_match_clauses(m)?;
                 conditions.push(Bson::Document(m.clone()));
                 rest = tail;
             }
@@ -520,10 +521,10 @@ pub fn leading_match(stages: &[Bson]) -> Result<(Option<Filter>, &[Bson])> {
     let filter = match conditions.len() {
         0 => None,
         1 => match conditions.pop() {
-            Some(Bson::Document(d)) => Some(Filter::parse(&d)?),
+            Some(Bson::Document(d)) => Some(Filter::parse_in_pipeline(&d)?),
             _ => None,
         },
-        _ => Some(Filter::parse(&doc! {"$and": conditions})?),
+        _ => Some(Filter::parse_in_pipeline(&doc! {"$and": conditions})?),
     };
     Ok((filter, rest))
 }

@@ -24,6 +24,7 @@ use bson::{Bson, DateTime, Document, RawBsonRef, RawDocument};
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::compare::{compare, f64_fits_i64, type_name, DecimalValue, Number};
+use crate::query::js::JsFunction;
 use crate::query::path::{expression_value, expression_value_in, raw_leaf, RawLeaf};
 use crate::query::size::{nesting_exceeds, SizeBudget, MAX_NESTING};
 
@@ -148,7 +149,11 @@ fn raw_value<'a>(node: &'a Node, doc: &'a RawDocument) -> Option<RawValue<'a>> {
             }
             Some(RawValue::Built(Cow::Owned(Bson::Document(out))))
         }
-        Node::Variable { .. } | Node::Array(_) | Node::Operator { .. } => None,
+        Node::Variable { .. }
+        | Node::Array(_)
+        | Node::Operator { .. }
+        | Node::Function { .. }
+        | Node::Emit { .. } => None,
     }
 }
 
@@ -192,6 +197,17 @@ pub(super) enum Node {
         op: &'static Operator,
         args: Vec<Node>,
     },
+    /// `$function`: JavaScript called with its evaluated `args`.
+    Function {
+        function: JsFunction,
+        args: Box<Node>,
+    },
+    /// `$_internalJsEmit`: `mapReduce`'s map function called on `this`,
+    /// giving what it emitted as `[{k, v}, ...]`.
+    Emit {
+        function: JsFunction,
+        this: Box<Node>,
+    },
 }
 
 impl Node {
@@ -199,7 +215,11 @@ impl Node {
         match self {
             Node::Literal(_) | Node::FieldPath(_) => true,
             Node::Object(fields) => fields.iter().all(|(_, n)| n.reads_fields_only()),
-            Node::Variable { .. } | Node::Array(_) | Node::Operator { .. } => false,
+            Node::Variable { .. }
+            | Node::Array(_)
+            | Node::Operator { .. }
+            | Node::Function { .. }
+            | Node::Emit { .. } => false,
         }
     }
 
@@ -211,6 +231,8 @@ impl Node {
             Node::Object(fields) => fields.iter().all(|(_, n)| n.is_constant()),
             // `$rand` gives a new value each time it is evaluated.
             Node::Operator { op, args } => !op.is_random() && args.iter().all(Node::is_constant),
+            // A script may read the clock or random numbers.
+            Node::Function { .. } | Node::Emit { .. } => false,
         }
     }
 
@@ -220,6 +242,8 @@ impl Node {
             Node::Array(items) => items.iter().any(Node::uses_rand),
             Node::Object(fields) => fields.iter().any(|(_, n)| n.uses_rand()),
             Node::Operator { op, args } => op.is_random() || args.iter().any(Node::uses_rand),
+            Node::Function { args, .. } => args.uses_rand(),
+            Node::Emit { this, .. } => this.uses_rand(),
         }
     }
 }
@@ -350,6 +374,116 @@ pub fn operator_names() -> impl Iterator<Item = &'static str> {
 // ---------------------------------------------------------------------------
 // Parsing.
 
+/// `$function: {body, args, lang: "js"}`, with MongoDB's checks in its
+/// order; the body is compiled now, so a syntax error fails the command
+/// before it reads anything.
+fn parse_function(arg: &Bson) -> Result<Node> {
+    let loc = |code: i32, message: String| Error::new(ErrorCode::from_number(code), message);
+    let Bson::Document(spec) = arg else {
+        return Err(loc(
+            31260,
+            format!(
+                "$function requires an object as an argument, found: {}",
+                type_name(arg)
+            ),
+        ));
+    };
+    let Some(body) = spec.get("body") else {
+        return Err(loc(31261, "The body function must be specified.".into()));
+    };
+    let body = match parse_node(body)? {
+        Node::Literal(v) => v,
+        _ => {
+            return Err(loc(
+                31432,
+                "The body function must be a constant expression".into(),
+            ))
+        }
+    };
+    let source = match body {
+        Bson::String(s) | Bson::JavaScriptCode(s) => s,
+        _ => {
+            return Err(loc(
+                31262,
+                "The body function must evaluate to type string or code".into(),
+            ))
+        }
+    };
+    let Some(args) = spec.get("args") else {
+        return Err(loc(31263, "The args field must be specified.".into()));
+    };
+    let args = parse_node(args)?;
+    match spec.get("lang") {
+        None => return Err(loc(31418, "The lang field must be specified.".into())),
+        Some(Bson::String(lang)) if lang == "js" => {}
+        Some(_) => {
+            return Err(loc(
+                31419,
+                "Currently the only supported language specifier is 'js'.".into(),
+            ))
+        }
+    }
+    if !crate::query::js::enabled() {
+        return Err(crate::query::js::function_disabled_error());
+    }
+    let function = scoped_function(&source, spec.get("_internalScope"))?;
+    Ok(Node::Function {
+        function,
+        args: Box::new(args),
+    })
+}
+
+/// A function with `mapReduce`'s `scope` as its globals, compiled now.
+fn scoped_function(source: &str, scope: Option<&Bson>) -> Result<JsFunction> {
+    let globals = match scope {
+        Some(Bson::Document(d)) => d.clone(),
+        _ => Document::new(),
+    };
+    let mut builder = crate::query::js::ScopeBuilder::new(globals);
+    builder.add(source);
+    let function = builder
+        .finish()
+        .pop()
+        .ok_or_else(|| Error::internal("no function"))?;
+    function.check()?;
+    Ok(function)
+}
+
+/// `$_internalJsEmit: {eval: <map function>, this: <expression>}`, how
+/// `mapReduce` calls its map function (MongoDB's own translation).
+fn parse_emit(arg: &Bson) -> Result<Node> {
+    let loc = |code: i32, message: String| Error::new(ErrorCode::from_number(code), message);
+    let Bson::Document(spec) = arg else {
+        return Err(loc(
+            31221,
+            format!(
+                "$_internalJsEmit requires an object as an argument, found: {}",
+                type_name(arg)
+            ),
+        ));
+    };
+    let source = match spec.get("eval") {
+        Some(Bson::String(s) | Bson::JavaScriptCode(s)) => s.clone(),
+        Some(_) => {
+            return Err(loc(
+                31224,
+                "The map function must be of type string or code".into(),
+            ))
+        }
+        None => return Err(loc(31222, "The map function must be specified.".into())),
+    };
+    let Some(this) = spec.get("this") else {
+        return Err(loc(31223, "The 'this' field must be specified.".into()));
+    };
+    if !crate::query::js::enabled() {
+        return Err(crate::query::js::map_reduce_disabled_error());
+    }
+    Ok(Node::Emit {
+        function: scoped_function(&source, spec.get("_internalScope"))?,
+        this: Box::new(parse_node(this)?),
+    })
+}
+
 pub(super) fn parse_node(expr: &Bson) -> Result<Node> {
     match expr {
         Bson::String(s) if s.starts_with("$$") => parse_variable(&s[2..]),
@@ -464,6 +598,12 @@ fn parse_object(doc: &Document) -> Result<Node> {
 fn parse_operator(name: &str, arg: &Bson) -> Result<Node> {
     if name == "$literal" {
         return Ok(Node::Literal(arg.clone()));
+    }
+    if name == "$function" {
+        return parse_function(arg);
+    }
+    if name == "$_internalJsEmit" {
+        return parse_emit(arg);
     }
     let Some(op) = find_operator(name) else {
         // MongoDB's InvalidPipelineOperator, which has no name in our table.
@@ -594,6 +734,36 @@ pub(super) fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Result<Value<'a>> {
                 f(&values)
             }
         },
+        Node::Function { function, args } => {
+            let args = match eval(args, scope)?.as_deref() {
+                Some(Bson::Array(items)) => items.clone(),
+                _ => {
+                    return Err(Error::new(
+                        ErrorCode::from_number(31266),
+                        "The args field must be of type array",
+                    ))
+                }
+            };
+            Ok(Some(Cow::Owned(function.call(None, &args)?)))
+        }
+        Node::Emit { function, this } => {
+            let this = eval(this, scope)?;
+            let Some(Bson::Document(doc)) = this.as_deref() else {
+                return Err(Error::new(
+                    ErrorCode::from_number(31225),
+                    "'this' must be an object.",
+                ));
+            };
+            let emitted = function.call_map(doc)?;
+            let mut budget = SizeBudget::new();
+            let mut out = Vec::with_capacity(emitted.len());
+            for (k, v) in emitted {
+                let pair = Bson::Document(bson::doc! {"k": k, "v": v});
+                budget.add_element(out.len(), &pair)?;
+                out.push(pair);
+            }
+            Ok(Some(Cow::Owned(Bson::Array(out))))
+        }
     }
 }
 

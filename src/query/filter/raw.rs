@@ -43,7 +43,7 @@ fn decide_node<'f, 'd>(
         Node::Not(child) => decide_node(child, doc, looked).map(|b| !b),
         Node::Always(b) => Some(*b),
         // A schema reads whole subdocuments; the full match decides.
-        Node::Expr(_) | Node::Schema(_) => None,
+        Node::Expr(_) | Node::Schema(_) | Node::Where(_) => None,
         Node::Path(p) => decide_path(p, doc, looked),
     }
 }
@@ -75,7 +75,7 @@ fn may_fail(node: &Node) -> bool {
             children.iter().any(may_fail)
         }
         Node::Not(child) => may_fail(child),
-        Node::Expr(_) => true,
+        Node::Expr(_) | Node::Where(_) => true,
         Node::Path(_) | Node::Always(_) | Node::Schema(_) => false,
     }
 }
