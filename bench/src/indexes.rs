@@ -234,7 +234,7 @@ fn query_levels(args: &Args) -> Vec<usize> {
 
 /// `report::row` with `label` in the workload column, so the runs of one
 /// workload with and without an index tell apart.
-fn row(m: &Measurement, label: &str) -> String {
+pub(crate) fn row(m: &Measurement, label: &str) -> String {
     relabel(&report::row(m), m.workload.name(), label)
 }
 
@@ -263,7 +263,7 @@ fn with_fields(line: &str, fields: &str) -> String {
 
 /// Prints a run's labelled row and its `RESULT` line, as
 /// `report::print_measurement` does.
-fn print_run(m: &Measurement, label: &str, fields: &str) {
+pub(crate) fn print_run(m: &Measurement, label: &str, fields: &str) {
     println!("{}", row(m, label));
     println!("{}", result_line(m, fields));
     if let Some(e) = &m.first_error {
@@ -679,7 +679,7 @@ pub async fn index_eq(args: &Args, target: &Target) -> Result<Outcome, String> {
 }
 
 /// `with / without`; `None` when `without` is zero (nothing completed).
-fn speedup(with: f64, without: f64) -> Option<f64> {
+pub(crate) fn speedup(with: f64, without: f64) -> Option<f64> {
     (without > 0.0).then(|| with / without)
 }
 

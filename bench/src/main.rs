@@ -24,6 +24,7 @@ mod dataset;
 mod fanout;
 mod indexes;
 mod javascript;
+mod kinds;
 mod partition_move;
 mod report;
 mod request_units;
@@ -145,6 +146,12 @@ struct Args {
     /// fresh `idx_insert` with single-field indexes on cat, score, a, b, c.
     #[arg(long, value_delimiter = ',', default_value = "0,1,5")]
     index_counts: Vec<usize>,
+    /// kind-insert: measurements inserted into each collection kind.
+    #[arg(long, default_value_t = 200_000)]
+    kind_docs: u64,
+    /// kind-insert: documents per insertMany.
+    #[arg(long, default_value_t = 100)]
+    kind_batch: usize,
     /// agg-group, agg-topk: documents in `agg_sharded` and `agg_plain`,
     /// about 150 bytes each.
     #[arg(long, default_value_t = 1_000_000)]
@@ -443,6 +450,7 @@ async fn run(args: Args) -> Result<(), String> {
             Workload::IndexEq => indexes::index_eq(&args, &targets[0]).await?,
             Workload::IndexRange => indexes::index_range(&args, &targets[0]).await?,
             Workload::IndexInsert => indexes::index_insert(&args, &targets[0]).await?,
+            Workload::KindInsert => kinds::kind_insert(&args, &targets).await?,
             Workload::AggGroup => aggregate::agg_group(&args, &targets[0]).await?,
             Workload::AggTopk => aggregate::agg_topk(&args, &targets[0]).await?,
             Workload::AggWindow => aggregate::agg_window(&args, &targets[0]).await?,

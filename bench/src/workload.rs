@@ -56,6 +56,9 @@ pub enum Workload {
     IndexRange,
     /// Insert throughput with 0, 1 and 5 secondary indexes.
     IndexInsert,
+    /// Insert throughput into an ordinary, a capped and a time-series
+    /// collection (`kinds`).
+    KindInsert,
     /// `aggregate([{$match}, {$group: {_id: "$cat"}}])` on a sharded and an
     /// unsharded collection (`aggregate`).
     AggGroup,
@@ -107,6 +110,7 @@ impl Workload {
             Workload::IndexEq => "index-eq",
             Workload::IndexRange => "index-range",
             Workload::IndexInsert => "index-insert",
+            Workload::KindInsert => "kind-insert",
             Workload::AggGroup => "agg-group",
             Workload::AggTopk => "agg-topk",
             Workload::AggWindow => "agg-window",
@@ -130,6 +134,7 @@ impl Workload {
                 | Workload::IndexEq
                 | Workload::IndexRange
                 | Workload::IndexInsert
+                | Workload::KindInsert
                 | Workload::AggGroup
                 | Workload::AggTopk
                 | Workload::AggWindow
