@@ -8,7 +8,7 @@ use super::args::{check_fields, collection_namespace, type_name};
 use super::request::Request;
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
-use crate::router::capped::{adjusted_max, rounded_size, MAX_DOCS_LIMIT, MAX_SIZE};
+use crate::router::kinds::{adjusted_max, rounded_size, MAX_DOCS_LIMIT, MAX_SIZE};
 
 /// A number field of a capped option: absent or null is `None`.
 fn number(cmd: &str, body: &Document, field: &str) -> Result<Option<i64>> {

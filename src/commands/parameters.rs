@@ -6,53 +6,13 @@
 //! at start) can be changed at runtime, as in MongoDB; the others are
 //! fixed at start, and `setParameter` refuses them as mongod does.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use bson::{doc, Bson, Document};
 
 use super::args::{number_as_i64, type_name};
 use super::request::Request;
+use super::state::Parameters;
 use crate::bail;
 use crate::error::Result;
-
-/// The parameters that may change while the server runs.
-#[derive(Debug)]
-pub struct Parameters {
-    blocking_bytes: AtomicU64,
-}
-
-const BLOCKING_BYTES: &str = "internalQueryMaxBlockingSortMemoryUsageBytes";
-
-/// Reported by `getParameter`, fixed at start.
-fn fixed() -> Document {
-    doc! {
-        "featureCompatibilityVersion": {"version": "7.0"},
-        "authenticationMechanisms": ["SCRAM-SHA-1", "SCRAM-SHA-256"],
-        "maxBSONDepth": 100,
-    }
-}
-
-impl Parameters {
-    pub fn new(blocking_bytes: usize) -> Parameters {
-        Parameters {
-            blocking_bytes: AtomicU64::new(blocking_bytes as u64),
-        }
-    }
-
-    /// The most bytes a blocking sort or stage may hold in memory.
-    pub fn blocking_bytes(&self) -> usize {
-        usize::try_from(self.blocking_bytes.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
-    }
-
-    fn all(&self) -> Document {
-        let mut all = fixed();
-        all.insert(
-            BLOCKING_BYTES,
-            self.blocking_bytes.load(Ordering::Relaxed) as i64,
-        );
-        all
-    }
-}
 
 pub async fn get_parameter(req: &Request<'_>) -> Result<Document> {
     let everything = matches!(req.body.get("getParameter"), Some(Bson::String(s)) if s == "*");
@@ -88,23 +48,25 @@ pub async fn set_parameter(req: &Request<'_>) -> Result<Document> {
         );
     }
     let parameters = &req.state.parameters;
-    if name == BLOCKING_BYTES {
+    if name == Parameters::BLOCKING_BYTES {
         let bytes = match number_as_i64(value) {
             Some(n) if n > 0 => n as u64,
             Some(n) => bail!(
                 BadValue,
-                "Invalid value for {BLOCKING_BYTES}: {n} is not greater than 0"
+                "Invalid value for {}: {n} is not greater than 0",
+                Parameters::BLOCKING_BYTES
             ),
             None => bail!(
                 BadValue,
-                "Invalid value for {BLOCKING_BYTES}: a number is required, not {}",
+                "Invalid value for {}: a number is required, not {}",
+                Parameters::BLOCKING_BYTES,
                 type_name(value)
             ),
         };
-        let was = parameters.blocking_bytes.swap(bytes, Ordering::Relaxed);
+        let was = parameters.set_blocking_bytes(bytes);
         return Ok(doc! {"was": was as i64});
     }
-    if fixed().contains_key(name) {
+    if parameters.is_fixed(name) {
         bail!(
             IllegalOperation,
             "not allowed to change [{name}] at runtime"
@@ -127,20 +89,4 @@ pub async fn fsync(req: &Request<'_>) -> Result<Document> {
     }
     req.state.router.sync_all().await?;
     Ok(doc! {"numFiles": 1})
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_blocking_limit_changes_and_the_rest_is_reported() {
-        let p = Parameters::new(100);
-        assert_eq!(p.blocking_bytes(), 100);
-        p.blocking_bytes.store(5, Ordering::Relaxed);
-        assert_eq!(p.blocking_bytes(), 5);
-        let all = p.all();
-        assert_eq!(all.get_i64(BLOCKING_BYTES).ok(), Some(5));
-        assert_eq!(all.get_i32("maxBSONDepth").ok(), Some(100));
-    }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use bson::Timestamp;
+use bson::{doc, Document, Timestamp};
 
 use super::retry;
 use crate::base::CompressorList;
@@ -32,7 +32,7 @@ pub struct StateInner {
     /// `configureFailPoint`'s fail points (`--enable-test-commands`).
     pub fail_points: super::fail_point::FailPoints,
     /// The server parameters `setParameter` may change.
-    pub parameters: super::parameters::Parameters,
+    pub parameters: Parameters,
     cluster_time: AtomicU64,
 }
 
@@ -57,12 +57,63 @@ pub struct Counters {
     pub op_command: AtomicU64,
 }
 
+/// The parameters that may change while the server runs.
+#[derive(Debug)]
+pub struct Parameters {
+    blocking_bytes: AtomicU64,
+}
+
+/// Reported by `getParameter`, fixed at start.
+fn fixed() -> Document {
+    doc! {
+        "featureCompatibilityVersion": {"version": "7.0"},
+        "authenticationMechanisms": ["SCRAM-SHA-1", "SCRAM-SHA-256"],
+        "maxBSONDepth": 100,
+    }
+}
+
+impl Parameters {
+    /// The one parameter that changes at runtime.
+    pub const BLOCKING_BYTES: &'static str = "internalQueryMaxBlockingSortMemoryUsageBytes";
+
+    pub fn new(blocking_bytes: usize) -> Parameters {
+        Parameters {
+            blocking_bytes: AtomicU64::new(blocking_bytes as u64),
+        }
+    }
+
+    /// The most bytes a blocking sort or stage may hold in memory.
+    pub fn blocking_bytes(&self) -> usize {
+        usize::try_from(self.blocking_bytes.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+    }
+
+    /// Sets the blocking-stage limit; returns the former one.
+    pub fn set_blocking_bytes(&self, bytes: u64) -> u64 {
+        self.blocking_bytes.swap(bytes, Ordering::Relaxed)
+    }
+
+    /// Whether `name` is reported but fixed at start.
+    pub fn is_fixed(&self, name: &str) -> bool {
+        fixed().contains_key(name)
+    }
+
+    /// Every parameter `getParameter` reports, with its value.
+    pub fn all(&self) -> Document {
+        let mut all = fixed();
+        all.insert(
+            Parameters::BLOCKING_BYTES,
+            self.blocking_bytes.load(Ordering::Relaxed) as i64,
+        );
+        all
+    }
+}
+
 impl ServerState {
     pub fn new(router: SharedRouter, config: Config) -> ServerState {
         ServerState(Arc::new(StateInner {
             router,
             cursors: CursorRegistry::new(config.cursor_limits()),
-            parameters: super::parameters::Parameters::new(config.max_blocking_stage_bytes),
+            parameters: Parameters::new(config.max_blocking_stage_bytes),
             config,
             started: Instant::now(),
             counters: Counters::default(),
@@ -219,5 +270,23 @@ impl ActivityId {
         bytes[6] = (bytes[6] & 0x0f) | 0x40;
         bytes[8] = (bytes[8] & 0x3f) | 0x80;
         bson::Uuid::from_bytes(bytes)
+    }
+}
+
+#[cfg(test)]
+mod parameter_tests {
+    use super::*;
+
+    #[test]
+    fn the_blocking_limit_changes_and_the_rest_is_reported() {
+        let p = Parameters::new(100);
+        assert_eq!(p.blocking_bytes(), 100);
+        assert_eq!(p.set_blocking_bytes(5), 100);
+        assert_eq!(p.blocking_bytes(), 5);
+        let all = p.all();
+        assert_eq!(all.get_i64(Parameters::BLOCKING_BYTES).ok(), Some(5));
+        assert_eq!(all.get_i32("maxBSONDepth").ok(), Some(100));
+        assert!(p.is_fixed("maxBSONDepth"));
+        assert!(!p.is_fixed(Parameters::BLOCKING_BYTES));
     }
 }

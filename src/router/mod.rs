@@ -21,6 +21,7 @@ pub mod catalog;
 pub mod charge;
 pub mod config_db;
 pub mod indexes;
+pub mod kinds;
 mod merge;
 pub mod plan;
 pub mod provision;

@@ -27,7 +27,7 @@ pub struct CollectionOptions {
     pub document: Document,
     validator: Validator,
     /// A capped collection's bounds.
-    pub capped: Option<super::capped::Capped>,
+    pub capped: Option<super::kinds::Capped>,
     /// A time-series collection's fields.
     pub timeseries: Option<super::timeseries::TimeSeries>,
 }
@@ -88,7 +88,7 @@ impl CollectionOptions {
     pub fn parse(command: &str, ns: &Namespace, document: Document) -> Result<CollectionOptions> {
         let validator = parse_validator(command, ns, &document)?;
         Ok(CollectionOptions {
-            capped: super::capped::Capped::of_options(&document),
+            capped: super::kinds::Capped::of_options(&document),
             timeseries: super::timeseries::TimeSeries::of_options(&document),
             document,
             validator,
@@ -103,7 +103,7 @@ impl CollectionOptions {
             Validator::Unusable(e)
         });
         CollectionOptions {
-            capped: super::capped::Capped::of_options(&document),
+            capped: super::kinds::Capped::of_options(&document),
             timeseries: super::timeseries::TimeSeries::of_options(&document),
             document,
             validator,
