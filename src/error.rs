@@ -167,6 +167,9 @@ error_codes! {
     FailPointSetFailed = 266,
     ClientDisconnect = 279,
     QueryExceededMemoryLimitNoDiskUseAllowed = 292,
+    APIVersionError = 322,
+    APIStrictError = 323,
+    APIDeprecationError = 324,
     #[location] LookupResultTooLarge = 4568,
     SocketException = 9001,
     // `BSONElement::Obj()` on a value that is not an object (`$let`'s

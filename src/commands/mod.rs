@@ -30,6 +30,7 @@ pub mod explain_render;
 pub mod fail_point;
 pub mod find;
 pub mod find_and_modify;
+pub mod generic_args;
 pub mod handshake;
 pub mod indexes;
 pub mod insert;
@@ -253,6 +254,7 @@ async fn run(
             format!("no such command: '{name}'"),
         ));
     }
+    generic_args::check(&name, &body)?;
     if entry.admin_only && db != "admin" {
         return Err(Error::new(
             ErrorCode::Unauthorized,
