@@ -68,6 +68,9 @@ pub struct Index {
     pub partial: Option<(Document, Filter)>,
     pub expire_after_secs: Option<i64>,
     pub hidden: bool,
+    /// Options a client gave that change nothing here (`background`,
+    /// `storageEngine`), kept so `listIndexes` shows them as MongoDB does.
+    pub kept: Document,
     /// Set once any document gave this index more than one key.
     multikey: AtomicBool,
 }
@@ -122,11 +125,15 @@ impl Index {
             partial: None,
             expire_after_secs: None,
             hidden: false,
+            kept: Document::new(),
             multikey: AtomicBool::new(false),
         };
         for (option, value) in spec {
             match option.as_str() {
-                "key" | "name" | "ns" | "background" | "storageEngine" => {}
+                "key" | "name" | "ns" => {}
+                "background" | "storageEngine" => {
+                    index.kept.insert(option.clone(), value.clone());
+                }
                 "v" => match crate::query::compare::Number::of(value).map(|n| n.to_f64()) {
                     Some(v) if v == 1.0 || v == 2.0 => {}
                     _ => bail!(
@@ -215,6 +222,7 @@ impl Index {
     /// The specification as `listIndexes` shows it.
     pub fn spec(&self) -> Document {
         let mut d = doc! {"v": 2, "key": self.key.clone(), "name": self.name.clone()};
+        d.extend(self.kept.clone());
         if self.unique {
             d.insert("unique", true);
         }
@@ -267,6 +275,7 @@ impl Index {
             partial: self.partial.clone(),
             expire_after_secs,
             hidden,
+            kept: self.kept.clone(),
             multikey: AtomicBool::new(self.is_multikey()),
         }
     }
