@@ -182,22 +182,12 @@ pub fn with_id_first(mut doc: Document) -> Document {
     out
 }
 
+/// `$`-prefixed and dotted field names are stored as given, at any
+/// level, as MongoDB 5.0 and later store them on insert; `$getField` and
+/// `$setField` reach them.
 fn validate_for_insert(doc: &Document) -> Result<()> {
-    for key in doc.keys() {
-        check_top_level_name(key)?;
-    }
     if let Some(id) = doc.get("_id") {
         validate_id(id)?;
-    }
-    Ok(())
-}
-
-fn check_top_level_name(key: &str) -> Result<()> {
-    if key.starts_with('$') {
-        bail!(
-            BadValue,
-            "Document can't have $ prefixed field names: {key}"
-        );
     }
     Ok(())
 }
@@ -229,7 +219,6 @@ pub fn prepare_insert(bytes: Vec<u8>) -> Result<(Bson, Vec<u8>)> {
     for (i, element) in raw.iter_elements().enumerate() {
         let element = element.map_err(raw_error)?;
         let key = element.key().as_str();
-        check_top_level_name(key)?;
         if key == "_id" && id.is_none() {
             id = Some(Bson::try_from(element.value().map_err(raw_error)?).map_err(raw_error)?);
             id_first = i == 0;
@@ -1175,10 +1164,10 @@ mod tests {
     }
 
     #[test]
-    fn bad_names_and_ids_are_refused() {
+    fn bad_ids_are_refused_and_dollar_names_kept() {
         assert_eq!(
-            prepared(doc! {"$x": 1}).unwrap_err().code,
-            ErrorCode::BadValue
+            prepared(doc! {"_id": 1, "$price": 1, "a.b": {"$inc": true}}).unwrap(),
+            doc! {"_id": 1, "$price": 1, "a.b": {"$inc": true}}
         );
         assert_eq!(
             prepared(doc! {"_id": [1, 2]}).unwrap_err().code,

@@ -1417,10 +1417,18 @@ fn op_array_to_object<'a>(args: &[Value<'a>]) -> Result<Value<'a>> {
 }
 
 /// `$getField: {field, input}` or `$getField: "name"` (input `$$CURRENT`).
+/// A document whose first key is an operator (`{$literal: "$price"}`,
+/// how a `$`-prefixed name is written) is the short form too.
 fn get_field_args(arg: &Bson) -> Result<Option<Vec<Bson>>> {
     let Bson::Document(doc) = arg else {
         return Ok(None);
     };
+    if doc.keys().next().is_some_and(|k| k.starts_with('$')) {
+        return Ok(Some(vec![
+            arg.clone(),
+            Bson::String("$$CURRENT".to_string()),
+        ]));
+    }
     let [field, input] = named_args(doc, ["field", "input"], |k| {
         Error::new(
             ErrorCode::GetFieldUnknownArgument,
