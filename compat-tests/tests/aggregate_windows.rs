@@ -341,12 +341,12 @@ async fn window_cache_memory_limit() {
             .expect("insert");
     }
     // Without sortBy or partitionBy nothing sorts first: the window holds
-    // the whole collection.
+    // the whole collection, and may not spill.
     let pipeline = swf(doc! {"output": {"n": {"$count": {}}}});
     for name in COLLECTIONS {
         expect_command_error(
             &db,
-            doc! {"aggregate": name, "pipeline": pipeline.clone(), "cursor": {}},
+            doc! {"aggregate": name, "pipeline": pipeline.clone(), "cursor": {}, "allowDiskUse": false},
             5643011,
             "Location5643011",
         )

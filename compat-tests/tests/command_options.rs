@@ -5,15 +5,23 @@
 //! the same data; options MongoDB 7.0 does not know (the `sort` of an
 //! update statement, added in 8.0) refused as 7.0 refuses them; `$out`
 //! and `$merge` into a view refused; `aggregate` spilling by default, as
-//! 7.0's `allowDiskUseByDefault`; `setParameter` and `getParameter`; and
-//! `fsync`.
+//! 7.0's `allowDiskUseByDefault`; `setParameter` and `getParameter`;
+//! `fsync`; `listIndexes` keeping the options a client gave; `$`-prefixed
+//! and dotted field names; the Stable API (a strict client refused
+//! commands outside version 1); and `$readPreference` checked as a mongos
+//! checks it.
 
 use compat_tests::{
     assert_ok,
     bson::{doc, Document},
-    expect_command_error, first_batch,
-    mongodb::Database,
-    num, TestServer,
+    expect_command_error, expect_failure, first_batch,
+    mongodb::{
+        options::{ServerApi, ServerApiVersion},
+        Database,
+    },
+    num,
+    wire::RawConn,
+    TestServer,
 };
 
 const DB: &str = "opts";
@@ -258,4 +266,156 @@ async fn fsync_makes_writes_durable() {
     let db = srv.db(DB);
     let reply = run(&db, doc! {"count": "plain"}).await;
     assert_eq!(num(&reply, "n"), 11);
+}
+
+#[tokio::test]
+async fn a_strict_stable_api_client_runs_only_version_1_commands() {
+    let (srv, _) = setup().await;
+    let client = srv
+        .client_with(|o| {
+            o.server_api = Some(
+                ServerApi::builder()
+                    .version(ServerApiVersion::V1)
+                    .strict(true)
+                    .build(),
+            )
+        })
+        .await;
+    let items = client.database(DB).collection::<Document>("plain");
+    // The handshake and version-1 commands work.
+    assert_eq!(
+        items
+            .count_documents(doc! {"qty": {"$gte": 5}})
+            .await
+            .unwrap(),
+        5
+    );
+    let found = items.find_one(doc! {"_id": 3}).await.unwrap();
+    assert_eq!(found, Some(doc! {"_id": 3, "qty": 3}));
+    // `distinct` is not in version 1.
+    let f = expect_failure(items.distinct("qty", doc! {}).await, 323, "APIStrictError");
+    assert!(
+        f.message.starts_with(
+            "Provided apiStrict:true, but the command distinct is not in API Version 1."
+        ),
+        "{f:?}"
+    );
+
+    let mut conn = RawConn::connect(srv.addr).await;
+    let reply = conn
+        .command(
+            DB,
+            doc! {"find": "plain", "filter": {"_id": 1}, "apiVersion": "2"},
+        )
+        .await;
+    assert_eq!(num(&reply, "code"), 322, "{reply}");
+    let reply = conn
+        .command(
+            DB,
+            doc! {"find": "plain", "filter": {"_id": 1}, "apiStrict": true},
+        )
+        .await;
+    assert_eq!(num(&reply, "code"), 4886600, "{reply}");
+}
+
+#[tokio::test]
+async fn read_preferences_are_checked_as_a_mongos_checks_them() {
+    let (srv, _) = setup().await;
+    let mut conn = RawConn::connect(srv.addr).await;
+    let find =
+        |pref: Document| doc! {"find": "plain", "filter": {"_id": 1}, "$readPreference": pref};
+    for good in [
+        doc! {"mode": "secondaryPreferred"},
+        doc! {"mode": "nearest", "maxStalenessSeconds": 120, "tags": [{"dc": "east"}, {}]},
+    ] {
+        let reply = conn.command(DB, find(good.clone())).await;
+        assert_eq!(num(&reply, "ok"), 1, "{good}: {reply}");
+        assert_eq!(first_batch(&reply), vec![doc! {"_id": 1, "qty": 1}]);
+    }
+    for (bad, code) in [
+        (doc! {"mode": "sometimes"}, 2),
+        (doc! {"tags": [{"dc": "east"}]}, 40414),
+        (doc! {"mode": "secondary", "maxStalenessSeconds": 10}, 2),
+        (doc! {"mode": "primary", "maxStalenessSeconds": 100}, 2),
+        (doc! {"mode": "primary", "tags": [{"dc": "east"}]}, 2),
+    ] {
+        let reply = conn.command(DB, find(bad.clone())).await;
+        assert_eq!(num(&reply, "code"), code, "{bad}: {reply}");
+    }
+}
+
+#[tokio::test]
+async fn list_indexes_keeps_the_options_a_client_gave() {
+    let (_srv, db) = setup().await;
+    for name in COLLECTIONS {
+        assert_ok(
+            &run(
+                &db,
+                doc! {"createIndexes": name, "indexes": [
+                    {"key": {"qty": 1}, "name": "qty_1", "background": true},
+                    {"key": {"tag": 1}, "name": "tag_1", "sparse": true},
+                ]},
+            )
+            .await,
+        );
+        let reply = run(&db, doc! {"listIndexes": name}).await;
+        let specs: Vec<Document> = first_batch(&reply)
+            .into_iter()
+            .filter(|s| matches!(s.get_str("name"), Ok("qty_1" | "tag_1")))
+            .collect();
+        assert_eq!(
+            specs,
+            vec![
+                doc! {"v": 2, "key": {"qty": 1}, "name": "qty_1", "background": true},
+                doc! {"v": 2, "key": {"tag": 1}, "name": "tag_1", "sparse": true},
+            ],
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn dollar_prefixed_and_dotted_field_names_are_stored_and_reached() {
+    let (_srv, db) = setup().await;
+    for name in COLLECTIONS {
+        let c = db.collection::<Document>(name);
+        c.insert_one(doc! {"_id": 100, "$price": 50, "a.b": 5, "pricing": {"$discount": 60}})
+            .await
+            .unwrap();
+        let stored = c.find_one(doc! {"_id": 100}).await.unwrap().unwrap();
+        assert_eq!(
+            stored,
+            doc! {"_id": 100, "$price": 50, "a.b": 5, "pricing": {"$discount": 60}},
+            "{name}"
+        );
+        // `$getField` reaches them, at the top or inside a sub-document.
+        let reply = run(
+            &db,
+            doc! {"aggregate": name, "pipeline": [
+                {"$match": {"$expr": {"$gt": [{"$getField": {"$literal": "$price"}}, 40]}}},
+                {"$project": {
+                    "_id": 0,
+                    "price": {"$getField": {"$literal": "$price"}},
+                    "ab": {"$getField": "a.b"},
+                    "discount": {"$getField": {"field": {"$literal": "$discount"}, "input": "$pricing"}},
+                }},
+            ], "cursor": {}},
+        )
+        .await;
+        assert_eq!(
+            first_batch(&reply),
+            vec![doc! {"price": 50, "ab": 5, "discount": 60}],
+            "{name}"
+        );
+        // `$setField` changes one in a pipeline update.
+        run(
+            &db,
+            doc! {"update": name, "updates": [{"q": {"_id": 100}, "u": [
+                {"$replaceWith": {"$setField": {"field": {"$literal": "$price"}, "input": "$$ROOT", "value": 55}}},
+            ]}]},
+        )
+        .await;
+        let stored = c.find_one(doc! {"_id": 100}).await.unwrap().unwrap();
+        assert_eq!(stored.get_i32("$price").ok(), Some(55), "{name}: {stored}");
+    }
 }
