@@ -224,7 +224,8 @@ async fn the_size_bound_removes_the_oldest_and_refuses_what_never_fits() {
 #[tokio::test]
 async fn tailable_cursors_follow_new_documents() {
     let srv = TestServer::start().await;
-    let db = srv.db(DB);
+    // A cursor lives on the gateway that opened it.
+    let db = srv.pinned_db(DB);
     assert_ok(&run(&db, doc! {"create": "log", "capped": true, "size": 100_000}).await);
     // On an empty collection the cursor is not kept, as in MongoDB.
     let reply = run(&db, doc! {"find": "log", "tailable": true}).await;
@@ -322,7 +323,8 @@ async fn tailable_cursors_follow_new_documents() {
 #[tokio::test]
 async fn await_data_waits_for_an_insert_or_the_time_limit() {
     let srv = TestServer::start().await;
-    let db = srv.db(DB);
+    // A cursor lives on the gateway that opened it.
+    let db = srv.pinned_db(DB);
     assert_ok(&run(&db, doc! {"create": "log", "capped": true, "size": 100_000}).await);
     let log = coll(&db, "log");
     log.insert_one(doc! {"n": 0}).await.unwrap();
@@ -410,7 +412,8 @@ async fn the_drivers_tailable_cursor_reads_a_log_as_it_grows() {
 #[tokio::test]
 async fn a_cursor_overtaken_by_the_collection_fails_with_capped_position_lost() {
     let srv = TestServer::start().await;
-    let db = srv.db(DB);
+    // A cursor lives on the gateway that opened it.
+    let db = srv.pinned_db(DB);
     assert_ok(
         &run(
             &db,
