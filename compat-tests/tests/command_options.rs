@@ -419,3 +419,51 @@ async fn dollar_prefixed_and_dotted_field_names_are_stored_and_reached() {
         assert_eq!(stored.get_i32("$price").ok(), Some(55), "{name}: {stored}");
     }
 }
+
+#[tokio::test]
+async fn min_and_max_bound_a_hinted_index() {
+    let (_srv, db) = setup().await;
+    for name in COLLECTIONS {
+        assert_ok(
+            &run(
+                &db,
+                doc! {"createIndexes": name, "indexes": [{"key": {"qty": 1}, "name": "qty_1"}]},
+            )
+            .await,
+        );
+        let reply = run(
+            &db,
+            doc! {"find": name, "min": {"qty": 3}, "max": {"qty": 6}, "hint": {"qty": 1}, "sort": {"qty": 1}},
+        )
+        .await;
+        let qty: Vec<i64> = first_batch(&reply).iter().map(|d| num(d, "qty")).collect();
+        assert_eq!(qty, vec![3, 4, 5], "{name}");
+        let reply = run(
+            &db,
+            doc! {"find": name, "min": {"qty": 8}, "hint": "qty_1", "filter": {"qty": {"$ne": 9}}},
+        )
+        .await;
+        assert_eq!(ids(&first_batch(&reply)), vec![8], "{name}");
+        expect_command_error(
+            &db,
+            doc! {"find": name, "min": {"qty": 3}},
+            51173,
+            "Location51173",
+        )
+        .await;
+        expect_command_error(
+            &db,
+            doc! {"find": name, "min": {"qty": 3}, "max": {"other": 6}, "hint": {"qty": 1}},
+            51176,
+            "Location51176",
+        )
+        .await;
+        expect_command_error(
+            &db,
+            doc! {"find": name, "min": {"other": 3}, "hint": {"qty": 1}},
+            51174,
+            "Location51174",
+        )
+        .await;
+    }
+}

@@ -17,7 +17,7 @@ use crate::index::plan::Hint;
 use crate::query::filter::Filter;
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
-use crate::router::{FindSpec, Found};
+use crate::router::{FindSpec, Found, KeyBounds};
 
 /// A parsed `find` command.
 pub(crate) struct Find {
@@ -84,6 +84,7 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
             "Cannot set 'awaitData' without also setting 'tailable'",
         ));
     }
+    let key_bounds = key_bounds(b, hint.as_ref())?;
     // comment, readConcern … are accepted and do not change the result.
     opt_document("find", b, "collation")?;
     Ok(Find {
@@ -96,6 +97,7 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
             projection,
             hint,
             sort_limits: None,
+            key_bounds,
         },
         allow_disk_use,
         batch_size,
@@ -104,6 +106,35 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
         tailable,
         await_data,
     })
+}
+
+/// `min` and `max`, checked as MongoDB 7.0 checks them before planning:
+/// they need a hint (51173), and name the same fields (51176).
+fn key_bounds(b: &Document, hint: Option<&Hint>) -> Result<Option<KeyBounds>> {
+    let min = opt_document("find", b, "min")?
+        .filter(|d| !d.is_empty())
+        .cloned();
+    let max = opt_document("find", b, "max")?
+        .filter(|d| !d.is_empty())
+        .cloned();
+    if min.is_none() && max.is_none() {
+        return Ok(None);
+    }
+    if hint.is_none() {
+        return Err(Error::new(
+            ErrorCode::from_number(51173),
+            "When using min()/max() a hint of which index to use must be provided",
+        ));
+    }
+    if let (Some(lo), Some(hi)) = (&min, &max) {
+        if !lo.keys().eq(hi.keys()) {
+            return Err(Error::new(
+                ErrorCode::from_number(51176),
+                "min() and max() must have the same field names",
+            ));
+        }
+    }
+    Ok(Some(KeyBounds { min, max }))
 }
 
 pub async fn find(req: &Request<'_>) -> Result<CommandReply> {

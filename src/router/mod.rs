@@ -106,6 +106,16 @@ pub struct FindSpec {
     /// reads the server makes for itself, which sort within the default
     /// limit in memory.
     pub sort_limits: Option<Limits>,
+    /// `min` and `max` (a cursor's index bounds), for the hinted index.
+    pub key_bounds: Option<KeyBounds>,
+}
+
+/// A `find`'s `min` (inclusive) and `max` (exclusive): key values of the
+/// hinted index, in its field order.
+#[derive(Debug, Clone, Default)]
+pub struct KeyBounds {
+    pub min: Option<Document>,
+    pub max: Option<Document>,
 }
 
 /// An index scan a query runs, and whether the index alone answers it.

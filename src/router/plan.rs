@@ -13,6 +13,7 @@
 //! [`PRIMARY_PARTITION`], whose hash range is [`UNSHARDED_HASH`]: its
 //! records sit in `_id` order, so a range of `_id` is a range of keys.
 
+use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -21,9 +22,10 @@ use bson::Bson;
 
 use super::catalog::{Collection, Sharding};
 use super::Reader;
-use super::{ChosenPlan, FindSpec, Router, PRIMARY_PARTITION, UNSHARDED_HASH};
+use super::{ChosenPlan, FindSpec, KeyBounds, Router, PRIMARY_PARTITION, UNSHARDED_HASH};
 use crate::aggregate::DEFAULT_MAX_BLOCKING_BYTES;
-use crate::error::Result;
+use crate::bail;
+use crate::error::{Error, ErrorCode, Result};
 use crate::index::plan::{self as index_plan, Hint, IndexPlan, Plan};
 use crate::index::KeyKind;
 use crate::partition::hash;
@@ -257,7 +259,18 @@ impl Router {
 pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Result<QueryPlan> {
     let filter = spec.filter.as_ref();
     let limit = spec.limit.filter(|&l| l > 0);
-    let index = choose_index(coll, spec)?.filter(|chosen| !redundant_with_key(coll, spec, chosen));
+    let mut index =
+        choose_index(coll, spec)?.filter(|chosen| !redundant_with_key(coll, spec, chosen));
+    if let Some(bounds) = &spec.key_bounds {
+        match &mut index {
+            Some(chosen) => within_key_bounds(chosen, bounds)?,
+            None => bail!(
+                CommandNotSupported,
+                "min()/max() with the _id index or $natural is not supported by Shardgate yet; \
+                 hint a secondary index, or use a range on _id"
+            ),
+        }
+    }
     let ids = pinned_ids(filter);
     let id_sort = spec.sort.as_ref().and_then(id_sort_direction);
     let parts = match &coll.sharding {
@@ -474,6 +487,73 @@ fn choose_index(coll: &Collection, spec: &FindSpec) -> Result<Option<ChosenPlan>
     )
 }
 
+/// Narrows an index scan to a `find`'s `min` (inclusive) and `max`
+/// (exclusive), given as key values of the hinted index in its field
+/// order (51174 otherwise), as MongoDB bounds a cursor by them.
+fn within_key_bounds(chosen: &mut ChosenPlan, bounds: &KeyBounds) -> Result<()> {
+    let index = chosen.scan.index.clone();
+    let encode = |values: &bson::Document| -> Result<Vec<u8>> {
+        let fields = index.fields.iter().map(|f| f.path.as_str());
+        if !values.keys().map(String::as_str).eq(fields) {
+            return Err(Error::new(
+                ErrorCode::from_number(51174),
+                "The index chosen is not equal to min/max",
+            ));
+        }
+        let values: Vec<Bson> = values.values().cloned().collect();
+        Ok(index.encode(&values))
+    };
+    let lower = match &bounds.min {
+        Some(min) => Bound::Included(encode(min)?),
+        None => Bound::Unbounded,
+    };
+    let upper = match &bounds.max {
+        Some(max) => Bound::Excluded(encode(max)?),
+        None => Bound::Unbounded,
+    };
+    chosen.scan.ranges = chosen
+        .scan
+        .ranges
+        .iter()
+        .map(|(from, to)| {
+            (
+                tighter(from.clone(), lower.clone(), Ordering::Greater),
+                tighter(to.clone(), upper.clone(), Ordering::Less),
+            )
+        })
+        .filter(|(from, to)| !empty_range(from, to))
+        .collect();
+    Ok(())
+}
+
+/// Of two bounds on the same side, the one that admits less: the greater
+/// lower bound (`wins` = `Greater`) or the smaller upper one (`Less`).
+fn tighter(a: Bound<Vec<u8>>, b: Bound<Vec<u8>>, wins: Ordering) -> Bound<Vec<u8>> {
+    match (&a, &b) {
+        (Bound::Unbounded, _) => b,
+        (_, Bound::Unbounded) => a,
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
+            match x.cmp(y) {
+                Ordering::Equal if matches!(a, Bound::Excluded(_)) => a,
+                Ordering::Equal => b,
+                o if o == wins => a,
+                _ => b,
+            }
+        }
+    }
+}
+
+/// True when no key lies between `from` and `to`.
+fn empty_range(from: &Bound<Vec<u8>>, to: &Bound<Vec<u8>>) -> bool {
+    match (from, to) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
+            a >= b
+        }
+        _ => false,
+    }
+}
+
 /// Whether `chosen` is an index on the shard key alone while the filter
 /// pins the key: the records under the pinned hashes are its candidates
 /// already, read without index lookups and in `_id` order, so a range or
@@ -665,6 +745,24 @@ mod tests {
     use bson::doc;
 
     use super::*;
+
+    #[test]
+    fn key_bounds_tighten_ranges_and_drop_empty_ones() {
+        let inc = |b: &[u8]| Bound::Included(b.to_vec());
+        let exc = |b: &[u8]| Bound::Excluded(b.to_vec());
+        assert_eq!(tighter(inc(b"b"), inc(b"c"), Ordering::Greater), inc(b"c"));
+        assert_eq!(
+            tighter(Bound::Unbounded, inc(b"c"), Ordering::Greater),
+            inc(b"c")
+        );
+        assert_eq!(tighter(exc(b"c"), inc(b"c"), Ordering::Greater), exc(b"c"));
+        assert_eq!(tighter(inc(b"d"), exc(b"c"), Ordering::Less), exc(b"c"));
+        assert_eq!(tighter(inc(b"c"), exc(b"c"), Ordering::Less), exc(b"c"));
+        assert!(empty_range(&inc(b"c"), &exc(b"c")));
+        assert!(empty_range(&inc(b"d"), &inc(b"c")));
+        assert!(!empty_range(&inc(b"c"), &inc(b"c")));
+        assert!(!empty_range(&inc(b"a"), &Bound::Unbounded));
+    }
     use crate::partition::ShardKey;
     use crate::router::Namespace;
     use std::sync::Arc;
