@@ -56,6 +56,21 @@ fn wrong_type(path: &str, value: &Bson, expected: &str) -> Error {
     ))
 }
 
+/// `partitionByFields`: an array of field names, each a string.
+fn field_names(field: &str, value: &Bson) -> Result<Vec<String>> {
+    let Bson::Array(items) = value else {
+        return Err(wrong_type(field, value, "array"));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Bson::String(s) => Ok(s.clone()),
+            other => Err(wrong_type(&format!("{field}.{i}"), other, "string")),
+        })
+        .collect()
+}
+
 fn unknown_field(path: &str) -> Error {
     Error::new(
         ErrorCode::UnknownField,
@@ -299,23 +314,7 @@ fn parse_densify(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
                 other => return Err(wrong_type("$densify.field", other, "string")),
             },
             "partitionByFields" => {
-                let Bson::Array(items) = v else {
-                    return Err(wrong_type("$densify.partitionByFields", v, "array"));
-                };
-                let mut names = Vec::with_capacity(items.len());
-                for (i, item) in items.iter().enumerate() {
-                    match item {
-                        Bson::String(s) => names.push(s.clone()),
-                        other => {
-                            return Err(wrong_type(
-                                &format!("$densify.partitionByFields.{i}"),
-                                other,
-                                "string",
-                            ))
-                        }
-                    }
-                }
-                partitions = Some(names);
+                partitions = Some(field_names("$densify.partitionByFields", v)?);
             }
             "range" => range = Some(parse_range(v)?),
             _ => return Err(unknown_field(&format!("$densify.{k}"))),
@@ -800,23 +799,7 @@ fn parse_fill(arg: &Bson, pctx: &ParseContext) -> Result<Box<dyn Stage>> {
                 }
             },
             "partitionByFields" => {
-                let Bson::Array(items) = v else {
-                    return Err(wrong_type("$fill.partitionByFields", v, "array"));
-                };
-                let mut names = Vec::with_capacity(items.len());
-                for (i, item) in items.iter().enumerate() {
-                    match item {
-                        Bson::String(s) => names.push(s.clone()),
-                        other => {
-                            return Err(wrong_type(
-                                &format!("$fill.partitionByFields.{i}"),
-                                other,
-                                "string",
-                            ))
-                        }
-                    }
-                }
-                partition_by_fields = Some(names);
+                partition_by_fields = Some(field_names("$fill.partitionByFields", v)?);
             }
             "output" => match v {
                 Bson::Document(d) => output = Some(d.clone()),
