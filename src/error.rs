@@ -542,6 +542,8 @@ error_codes! {
     #[location] SetFieldFieldNotConstant = 4161106,
     #[location] SetFieldFieldNotString = 4161107,
     #[location] SetFieldFieldIsPath = 4161108,
+    #[location] FunctionInValidator = 4660800,
+    #[location] EmitInValidator = 4660801,
     #[location] ArrayToObjectKeyNullByte = 4940400,
     #[location] StageSkipBadValue = 5107200,
     #[location] StageLimitBadValue = 5107201,

@@ -499,6 +499,32 @@ async fn malformed_validation_options_are_refused() {
         "BadValue",
     )
     .await;
+    // Scripts are refused in a validator, as MongoDB refuses them.
+    let f = expect_command_error(
+        &db,
+        doc! {"create": "c", "validator": {"$or": [{"a": 1}, {"$where": "this.a > 1"}]}},
+        2,
+        "BadValue",
+    )
+    .await;
+    assert_eq!(
+        f.message,
+        "Parsing of collection validator failed :: caused by :: $where is not allowed in this context"
+    );
+    let function = doc! {"$function": {
+        "body": "function(a) { return a > 1; }", "args": ["$a"], "lang": "js",
+    }};
+    let f = expect_command_error(
+        &db,
+        doc! {"create": "c", "validator": {"$expr": function}},
+        4660800,
+        "Location4660800",
+    )
+    .await;
+    assert_eq!(
+        f.message,
+        "Parsing of collection validator failed :: caused by :: $function cannot be used inside a validator."
+    );
     // None of them created the collection.
     let names = db.list_collection_names().await.unwrap();
     assert!(names.is_empty(), "{names:?}");
@@ -517,7 +543,14 @@ async fn malformed_validation_options_are_refused() {
         "BadValue",
     )
     .await;
-    // The failed collMod changed nothing.
+    expect_command_error(
+        &db,
+        doc! {"collMod": "c", "validator": {"$where": "true"}},
+        2,
+        "BadValue",
+    )
+    .await;
+    // The failed collMods changed nothing.
     let r = coll(&db, "c").insert_one(doc! {"_id": 1, "age": 1}).await;
     expect_failure(r, 121, "DocumentValidationFailure");
     expect_command_error(

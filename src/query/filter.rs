@@ -167,6 +167,21 @@ impl Filter {
         walk(&self.root)
     }
 
+    /// The first JavaScript operator the filter runs (`$where`, or
+    /// `$function` in an `$expr`), which collection validators refuse.
+    pub fn script_operator(&self) -> Option<&'static str> {
+        fn walk(node: &Node) -> Option<&'static str> {
+            match node {
+                Node::And(c) | Node::Or(c) | Node::Nor(c) => c.iter().find_map(walk),
+                Node::Not(inner) => walk(inner),
+                Node::Where(_) => Some("$where"),
+                Node::Expr(e) => e.script_operator(),
+                Node::Path(_) | Node::Always(_) | Node::Schema(_) => None,
+            }
+        }
+        walk(&self.root)
+    }
+
     /// The values `path` must equal (from `{path: v}`, `$eq` or `$in` at the
     /// top level or under `$and`), or `None` when the filter does not pin it.
     ///

@@ -226,13 +226,34 @@ fn parse_validator(command: &str, ns: &Namespace, options: &Document) -> Result<
             "Document validators not allowed on system collection {ns}"
         );
     }
-    let filter = Filter::parse(validator)?;
-    if filter.uses_rand() {
-        bail!(
-            RandInValidator,
-            "$rand not allowed inside collection validators"
-        );
-    }
+    let filter = Filter::parse(validator).and_then(|filter| {
+        if filter.uses_rand() {
+            bail!(
+                RandInValidator,
+                "$rand not allowed inside collection validators"
+            );
+        }
+        match filter.script_operator() {
+            None => Ok(filter),
+            Some("$where") => bail!(BadValue, "$where is not allowed in this context"),
+            Some(op) => Err(Error::new(
+                if op == "$function" {
+                    ErrorCode::FunctionInValidator
+                } else {
+                    ErrorCode::EmitInValidator
+                },
+                format!("{op} cannot be used inside a validator."),
+            )),
+        }
+    });
+    // As MongoDB words every error of a validator that does not parse.
+    let filter = filter.map_err(|e| Error {
+        message: format!(
+            "Parsing of collection validator failed :: caused by :: {}",
+            e.message
+        ),
+        ..e
+    })?;
     Ok(match level {
         None => Validator::None,
         Some(level) => Validator::Active {
@@ -352,9 +373,28 @@ mod tests {
             e.message,
             "BSON field 'collMod.validator' is the wrong type 'int', expected type 'object'"
         );
+        let e = parse(doc! {"validator": {"a": {"$bogus": 1}}});
+        assert_eq!(e.code, ErrorCode::BadValue);
+        assert!(
+            e.message
+                .starts_with("Parsing of collection validator failed :: caused by :: "),
+            "{}",
+            e.message
+        );
+        // Scripts are refused however deep they sit.
+        let e = parse(doc! {"validator": {"$or": [{"a": 1}, {"$where": "true"}]}});
+        assert_eq!(e.code, ErrorCode::BadValue);
         assert_eq!(
-            parse(doc! {"validator": {"a": {"$bogus": 1}}}).code,
-            ErrorCode::BadValue
+            e.message,
+            "Parsing of collection validator failed :: caused by :: $where is not allowed in this context"
+        );
+        let function =
+            doc! {"$function": {"body": "function() { return true; }", "args": [], "lang": "js"}};
+        let e = parse(doc! {"validator": {"$expr": {"$and": [true, function]}}});
+        assert_eq!(e.code, ErrorCode::FunctionInValidator);
+        assert_eq!(
+            e.message,
+            "Parsing of collection validator failed :: caused by :: $function cannot be used inside a validator."
         );
         let system = Namespace::new("admin", "c").unwrap();
         let e =

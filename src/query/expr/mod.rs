@@ -97,6 +97,12 @@ impl Expr {
         self.node.uses_rand()
     }
 
+    /// The first JavaScript operator the expression calls (`$function`
+    /// or `$_internalJsEmit`), which collection validators refuse.
+    pub fn script_operator(&self) -> Option<&'static str> {
+        self.node.script_operator()
+    }
+
     /// True when the expression only reads field paths: a literal, a
     /// `"$a.b"`, or an object of these, which [`Expr::evaluate_raw`] can
     /// evaluate on a document still in BSON form.
@@ -244,6 +250,17 @@ impl Node {
             Node::Operator { op, args } => op.is_random() || args.iter().any(Node::uses_rand),
             Node::Function { args, .. } => args.uses_rand(),
             Node::Emit { this, .. } => this.uses_rand(),
+        }
+    }
+
+    fn script_operator(&self) -> Option<&'static str> {
+        match self {
+            Node::Literal(_) | Node::FieldPath(_) | Node::Variable { .. } => None,
+            Node::Array(items) => items.iter().find_map(Node::script_operator),
+            Node::Object(fields) => fields.iter().find_map(|(_, n)| n.script_operator()),
+            Node::Operator { args, .. } => args.iter().find_map(Node::script_operator),
+            Node::Function { .. } => Some("$function"),
+            Node::Emit { .. } => Some("$_internalJsEmit"),
         }
     }
 }
