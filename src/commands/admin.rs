@@ -86,6 +86,7 @@ pub async fn server_status(req: &Request<'_>) -> Result<Document> {
             "current": load(&c.connections_current),
             "available": (req.state.config.max_connections as i64 - load(&c.connections_current)).max(0),
             "totalCreated": load(&c.connections_total),
+            "awaitingTopologyChanges": load(&req.state.topology.awaiting),
         },
         "requestUnits": request_units(&req.state.router),
         "network": {"compression": compression(req.state.config.compressors)},

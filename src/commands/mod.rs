@@ -61,6 +61,16 @@ pub use request::CommandReply;
 use request::Request;
 pub use state::{ConnectionInfo, ServerState};
 
+/// The request a streaming `hello` (sent with OP_MSG's `exhaustAllowed`)
+/// goes on to after `reply`, answered unasked; `None` ends the stream.
+/// See [`handshake::next_in_stream`].
+pub fn next_in_stream(body: &Document, reply: &CommandReply) -> Option<Document> {
+    match reply {
+        CommandReply::Document(reply) => handshake::next_in_stream(body, reply),
+        CommandReply::Encoded(_) => None,
+    }
+}
+
 /// Runs one command document and returns its reply.
 pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) -> CommandReply {
     let name = cmd.body.keys().next().cloned().unwrap_or_default();
@@ -218,7 +228,11 @@ async fn run(
     name: String,
     cmd: Command,
 ) -> Result<CommandReply> {
-    let Command { body, sequences } = cmd;
+    let Command {
+        body,
+        sequences,
+        exhaust_allowed,
+    } = cmd;
     if name.is_empty() {
         return Err(Error::new(
             ErrorCode::FailedToParse,
@@ -297,6 +311,7 @@ async fn run(
         db,
         body,
         sequences,
+        exhaust_allowed,
     };
     if !READS_NO_CATALOG.contains(&req.name.as_str()) {
         state.router.sync_catalog().await?;

@@ -20,6 +20,9 @@ pub struct Request<'a> {
     /// Document sequences sent beside the body (OP_MSG kind 1), as
     /// validated BSON: `insert`'s `documents`, `update`'s `updates` …
     pub sequences: Vec<(String, Vec<Bytes>)>,
+    /// The client would take a stream of replies (OP_MSG's
+    /// `exhaustAllowed`); only the streaming `hello` gives one.
+    pub exhaust_allowed: bool,
 }
 
 impl Request<'_> {

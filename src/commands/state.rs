@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use bson::oid::ObjectId;
 use bson::{doc, Document, Timestamp};
+use tokio::sync::watch;
 
 use super::retry;
 use crate::base::CompressorList;
@@ -33,6 +35,8 @@ pub struct StateInner {
     pub fail_points: super::fail_point::FailPoints,
     /// The server parameters `setParameter` may change.
     pub parameters: Parameters,
+    /// The topology version `hello` reports, and the shutdown signal.
+    pub topology: Topology,
     cluster_time: AtomicU64,
 }
 
@@ -119,6 +123,7 @@ impl ServerState {
             counters: Counters::default(),
             retries: retry::RetryTable::default(),
             fail_points: super::fail_point::FailPoints::default(),
+            topology: Topology::new(),
             cluster_time: AtomicU64::new(0),
         }))
     }
@@ -149,6 +154,62 @@ impl ServerState {
                 Err(actual) => prev = actual,
             }
         }
+    }
+}
+
+/// What a streaming `hello` reports and waits on, as a mongos's topology
+/// coordinator keeps it: this process's topology version and whether it
+/// is shutting down. The version's counter never moves while the process
+/// runs (a gateway's own topology does not change), so a driver's server
+/// monitor that asks with the current version waits its whole
+/// `maxAwaitTimeMS`; only shutdown ends the wait early.
+pub struct Topology {
+    /// Made anew at every start: a driver that sees another one knows
+    /// the server restarted.
+    pub process_id: ObjectId,
+    stopping: watch::Sender<bool>,
+    /// `hello` requests waiting now (`serverStatus`'s
+    /// `connections.awaitingTopologyChanges`).
+    pub awaiting: AtomicU64,
+}
+
+impl Topology {
+    fn new() -> Topology {
+        Topology {
+            process_id: ObjectId::new(),
+            stopping: watch::channel(false).0,
+            awaiting: AtomicU64::new(0),
+        }
+    }
+
+    /// The version's counter: always 0 (see the type's note).
+    pub const COUNTER: i64 = 0;
+
+    /// The version as `hello` reports it.
+    pub fn version(&self) -> Document {
+        doc! {"processId": self.process_id, "counter": Topology::COUNTER}
+    }
+
+    /// Starts shutdown: every wait on [`Topology::stopping`] ends.
+    pub fn shut_down(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Counts one more waiting `hello` until the guard drops.
+    pub fn start_awaiting(&self) -> impl Drop + '_ {
+        struct Awaiting<'a>(&'a AtomicU64);
+        impl Drop for Awaiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.awaiting.fetch_add(1, Ordering::Relaxed);
+        Awaiting(&self.awaiting)
+    }
+
+    /// Watches for shutdown; `*borrow()` is true once it began.
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.stopping.subscribe()
     }
 }
 

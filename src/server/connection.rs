@@ -4,6 +4,12 @@
 //! an error reply and the connection goes on. Shutdown is noticed only
 //! between requests, so a reply in flight is always finished.
 //!
+//! A streaming `hello` (OP_MSG's `exhaustAllowed`, from drivers' server
+//! monitors) is answered again and again without the client asking: each
+//! reply says `moreToCome` and the next answers it, until a reply ends
+//! the stream or the client hangs up. `hello` itself waits between them
+//! (see `commands::handshake`).
+//!
 //! An idle client may stay as long as it likes (as with mongod), but once
 //! a message's first bytes arrive the rest must follow within
 //! `--partial-message-timeout-secs`, so a client cannot hold a connection
@@ -33,10 +39,11 @@ use tokio::sync::watch;
 use tokio_util::codec::Framed;
 
 use super::WarnLimit;
+use crate::base::Compressor;
 use crate::commands::{self, CommandReply, ConnectionInfo, ServerState};
 use crate::error::{Error, ErrorCode};
 use crate::query::interrupt::Probe;
-use crate::wire::message::checked_body;
+use crate::wire::message::{checked_body, next_request_id, ReplyFormat};
 use crate::wire::{BsonCheckError, Command, Message, MessageCodec, Reply};
 
 /// Bad frames from many connections (a fuzzer, a confused client) would
@@ -59,18 +66,65 @@ pub async fn serve(
     // (a lock each) every time.
     let stopping = stop.changed();
     tokio::pin!(stopping);
+    // A streaming `hello` that goes on: the connection answers it again,
+    // unasked, until a reply ends the stream.
+    let mut stream: Option<Stream> = None;
     let reason = loop {
+        let answer = if let Some(asked) = stream.take() {
+            let answer = continue_stream(&state, &conn, asked).await;
+            if !client_connected(&framed.get_ref().0) {
+                break "closed by client";
+            }
+            answer
+        } else {
+            let next = read_message(&mut framed, stopping.as_mut(), partial_limit, &conn, peer);
+            let message = match next.await {
+                Ok(message) => message,
+                Err(reason) => break reason,
+            };
+            respond(&state, &conn, message).await
+        };
+        if conn.closing() {
+            break "closed by the failCommand fail point";
+        }
+        framed.codec_mut().accept(conn.compressors());
+        let reply = match answer {
+            Answer::Nothing => continue,
+            Answer::Unencodable => break "reply could not be encoded",
+            Answer::Reply(reply, next) => {
+                stream = next;
+                reply
+            }
+        };
+        if let Err(e) = framed.send(reply).await {
+            tracing::debug!(conn = conn.id, "write failed: {e}");
+            break "write failed";
+        }
+    };
+    tracing::info!(conn = conn.id, %peer, reason, "connection closed");
+}
+
+/// Reads the next message, waiting as long as it takes for one to
+/// begin; `Err` says why the connection ends instead.
+async fn read_message<F: std::future::Future>(
+    framed: &mut Framed<SharedSocket, MessageCodec>,
+    mut stopping: Pin<&mut F>,
+    partial_limit: Option<Duration>,
+    conn: &ConnectionInfo,
+    peer: SocketAddr,
+) -> Result<Message, &'static str> {
+    let next = loop {
         if framed.read_buffer().is_empty() {
             // Idle: wait as long as it takes for the next message to begin.
             tokio::select! {
-                _ = &mut stopping => break "server shutting down",
+                _ = &mut stopping => return Err("server shutting down"),
                 ready = framed.get_ref().0.readable() => if ready.is_err() {
-                    break "read failed";
+                    return Err("read failed");
                 },
             }
         }
-        let next = match framed.next().now_or_never() {
-            Some(next) => next,
+        match framed.next().now_or_never() {
+            Some(next) => break next,
             // Woken, but nothing arrived: idle again.
             None if framed.read_buffer().is_empty() => continue,
             // Part of a message is here; the rest must come in time.
@@ -82,9 +136,9 @@ pub async fn serve(
                     }
                 };
                 tokio::select! {
-                    _ = &mut stopping => break "server shutting down",
+                    _ = &mut stopping => return Err("server shutting down"),
                     rest = rest => match rest {
-                        Some(next) => next,
+                        Some(next) => break next,
                         None => {
                             if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
                                 tracing::warn!(
@@ -95,71 +149,114 @@ pub async fn serve(
                                     partial_limit.unwrap_or_default()
                                 );
                             }
-                            break "partial message timed out";
+                            return Err("partial message timed out");
                         }
                     },
                 }
             }
-        };
-        let message = match next {
-            None => break "closed by client",
-            Some(Err(e)) => {
-                if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
-                    tracing::warn!(conn = conn.id, %peer, suppressed, "bad message, closing: {e}");
-                }
-                break "bad message";
-            }
-            Some(Ok(m)) => m,
-        };
-        let reply = respond(&state, &conn, message).await;
-        if conn.closing() {
-            break "closed by the failCommand fail point";
-        }
-        framed.codec_mut().accept(conn.compressors());
-        let Some(reply) = reply else {
-            continue;
-        };
-        let Some(reply) = reply else {
-            break "reply could not be encoded";
-        };
-        if let Err(e) = framed.send(reply).await {
-            tracing::debug!(conn = conn.id, "write failed: {e}");
-            break "write failed";
         }
     };
-    tracing::info!(conn = conn.id, %peer, reason, "connection closed");
+    match next {
+        None => Err("closed by client"),
+        Some(Err(e)) => {
+            if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
+                tracing::warn!(conn = conn.id, %peer, suppressed, "bad message, closing: {e}");
+            }
+            Err("bad message")
+        }
+        Some(Ok(m)) => Ok(m),
+    }
 }
 
-/// Runs one message; `None` when it wants no reply (`moreToCome`), `Some(None)`
-/// when the reply could not be encoded.
-async fn respond(
-    state: &ServerState,
-    conn: &ConnectionInfo,
-    message: Message,
-) -> Option<Option<Reply>> {
-    let body = match &message {
+/// What the connection sends after one request.
+enum Answer {
+    /// Nothing: the request said `moreToCome` (a `w: 0` write).
+    Nothing,
+    /// A reply, and the request it streams on to when more replies
+    /// follow unasked.
+    Reply(Reply, Option<Stream>),
+    /// The reply could not be encoded.
+    Unencodable,
+}
+
+/// A streaming `hello` to answer again: the request to run, and what
+/// the next reply answers (the last reply's id) and is compressed with.
+struct Stream {
+    body: Document,
+    response_to: i32,
+    compressor: Option<Compressor>,
+}
+
+/// Runs one message.
+async fn respond(state: &ServerState, conn: &ConnectionInfo, message: Message) -> Answer {
+    let (body, asked) = match &message {
         Message::Msg(msg) => {
-            let body = match msg.command() {
-                Ok(cmd) => commands::handle(state, conn, cmd).await,
-                Err(e) => commands::error_document(&bson_error(&e)).into(),
+            let (body, asked) = match msg.command() {
+                Ok(cmd) => {
+                    let asked = cmd.exhaust_allowed.then(|| cmd.body.clone());
+                    (commands::handle(state, conn, cmd).await, asked)
+                }
+                Err(e) => (commands::error_document(&bson_error(&e)).into(), None),
             };
             if msg.more_to_come() {
-                return None;
+                return Answer::Nothing;
             }
-            body
+            (body, asked)
         }
         Message::Query(q) => match legacy_command(&q.full_collection_name, &q.query) {
             Ok(body) => {
                 let cmd = Command {
                     body,
-                    sequences: Vec::new(),
+                    ..Command::default()
                 };
-                commands::handle(state, conn, cmd).await
+                (commands::handle(state, conn, cmd).await, None)
             }
-            Err(e) => commands::error_document(&e).into(),
+            Err(e) => (commands::error_document(&e).into(), None),
         },
     };
-    Some(encode_reply(state, body).map(|body| Reply::to(&message, body)))
+    let next = asked.and_then(|asked| commands::next_in_stream(&asked, &body));
+    let Some(encoded) = encode_reply(state, body) else {
+        return Answer::Unencodable;
+    };
+    let reply = Reply::to(&message, encoded);
+    streamed(reply, next)
+}
+
+/// Answers a streaming `hello` again, as a reply to the last reply.
+async fn continue_stream(state: &ServerState, conn: &ConnectionInfo, asked: Stream) -> Answer {
+    let cmd = Command {
+        body: asked.body.clone(),
+        exhaust_allowed: true,
+        ..Command::default()
+    };
+    let body = commands::handle(state, conn, cmd).await;
+    let next = commands::next_in_stream(&asked.body, &body);
+    let Some(encoded) = encode_reply(state, body) else {
+        return Answer::Unencodable;
+    };
+    let reply = Reply {
+        request_id: next_request_id(),
+        response_to: asked.response_to,
+        more_to_come: false,
+        format: ReplyFormat::Msg,
+        body: encoded,
+        compressor: asked.compressor,
+    };
+    streamed(reply, next)
+}
+
+/// `reply`, flagged `moreToCome` when `next` streams on from it.
+fn streamed(mut reply: Reply, next: Option<Document>) -> Answer {
+    let Some(body) = next else {
+        return Answer::Reply(reply, None);
+    };
+    reply.more_to_come = true;
+    let stream = Stream {
+        body,
+        response_to: reply.request_id,
+        compressor: reply.compressor,
+    };
+    Answer::Reply(reply, Some(stream))
 }
 
 /// Over `--max-connections`: answers the connection's first message with

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::commands::ServerState;
 use crate::config::Config;
@@ -48,7 +48,7 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
         "shardgate listening"
     );
 
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_rx = state.topology.stopping();
     let limit = Arc::new(Semaphore::new(config.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let cursor_reaper = {
@@ -105,7 +105,7 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
     }
 
     tracing::info!("shutting down: draining connections");
-    let _ = stop_tx.send(true);
+    state.topology.shut_down();
     let drain = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(Duration::from_secs(30), drain)
         .await

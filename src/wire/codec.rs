@@ -197,12 +197,35 @@ mod tests {
     }
 
     #[test]
+    fn a_streamed_reply_carries_its_id_and_more_to_come() {
+        let body = doc! {"ok": 1.0}.to_vec().unwrap();
+        for more in [false, true] {
+            let reply = Reply {
+                request_id: 1234,
+                response_to: 99,
+                more_to_come: more,
+                format: ReplyFormat::Msg,
+                body: body.clone(),
+                compressor: None,
+            };
+            let mut out = BytesMut::new();
+            MessageCodec::default().encode(reply, &mut out).unwrap();
+            assert_eq!(&out[4..8], &1234i32.to_le_bytes());
+            assert_eq!(&out[8..12], &99i32.to_le_bytes());
+            let flags = u32::from_le_bytes([out[16], out[17], out[18], out[19]]);
+            assert_eq!(flags, if more { 2 } else { 0 });
+        }
+    }
+
+    #[test]
     fn a_reply_goes_back_compressed_as_its_request_came() {
         let body = doc! {"ok": 1.0, "n": "x".repeat(500)}.to_vec().unwrap();
         for c in [None, Some(Compressor::Zstd), Some(Compressor::Snappy)] {
             let mut codec = MessageCodec::accepting(CompressorList::all());
             let reply = Reply {
+                request_id: 7,
                 response_to: 41,
+                more_to_come: false,
                 format: ReplyFormat::Msg,
                 body: body.clone(),
                 compressor: c,

@@ -91,6 +91,12 @@ impl OpMsg {
         self.flags & FLAG_MORE_TO_COME != 0
     }
 
+    /// True when the client would take a stream of replies to this one
+    /// request (the streaming `hello` of drivers' server monitors).
+    pub fn exhaust_allowed(&self) -> bool {
+        self.flags & FLAG_EXHAUST_ALLOWED != 0
+    }
+
     /// The command: the body as a document, the document sequences
     /// still as bytes (an `insert` can store them as they came). Every
     /// document is validated first, without recursion.
@@ -104,6 +110,7 @@ impl OpMsg {
         Ok(Command {
             body,
             sequences: self.sequences.clone(),
+            exhaust_allowed: self.exhaust_allowed(),
         })
     }
 }
@@ -114,6 +121,8 @@ pub struct Command {
     pub body: Document,
     /// `(identifier, validated BSON documents)` of each kind-1 section.
     pub sequences: Vec<(String, Vec<Bytes>)>,
+    /// The request set OP_MSG's `exhaustAllowed` flag.
+    pub exhaust_allowed: bool,
 }
 
 /// Validates a command body, then turns it into a document, leaving out
@@ -145,7 +154,11 @@ pub struct OpQuery {
 /// A reply to send: one document, in the format its request asked with.
 #[derive(Debug)]
 pub struct Reply {
+    /// The reply's own id: the next reply of a stream answers it.
+    pub request_id: i32,
     pub response_to: i32,
+    /// OP_MSG's `moreToCome`: more replies follow without a request.
+    pub more_to_come: bool,
     pub format: ReplyFormat,
     /// The document, as BSON.
     pub body: Vec<u8>,
@@ -166,7 +179,9 @@ impl Reply {
     /// The reply to `request` carrying `body`.
     pub fn to(request: &Message, body: Vec<u8>) -> Reply {
         Reply {
+            request_id: next_request_id(),
             response_to: request.request_id(),
+            more_to_come: false,
             format: match request {
                 Message::Msg(_) => ReplyFormat::Msg,
                 Message::Query(_) => ReplyFormat::Legacy,
@@ -295,8 +310,12 @@ pub fn parse_op_query(request_id: i32, mut body: Bytes) -> Result<OpQuery, WireE
 
 static NEXT_REQUEST_ID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
 
-fn put_header(out: &mut BytesMut, len: usize, response_to: i32, op_code: i32) {
-    let id = NEXT_REQUEST_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+/// An id for a message this server sends.
+pub fn next_request_id() -> i32 {
+    NEXT_REQUEST_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+fn put_header(out: &mut BytesMut, len: usize, id: i32, response_to: i32, op_code: i32) {
     out.put_i32_le(len as i32);
     out.put_i32_le(id);
     out.put_i32_le(response_to);
@@ -325,15 +344,19 @@ pub fn encode_reply(reply: &Reply, out: &mut BytesMut) {
         ReplyFormat::Msg => {
             let len = 16 + 4 + 1 + body.len();
             out.reserve(len);
-            put_header(out, len, response_to, OP_MSG);
-            out.put_u32_le(0);
+            put_header(out, len, reply.request_id, response_to, OP_MSG);
+            out.put_u32_le(if reply.more_to_come {
+                FLAG_MORE_TO_COME
+            } else {
+                0
+            });
             out.put_u8(0);
             out.put_slice(body);
         }
         ReplyFormat::Legacy => {
             let len = 16 + 20 + body.len();
             out.reserve(len);
-            put_header(out, len, response_to, OP_REPLY);
+            put_header(out, len, reply.request_id, response_to, OP_REPLY);
             out.put_i32_le(8); // AwaitCapable
             out.put_i64_le(0);
             out.put_i32_le(0);
