@@ -5,7 +5,8 @@
 //! in one batch; `{$natural: -1}`; deletes and updates; tailable and
 //! `awaitData` cursors, through raw commands and through the driver's own
 //! tailable cursor; `CappedPositionLost` when the collection overtakes a
-//! cursor; `collMod` of the bounds; `convertToCapped`; sharding refused;
+//! cursor; `collMod` of the bounds; `convertToCapped` and
+//! `cloneCollectionAsCapped`; sharding refused;
 //! and everything kept across a restart.
 //!
 //! Capped collections cannot be sharded (as in MongoDB), so there is no
@@ -545,6 +546,102 @@ async fn convert_to_capped_keeps_the_newest_documents() {
     )
     .await;
     expect_command_error(&db, doc! {"convertToCapped": "events"}, 40414, "").await;
+}
+
+#[tokio::test]
+async fn clone_collection_as_capped_copies_the_newest_documents_and_the_validator() {
+    let srv = TestServer::start().await;
+    let db = srv.db(DB);
+    assert_ok(
+        &run(
+            &db,
+            doc! {"create": "events", "validator": {"n": {"$type": "int"}}},
+        )
+        .await,
+    );
+    let events = coll(&db, "events");
+    let pad = "x".repeat(200);
+    events
+        .insert_many((0..10).map(|n| doc! {"_id": n, "n": n, "pad": &pad}))
+        .await
+        .unwrap();
+    assert_ok(
+        &run(
+            &db,
+            doc! {"cloneCollectionAsCapped": "events", "toCollection": "recent", "size": 1000},
+        )
+        .await,
+    );
+    let recent = coll(&db, "recent");
+    // 231-byte documents: the newest four fit; the source is untouched.
+    assert_eq!(ns_in_order(&recent).await, vec![6, 7, 8, 9]);
+    assert_eq!(events.count_documents(doc! {}).await.unwrap(), 10);
+    assert_eq!(
+        options_of(&db, "recent").await,
+        doc! {"capped": true, "size": 1024, "validator": {"n": {"$type": "int"}}}
+    );
+    // The copy is capped and checks the validator.
+    recent
+        .insert_one(doc! {"_id": 10, "n": 10, "pad": &pad})
+        .await
+        .unwrap();
+    assert_eq!(ns_in_order(&recent).await, vec![7, 8, 9, 10]);
+    let refused = recent.insert_one(doc! {"_id": 11, "n": "eleven"}).await;
+    compat_tests::expect_failure(refused, 121, "DocumentValidationFailure");
+
+    let f = expect_command_error(
+        &db,
+        doc! {"cloneCollectionAsCapped": "events", "toCollection": "recent", "size": 1000},
+        48,
+        "NamespaceExists",
+    )
+    .await;
+    assert_eq!(
+        f.message,
+        format!(
+            "cloneCollectionAsCapped failed - destination collection {DB}.recent already \
+             exists. source collection: {DB}.events"
+        )
+    );
+    expect_command_error(
+        &db,
+        doc! {"cloneCollectionAsCapped": "missing", "toCollection": "m2", "size": 1000},
+        26,
+        "NamespaceNotFound",
+    )
+    .await;
+    expect_command_error(
+        &db,
+        doc! {"cloneCollectionAsCapped": "events", "size": 1000},
+        40414,
+        "",
+    )
+    .await;
+    expect_command_error(
+        &db,
+        doc! {"cloneCollectionAsCapped": "events", "toCollection": "x"},
+        40414,
+        "",
+    )
+    .await;
+    assert_ok(
+        &run(
+            &db,
+            doc! {"create": "v", "viewOn": "events", "pipeline": []},
+        )
+        .await,
+    );
+    let f = expect_command_error(
+        &db,
+        doc! {"cloneCollectionAsCapped": "v", "toCollection": "x", "size": 1000},
+        166,
+        "CommandNotSupportedOnView",
+    )
+    .await;
+    assert_eq!(
+        f.message,
+        format!("cloneCollectionAsCapped not supported for views: {DB}.v")
+    );
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
-//! The capped-collection options of `create` and `collMod`, and
-//! `convertToCapped`. The collections themselves are the router's
+//! The capped-collection options of `create` and `collMod`,
+//! `convertToCapped` and `cloneCollectionAsCapped`. The collections themselves are the router's
 //! ([`crate::router::capped`]).
 
 use bson::{doc, Bson, Document};
@@ -7,6 +7,7 @@ use bson::{doc, Bson, Document};
 use super::args::{check_fields, collection_namespace, type_name};
 use super::request::Request;
 use crate::bail;
+use crate::base::namespace::Namespace;
 use crate::error::{Error, ErrorCode, Result};
 use crate::router::kinds::{adjusted_max, rounded_size, MAX_DOCS_LIMIT, MAX_SIZE};
 
@@ -153,6 +154,45 @@ pub async fn convert_to_capped(req: &Request<'_>) -> Result<Document> {
     let router = &req.state.router;
     super::views::refuse(router, &ns).await?;
     router.convert_to_capped(&ns, as_number(size)).await?;
+    Ok(Document::new())
+}
+
+/// `cloneCollectionAsCapped`: a capped copy of a collection under a new
+/// name in the same database.
+pub async fn clone_collection_as_capped(req: &Request<'_>) -> Result<Document> {
+    const CMD: &str = "cloneCollectionAsCapped";
+    let from = collection_namespace(CMD, &req.db, &req.body)?;
+    check_fields(req, &["toCollection", "size"])?;
+    let to = match req.body.get("toCollection") {
+        Some(Bson::String(name)) => Namespace::new(&req.db, name)?,
+        None => {
+            return Err(Error::new(
+                ErrorCode::MissingField,
+                format!("BSON field '{CMD}.toCollection' is missing but a required field"),
+            ))
+        }
+        Some(other) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field '{CMD}.toCollection' is the wrong type '{}', expected type 'string'",
+                type_name(other)
+            )))
+        }
+    };
+    let Some(size) = number(CMD, &req.body, "size")? else {
+        return Err(Error::new(
+            ErrorCode::MissingField,
+            format!("BSON field '{CMD}.size' is missing but a required field"),
+        ));
+    };
+    let size = checked_size(size)?;
+    let router = &req.state.router;
+    if router.collection(&from).is_none() && super::views::find(router, &from).await?.is_some() {
+        bail!(
+            CommandNotSupportedOnView,
+            "cloneCollectionAsCapped not supported for views: {from}"
+        );
+    }
+    router.clone_as_capped(&from, &to, as_number(size)).await?;
     Ok(Document::new())
 }
 

@@ -65,6 +65,12 @@ pub static COMMANDS: &[CommandEntry] = &[
     ),
     command!("buildinfo", admin::build_info, false, "alias of buildInfo"),
     command!(
+        "cloneCollectionAsCapped",
+        capped::clone_collection_as_capped,
+        false,
+        "copy a collection into a new capped one"
+    ),
+    command!(
         "collMod",
         coll_mod::run,
         false,

@@ -579,34 +579,60 @@ impl Router {
 
 impl Router {
     /// Makes `ns` a capped collection of `size` bytes (`convertToCapped`):
-    /// its documents are copied, oldest first (in `_id` order unless it
-    /// was capped already), into a new capped collection that then takes
-    /// its name, so only the newest that fit are kept, and only the `_id`
-    /// index.
+    /// a capped copy ([`Router::clone_as_capped`]) into
+    /// `tmp.convertToCapped.<name>` that then takes its name.
     pub async fn convert_to_capped(&self, ns: &Namespace, size: Bson) -> Result<()> {
-        let Some(coll) = self.collection(ns) else {
+        let tmp = Namespace::new(&ns.db, &format!("tmp.convertToCapped.{}", ns.coll))?;
+        if self.collection(ns).is_some() && self.collection(&tmp).is_some() {
+            self.drop_collection(&tmp).await?;
+        }
+        self.clone_as_capped(ns, &tmp, size).await?;
+        self.rename_collection(&tmp, ns, true).await
+    }
+
+    /// Copies `from` into the new capped collection `to` of `size` bytes
+    /// (`cloneCollectionAsCapped`): its documents oldest first (in `_id`
+    /// order unless it was capped already), so only the newest that fit
+    /// are kept, with its validator but only the `_id` index.
+    pub async fn clone_as_capped(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        size: Bson,
+    ) -> Result<()> {
+        let Some(coll) = self.collection(from) else {
             return Err(Error::new(
                 ErrorCode::NamespaceNotFound,
-                format!("source collection {ns} does not exist"),
+                format!("source collection {from} does not exist"),
             ));
         };
         if coll.sharding.is_some() {
             return Err(Error::new(
                 ErrorCode::IllegalOperation,
-                format!("can't convert sharded collection {ns} to a capped collection"),
+                format!("can't convert sharded collection {from} to a capped collection"),
             ));
         }
-        let options = bson::doc! {"capped": true, "size": size};
-        let limit = Capped::of_options(&options).map_or(0, |c| c.size);
-        let tmp = Namespace::new(&ns.db, &format!("tmp.convertToCapped.{}", ns.coll))?;
-        if self.collection(&tmp).is_some() {
-            self.drop_collection(&tmp).await?;
+        if self.collection(to).is_some() {
+            return Err(Error::new(
+                ErrorCode::NamespaceExists,
+                format!(
+                    "cloneCollectionAsCapped failed - destination collection {to} already \
+                     exists. source collection: {from}"
+                ),
+            ));
         }
-        self.create_collection(&tmp, options).await?;
+        let mut options = bson::doc! {"capped": true, "size": size};
+        for kept in ["validator", "validationLevel", "validationAction"] {
+            if let Some(value) = coll.options().document.get(kept) {
+                options.insert(kept, value.clone());
+            }
+        }
+        let limit = Capped::of_options(&options).map_or(0, |c| c.size);
+        self.create_collection(to, options).await?;
         // Only the newest documents that fit are kept; the window is
         // bounded by the new collection's size.
         let newest = self
-            .find(ns, super::FindSpec::default(), |found| {
+            .find(from, super::FindSpec::default(), |found| {
                 let mut newest = std::collections::VecDeque::new();
                 let mut bytes = 0u64;
                 for doc in found.documents() {
@@ -628,18 +654,13 @@ impl Router {
         let newest: Vec<Vec<u8>> = newest.into();
         for chunk in newest.chunks(1000) {
             let outcome = self
-                .insert(
-                    &tmp,
-                    chunk.to_vec(),
-                    true,
-                    super::DocumentValidation::Bypass,
-                )
+                .insert(to, chunk.to_vec(), true, super::DocumentValidation::Bypass)
                 .await?;
             if let Some((_, e)) = outcome.errors.into_iter().next() {
                 return Err(e);
             }
         }
-        self.rename_collection(&tmp, ns, true).await
+        Ok(())
     }
 }
 
