@@ -465,5 +465,39 @@ async fn min_and_max_bound_a_hinted_index() {
             "Location51174",
         )
         .await;
+
+        // The `_id` index: [min, max) in `_id` order, on every partition.
+        let reply = run(
+            &db,
+            doc! {"find": name, "min": {"_id": 2}, "max": {"_id": 5}, "hint": {"_id": 1}},
+        )
+        .await;
+        let in_order: Vec<i64> = first_batch(&reply).iter().map(|d| num(d, "_id")).collect();
+        assert_eq!(in_order, vec![2, 3, 4], "{name}");
+        // With a filter, a sort and the index's name; a bound outside the
+        // numbers (a string sorts after every number) keeps them all.
+        let reply = run(
+            &db,
+            doc! {"find": name, "min": {"_id": 6}, "max": {"_id": "z"}, "hint": "_id_",
+            "filter": {"qty": {"$ne": 8}}, "sort": {"_id": -1}},
+        )
+        .await;
+        let in_order: Vec<i64> = first_batch(&reply).iter().map(|d| num(d, "_id")).collect();
+        assert_eq!(in_order, vec![9, 7, 6], "{name}");
+        // Pinned `_id`s outside the bounds are not found.
+        let reply = run(
+            &db,
+            doc! {"find": name, "min": {"_id": 5}, "hint": {"_id": 1},
+            "filter": {"_id": {"$in": [1, 5, 7]}}},
+        )
+        .await;
+        assert_eq!(ids(&first_batch(&reply)), vec![5, 7], "{name}");
+        expect_command_error(
+            &db,
+            doc! {"find": name, "min": {"qty": 3}, "hint": {"_id": 1}},
+            51174,
+            "Location51174",
+        )
+        .await;
     }
 }

@@ -151,7 +151,7 @@ fn partition_plan(kind: Kind, spec: &FindSpec, plan: &QueryPlan, part: &Partitio
             }
         }
         Access::IdPoints { .. } => doc! {"stage": "IDHACK"},
-        Access::IdIndex { reverse } => doc! {
+        Access::IdIndex { reverse, .. } => doc! {
             "stage": "FETCH",
             "inputStage": {
                 "stage": "IXSCAN",

@@ -58,7 +58,6 @@ use crate::storage::{
 use catalog::Catalog;
 use indexes::{index_records, Examined, HashScope, Partitions};
 use merge::{Merge, Row, RowStream};
-use plan::id_key_range;
 pub use plan::{Access, Cost, PartitionPlan, QueryPlan, SortStrategy};
 
 /// The hash every record of an unsharded collection is stored under.
@@ -458,13 +457,13 @@ impl Router {
         reader: Reader,
     ) -> Result<Found> {
         let (skip, limit) = plan.window();
-        if let (true, Some(reverse)) = (plan.sharded, plan.through_id_index()) {
+        if let (true, Some((range, reverse))) = (plan.sharded, plan.through_id_index()) {
             // Every partition reads the one `_id` index: read it once.
             for part in &plan.parts {
                 charge::charge(coll.id, part.partition.id, charge::PARTITION_QUERY);
             }
             return Ok(Found::Documents(by_id_index(
-                reader, coll.id, spec, reverse, skip, limit,
+                reader, coll.id, spec, range, reverse, skip, limit,
             )));
         }
         let keep = plan.keep();
@@ -667,12 +666,13 @@ fn by_id_index(
     reader: Reader,
     id: u64,
     spec: FindSpec,
+    range: plan::IdKeyRange,
     reverse: bool,
     skip: usize,
     limit: Option<usize>,
 ) -> DocStream {
     let parts = reader.parts.clone();
-    let records = id_index_records(reader, id, spec.filter.as_ref(), reverse, None, None);
+    let records = id_index_records(reader, id, range, reverse, None, None);
     let charged = move |hash: i64| Loaded {
         collection: id,
         partition: parts.id_of(hash),
@@ -707,12 +707,11 @@ fn by_id_index(
 fn id_index_records(
     reader: Reader,
     id: u64,
-    filter: Option<&Filter>,
+    (from, to): plan::IdKeyRange,
     reverse: bool,
     part: Option<Partition>,
     examined: Option<Arc<Examined>>,
 ) -> CandidateIter {
-    let (from, to) = id_key_range(filter);
     let entries = blocking::iter(reader.view.scan_id_entries(id, from, to, reverse));
     Box::new(entries.filter_map(move |item| {
         let fetch = || -> Result<Option<Candidate>> {
@@ -838,11 +837,11 @@ fn access_records(
             };
             scan_records(&reader.view, scan, pre_check, examined, loaded)
         }
-        Access::IdIndex { reverse } => loaded.charging(
+        Access::IdIndex { from, to, reverse } => loaded.charging(
             id_index_records(
                 reader.clone(),
                 id,
-                filter,
+                (from.clone(), to.clone()),
                 *reverse,
                 Some(part.partition),
                 examined,

@@ -15,7 +15,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
-use std::ops::Bound;
+use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use bson::Bson;
@@ -122,9 +122,15 @@ pub enum Access {
         to: Bound<Vec<u8>>,
         reverse: bool,
     },
-    /// The `_id` index in `_id` order, keeping this partition's entries:
-    /// a sharded query sorted by `_id` alone streams instead of sorting.
-    IdIndex { reverse: bool },
+    /// The `_id` index in `_id` order over a range of `keystring(_id)`,
+    /// keeping this partition's entries: a sharded query sorted by `_id`
+    /// alone streams instead of sorting, and `min()`/`max()` on the `_id`
+    /// index read only their range.
+    IdIndex {
+        from: Bound<Vec<u8>>,
+        to: Bound<Vec<u8>>,
+        reverse: bool,
+    },
     /// A capped collection's records in insertion order, or newest
     /// first ([`super::capped`]).
     Natural { reverse: bool },
@@ -227,10 +233,11 @@ impl QueryPlan {
         (skip, limit)
     }
 
-    /// True when every partition reads the `_id` index in `_id` order.
-    pub fn through_id_index(&self) -> Option<bool> {
-        match self.parts.first()?.access {
-            Access::IdIndex { reverse } => Some(reverse),
+    /// When every partition reads the `_id` index in `_id` order: the
+    /// range of `keystring(_id)` they read and whether in reverse.
+    pub fn through_id_index(&self) -> Option<(IdKeyRange, bool)> {
+        match &self.parts.first()?.access {
+            Access::IdIndex { from, to, reverse } => Some(((from.clone(), to.clone()), *reverse)),
             _ => None,
         }
     }
@@ -261,17 +268,34 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Resul
     let limit = spec.limit.filter(|&l| l > 0);
     let mut index =
         choose_index(coll, spec)?.filter(|chosen| !redundant_with_key(coll, spec, chosen));
+    // `min()`/`max()` narrow the hinted index: a secondary one's scan, or
+    // the `_id` range every access path below reads.
+    let mut id_bounds = None;
     if let Some(bounds) = &spec.key_bounds {
         match &mut index {
             Some(chosen) => within_key_bounds(chosen, bounds)?,
-            None => bail!(
+            None if matches!(spec.hint, Some(Hint::Natural(_))) => bail!(
                 CommandNotSupported,
-                "min()/max() with the _id index or $natural is not supported by Shardgate yet; \
-                 hint a secondary index, or use a range on _id"
+                "min()/max() with a $natural hint is not supported by Shardgate; \
+                 hint the _id index instead"
             ),
+            None => id_bounds = Some(id_key_bounds(bounds)?),
         }
     }
-    let ids = pinned_ids(filter);
+    let id_range = |filter: Option<&Filter>| {
+        let (from, to) = id_key_range(filter);
+        match &id_bounds {
+            None => (from, to),
+            Some((lower, upper)) => (
+                tighter(from, lower.clone(), Ordering::Greater),
+                tighter(to, upper.clone(), Ordering::Less),
+            ),
+        }
+    };
+    let mut ids = pinned_ids(filter);
+    if let (Some(ids), Some(range)) = (&mut ids, &id_bounds) {
+        ids.retain(|v| range.contains(&keystring::encode_id(v)));
+    }
     let id_sort = spec.sort.as_ref().and_then(id_sort_direction);
     let parts = match &coll.sharding {
         None => {
@@ -295,7 +319,7 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Resul
                     reverse,
                 },
                 (None, None) => {
-                    let (from, to) = id_key_range(filter);
+                    let (from, to) = id_range(filter);
                     let whole = matches!((&from, &to), (Bound::Unbounded, Bound::Unbounded));
                     // A capped collection's scan keeps insertion order,
                     // unless the query sorts by `_id`.
@@ -315,6 +339,11 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Resul
             }]
         }
         Some(sharding) => {
+            let ids = IdTargets {
+                pinned: ids,
+                range: id_range(filter),
+                bounded: id_bounds.is_some(),
+            };
             sharded_parts(coll, sharding, spec, index.as_ref(), ids, id_sort, reader)?
         }
     };
@@ -361,6 +390,15 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Resul
     })
 }
 
+/// What a sharded query asks of `_id`: the values it pins, the range of
+/// `keystring(_id)` it reads, and whether `min()`/`max()` bound that range
+/// (which only the `_id` index, or the pinned hashes, can read).
+struct IdTargets {
+    pinned: Option<Vec<Bson>>,
+    range: IdKeyRange,
+    bounded: bool,
+}
+
 /// The partitions of a sharded collection a query reads, each with its
 /// access path.
 fn sharded_parts(
@@ -368,10 +406,15 @@ fn sharded_parts(
     sharding: &Sharding,
     spec: &FindSpec,
     index: Option<&ChosenPlan>,
-    ids: Option<Vec<Bson>>,
+    targets: IdTargets,
     id_sort: Option<bool>,
     reader: &Reader,
 ) -> Result<Vec<PartitionPlan>> {
+    let IdTargets {
+        pinned: ids,
+        range: (id_from, id_to),
+        bounded,
+    } = targets;
     let filter = spec.filter.as_ref();
     let map = reader.map_of(sharding);
     let hashes = key_hashes(sharding, filter);
@@ -398,7 +441,8 @@ fn sharded_parts(
         }
         id_hashes = Some(found);
     }
-    let by_id_index = index.is_none() && ids.is_none() && hashes.is_none() && id_sort.is_some();
+    let by_id_index =
+        index.is_none() && ids.is_none() && hashes.is_none() && (id_sort.is_some() || bounded);
     // One index plan, shared by every partition that runs it.
     let index = index.map(|chosen| Arc::new(chosen.clone()));
     Ok(owners
@@ -434,18 +478,17 @@ fn sharded_parts(
                             .collect(),
                         reverse: false,
                     },
-                    None => {
-                        let (from, to) = id_key_range(filter);
-                        Access::KeyHashes {
-                            hashes: mine,
-                            from,
-                            to,
-                            reverse: id_sort == Some(false),
-                        }
-                    }
+                    None => Access::KeyHashes {
+                        hashes: mine,
+                        from: id_from.clone(),
+                        to: id_to.clone(),
+                        reverse: id_sort == Some(false),
+                    },
                 }
             } else if by_id_index {
                 Access::IdIndex {
+                    from: id_from.clone(),
+                    to: id_to.clone(),
                     reverse: id_sort == Some(false),
                 }
             } else {
@@ -524,6 +567,35 @@ fn within_key_bounds(chosen: &mut ChosenPlan, bounds: &KeyBounds) -> Result<()> 
         .filter(|(from, to)| !empty_range(from, to))
         .collect();
     Ok(())
+}
+
+/// A range of `keystring(_id)`.
+pub(crate) type IdKeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// `min()`/`max()` on the `_id` index: the range of `keystring(_id)`
+/// they admit, `[min, max)`, in BSON order across types as the index
+/// orders them (51174 for any field but `_id`).
+fn id_key_bounds(bounds: &KeyBounds) -> Result<IdKeyRange> {
+    let encode = |values: &bson::Document| -> Result<Vec<u8>> {
+        match values.iter().next() {
+            Some((field, value)) if field == "_id" && values.len() == 1 => {
+                Ok(keystring::encode_id(value))
+            }
+            _ => Err(Error::new(
+                ErrorCode::from_number(51174),
+                "The index chosen is not equal to min/max",
+            )),
+        }
+    };
+    let lower = match &bounds.min {
+        Some(min) => Bound::Included(encode(min)?),
+        None => Bound::Unbounded,
+    };
+    let upper = match &bounds.max {
+        Some(max) => Bound::Excluded(encode(max)?),
+        None => Bound::Unbounded,
+    };
+    Ok((lower, upper))
 }
 
 /// Of two bounds on the same side, the one that admits less: the greater
@@ -745,6 +817,37 @@ mod tests {
     use bson::doc;
 
     use super::*;
+
+    #[test]
+    fn id_bounds_are_the_keystrings_of_min_and_max() {
+        let bounds = KeyBounds {
+            min: Some(doc! {"_id": 3}),
+            max: Some(doc! {"_id": "z"}),
+        };
+        let (lower, upper) = id_key_bounds(&bounds).unwrap();
+        assert_eq!(
+            lower,
+            Bound::Included(keystring::encode_id(&Bson::Int32(3)))
+        );
+        assert_eq!(
+            upper,
+            Bound::Excluded(keystring::encode_id(&Bson::from("z")))
+        );
+        // Numbers sort before strings: 7 lies inside, "zz" outside.
+        let range = (lower, upper);
+        assert!(range.contains(&keystring::encode_id(&Bson::Int64(7))));
+        assert!(!range.contains(&keystring::encode_id(&Bson::from("zz"))));
+        let only_max = KeyBounds {
+            min: None,
+            max: Some(doc! {"_id": 1}),
+        };
+        assert_eq!(id_key_bounds(&only_max).unwrap().0, Bound::Unbounded);
+        let wrong = KeyBounds {
+            min: Some(doc! {"qty": 1}),
+            max: None,
+        };
+        assert_eq!(id_key_bounds(&wrong).unwrap_err().code.number(), 51174);
+    }
 
     #[test]
     fn key_bounds_tighten_ranges_and_drop_empty_ones() {
@@ -1086,7 +1189,10 @@ mod tests {
                 ..FindSpec::default()
             },
         );
-        assert_eq!(p.through_id_index(), Some(false));
+        assert_eq!(
+            p.through_id_index(),
+            Some(((Bound::Unbounded, Bound::Unbounded), false))
+        );
         assert_eq!(p.sort, SortStrategy::Streamed);
     }
 
