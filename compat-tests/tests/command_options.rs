@@ -8,7 +8,7 @@
 //! 7.0's `allowDiskUseByDefault`; `setParameter` and `getParameter`;
 //! `fsync`; `listIndexes` keeping the options a client gave; `$`-prefixed
 //! and dotted field names; the Stable API (a strict client refused
-//! commands outside version 1); and `$readPreference` checked as a mongos
+//! commands and aggregation stages outside version 1); and `$readPreference` checked as a mongos
 //! checks it.
 
 use compat_tests::{
@@ -23,6 +23,7 @@ use compat_tests::{
     wire::RawConn,
     TestServer,
 };
+use futures::TryStreamExt;
 
 const DB: &str = "opts";
 const COLLECTIONS: [&str; 2] = ["plain", "sharded"];
@@ -300,6 +301,42 @@ async fn a_strict_stable_api_client_runs_only_version_1_commands() {
         ),
         "{f:?}"
     );
+    // Nor are some stages, wherever they sit in the pipeline; the rest run.
+    let window =
+        doc! {"$setWindowFields": {"sortBy": {"_id": 1}, "output": {"q": {"$linearFill": "$qty"}}}};
+    for pipeline in [
+        vec![doc! {"$currentOp": {}}],
+        vec![doc! {"$unionWith": {"coll": "sharded", "pipeline": [window]}}],
+    ] {
+        let f = expect_failure(items.aggregate(pipeline).await, 323, "APIStrictError");
+        assert!(
+            f.message
+                .ends_with("is not allowed with 'apiStrict: true' in API Version 1"),
+            "{f:?}"
+        );
+    }
+    let f = expect_failure(
+        items
+            .aggregate(vec![doc! {"$collStats": {"storageStats": {}}}])
+            .await,
+        323,
+        "APIStrictError",
+    );
+    assert_eq!(
+        f.message,
+        "only the 'count' option to $collStats is supported in API Version 1"
+    );
+    let grouped: Vec<Document> = items
+        .aggregate(vec![
+            doc! {"$match": {"qty": {"$lt": 2}}},
+            doc! {"$group": {"_id": null, "n": {"$sum": 1}}},
+        ])
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(grouped, vec![doc! {"_id": null, "n": 2}]);
 
     let mut conn = RawConn::connect(srv.addr).await;
     let reply = conn

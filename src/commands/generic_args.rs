@@ -104,8 +104,101 @@ fn check_api(name: &str, body: &Document) -> Result<()> {
             ),
         ));
     }
+    if strict == Some(true) {
+        let pipeline = match name {
+            "aggregate" => body.get_array("pipeline").ok(),
+            "explain" => body
+                .get_document("explain")
+                .ok()
+                .filter(|inner| inner.keys().next().map(String::as_str) == Some("aggregate"))
+                .and_then(|inner| inner.get_array("pipeline").ok()),
+            _ => None,
+        };
+        if let Some(pipeline) = pipeline {
+            check_pipeline_api(pipeline)?;
+        }
+    }
     // No command of version 1 is deprecated, so `apiDeprecationErrors`
     // refuses nothing.
+    Ok(())
+}
+
+/// Stages outside Stable API version 1 (MongoDB 7.0's
+/// `AllowedWithApiStrict::kNeverInVersion1`).
+const STAGES_NOT_IN_V1: &[&str] = &[
+    "$currentOp",
+    "$indexStats",
+    "$listCatalog",
+    "$listLocalSessions",
+    "$listSearchIndexes",
+    "$listSessions",
+    "$planCacheStats",
+    "$search",
+    "$searchMeta",
+    "$vectorSearch",
+];
+
+/// Window functions outside version 1.
+const WINDOW_FUNCTIONS_NOT_IN_V1: &[&str] = &["$linearFill"];
+
+/// With `apiStrict`, an aggregation may use only version 1's stages, in
+/// its own pipeline and in every pipeline nested in it (`$lookup`,
+/// `$unionWith`, `$facet`), as a mongos checks the lite-parsed pipeline.
+fn check_pipeline_api(pipeline: &[Bson]) -> Result<()> {
+    let refuse = |operator: &str| {
+        Error::new(
+            ErrorCode::APIStrictError,
+            format!("{operator} is not allowed with 'apiStrict: true' in API Version 1"),
+        )
+    };
+    for stage in pipeline {
+        let Some((name, spec)) = stage.as_document().and_then(|d| d.iter().next()) else {
+            continue;
+        };
+        if STAGES_NOT_IN_V1.contains(&name.as_str()) {
+            return Err(refuse(name));
+        }
+        let Some(spec) = spec.as_document() else {
+            continue;
+        };
+        match name.as_str() {
+            "$collStats"
+                if ["latencyStats", "storageStats", "queryExecStats"]
+                    .iter()
+                    .any(|option| spec.contains_key(*option)) =>
+            {
+                return Err(Error::new(
+                    ErrorCode::APIStrictError,
+                    "only the 'count' option to $collStats is supported in API Version 1",
+                ));
+            }
+            "$lookup" | "$unionWith" => {
+                if let Ok(inner) = spec.get_array("pipeline") {
+                    check_pipeline_api(inner)?;
+                }
+            }
+            "$facet" => {
+                for inner in spec.values().filter_map(Bson::as_array) {
+                    check_pipeline_api(inner)?;
+                }
+            }
+            "$setWindowFields" => {
+                let outputs = spec
+                    .get_document("output")
+                    .into_iter()
+                    .flat_map(|o| o.values());
+                for function in outputs.filter_map(Bson::as_document) {
+                    if let Some(op) = function
+                        .keys()
+                        .find(|k| WINDOW_FUNCTIONS_NOT_IN_V1.contains(&k.as_str()))
+                    {
+                        return Err(refuse(op));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
     Ok(())
 }
 
@@ -239,6 +332,55 @@ mod tests {
                 doc! {"apiVersion": "1", "apiDeprecationErrors": true}
             ),
             None
+        );
+    }
+
+    #[test]
+    fn a_strict_aggregation_uses_only_version_1_stages() {
+        let strict = |pipeline: Vec<Document>| {
+            check(
+                "aggregate",
+                &doc! {"aggregate": "c", "pipeline": pipeline, "apiVersion": "1", "apiStrict": true},
+            )
+            .err()
+            .map(|e| (e.code.number(), e.message))
+        };
+        assert_eq!(
+            strict(vec![doc! {"$match": {}}, doc! {"$densify": {}}]),
+            None
+        );
+        assert_eq!(
+            strict(vec![doc! {"$currentOp": {}}]),
+            Some((
+                323,
+                "$currentOp is not allowed with 'apiStrict: true' in API Version 1".into()
+            ))
+        );
+        // Nested pipelines are checked too.
+        let nested = doc! {"$lookup": {"from": "d", "pipeline": [{"$facet": {"a": [{"$listSessions": {}}]}}], "as": "x"}};
+        assert_eq!(strict(vec![nested]).map(|e| e.0), Some(323));
+        let window =
+            doc! {"$setWindowFields": {"sortBy": {"t": 1}, "output": {"v": {"$linearFill": "$v"}}}};
+        assert_eq!(strict(vec![window]).map(|e| e.0), Some(323));
+        assert_eq!(strict(vec![doc! {"$collStats": {"count": {}}}]), None);
+        assert_eq!(
+            strict(vec![doc! {"$collStats": {"storageStats": {}}}]).map(|e| e.1),
+            Some("only the 'count' option to $collStats is supported in API Version 1".into())
+        );
+        // Without apiStrict, or inside explain, as the command itself.
+        assert_eq!(
+            code(
+                "aggregate",
+                doc! {"aggregate": "c", "pipeline": [{"$currentOp": {}}], "apiVersion": "1"}
+            ),
+            None
+        );
+        assert_eq!(
+            code(
+                "explain",
+                doc! {"explain": {"aggregate": "c", "pipeline": [{"$search": {}}]}, "apiVersion": "1", "apiStrict": true}
+            ),
+            Some(323)
         );
     }
 
