@@ -16,6 +16,23 @@ pub enum Backend {
     Postgres,
 }
 
+/// Where the HTTP side port listens, if anywhere (`--http-bind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpBind(pub Option<SocketAddr>);
+
+impl std::str::FromStr for HttpBind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<HttpBind, String> {
+        if s == "off" {
+            return Ok(HttpBind(None));
+        }
+        s.parse()
+            .map(|addr| HttpBind(Some(addr)))
+            .map_err(|e| format!("{e}: give an address such as 127.0.0.1:8088, or off"))
+    }
+}
+
 /// A feature turned on or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Switch {
@@ -35,6 +52,11 @@ pub struct Config {
     /// Directory that holds the data (created if missing).
     #[arg(long, default_value = "./shardgate-data")]
     pub data_dir: PathBuf,
+
+    /// Address of the HTTP side port (`/metrics`, `/livez`, `/readyz`),
+    /// or `off`.
+    #[arg(long, default_value = "127.0.0.1:8088")]
+    pub http_bind: HttpBind,
 
     /// Log level or tracing filter (error, warn, info, debug, trace).
     #[arg(long, default_value = "info")]
@@ -310,5 +332,14 @@ mod tests {
             default_cache_bytes(crate::base::host::usable_memory())
         );
         assert!(chosen >= 256 << 20);
+    }
+
+    #[test]
+    fn the_http_port_listens_on_8088_unless_moved_or_off() {
+        let default = Config::parse_from(["shardgate"]).http_bind;
+        assert_eq!(default, HttpBind(Some("127.0.0.1:8088".parse().unwrap())));
+        let off = Config::parse_from(["shardgate", "--http-bind", "off"]).http_bind;
+        assert_eq!(off, HttpBind(None));
+        assert!(Config::try_parse_from(["shardgate", "--http-bind", "8088"]).is_err());
     }
 }

@@ -231,7 +231,8 @@ pub fn server_binary() -> PathBuf {
     );
 }
 
-fn free_port() -> u16 {
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("bind an ephemeral loopback port")
@@ -591,6 +592,16 @@ async fn launch(
         .map_err(|e| format!("open log: {e}"))?;
     let log2 = log.try_clone().map_err(|e| format!("clone log: {e}"))?;
     let log_level = std::env::var("SHARDGATE_TEST_LOG_LEVEL").unwrap_or_else(|_| "info".into());
+    // Servers run side by side: none takes the default HTTP side port
+    // unless its test gives one.
+    let side_port = extra
+        .iter()
+        .any(|a| a == "--http-bind" || a.starts_with("--http-bind="));
+    let side_port_off: &[&str] = if side_port {
+        &[]
+    } else {
+        &["--http-bind", "off"]
+    };
     let bin = server_binary();
     let child = Command::new(&bin)
         .arg("--bind")
@@ -599,6 +610,7 @@ async fn launch(
         .arg(data_dir)
         .arg("--log-level")
         .arg(&log_level)
+        .args(side_port_off)
         .args(extra)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())

@@ -35,6 +35,7 @@ pub mod handshake;
 pub mod indexes;
 pub mod insert;
 pub mod map_reduce;
+pub mod metrics;
 pub mod parameters;
 pub mod registry;
 pub mod request;
@@ -85,6 +86,10 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
     let charges = meter.charges();
     if !charges.is_empty() {
         state.router.settle(&charges);
+    }
+    if let Some(metrics) = &state.metrics {
+        let command = registry::lookup(&name).map_or("unknown", |entry| entry.name);
+        metrics.record(command, result.is_ok(), started.elapsed());
     }
     if request_statistics::replaces_last_request(&name) {
         conn.set_last_request(request_statistics::LastRequest {

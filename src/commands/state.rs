@@ -37,6 +37,9 @@ pub struct StateInner {
     pub parameters: Parameters,
     /// The topology version `hello` reports, and the shutdown signal.
     pub topology: Topology,
+    /// Calls and latency per command, for `/metrics`; not counted
+    /// without the HTTP side port (`--http-bind off`).
+    pub metrics: Option<super::metrics::CommandMetrics>,
     cluster_time: AtomicU64,
 }
 
@@ -52,6 +55,8 @@ impl std::ops::Deref for ServerState {
 pub struct Counters {
     pub connections_current: AtomicU64,
     pub connections_total: AtomicU64,
+    /// Connections refused over `--max-connections`.
+    pub connections_rejected: AtomicU64,
     pub next_connection_id: AtomicU64,
     pub op_insert: AtomicU64,
     pub op_query: AtomicU64,
@@ -114,6 +119,10 @@ impl Parameters {
 
 impl ServerState {
     pub fn new(router: SharedRouter, config: Config) -> ServerState {
+        let metrics = config
+            .http_bind
+            .0
+            .map(|_| super::metrics::CommandMetrics::default());
         ServerState(Arc::new(StateInner {
             router,
             cursors: CursorRegistry::new(config.cursor_limits()),
@@ -124,6 +133,7 @@ impl ServerState {
             retries: retry::RetryTable::default(),
             fail_points: super::fail_point::FailPoints::default(),
             topology: Topology::new(),
+            metrics,
             cluster_time: AtomicU64::new(0),
         }))
     }

@@ -8,6 +8,7 @@
 //! storage before returning.
 
 mod connection;
+mod http;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -48,6 +49,25 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
         "shardgate listening"
     );
 
+    // The side port comes up once the wire port accepts: from then on
+    // the server is ready.
+    let side_port = match config.http_bind.0 {
+        None => None,
+        Some(addr) => match TcpListener::bind(addr).await {
+            Ok(http) => {
+                tracing::info!(bind = %addr, "HTTP side port listening");
+                Some(tokio::spawn(http::serve(http, state.clone())))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    bind = %addr,
+                    "HTTP side port not started: {e}; give another --http-bind, or off"
+                );
+                None
+            }
+        },
+    };
+
     let stop_rx = state.topology.stopping();
     let limit = Arc::new(Semaphore::new(config.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
@@ -76,6 +96,10 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
                     });
                 }
                 Err(_) => {
+                    state
+                        .counters
+                        .connections_rejected
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let open = config.max_connections;
                     if let Some(suppressed) = REFUSED_WARNINGS.admit() {
                         tracing::warn!(
@@ -114,6 +138,9 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
         tracing::warn!("connections still busy after 30 s; closing them");
     }
     cursor_reaper.abort();
+    if let Some(side_port) = side_port {
+        side_port.abort();
+    }
     splitter.abort();
     ttl_monitor.abort();
     router.close()?;

@@ -1,0 +1,195 @@
+//! The HTTP side port (`--http-bind`): `/livez`, `/readyz` and
+//! `/metrics` in Prometheus's text format, scraped after a known
+//! workload through the official driver: the command counters move by
+//! exactly what ran, every physical partition of a collection sharded
+//! into 8 reports its documents, and a targeted query charges one
+//! partition while a fan-out charges all 8.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use compat_tests::{
+    bson::{doc, Document},
+    free_port, TestServer,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const DB: &str = "shop";
+
+/// A server with its side port on a free port.
+async fn start() -> (TestServer, SocketAddr) {
+    let side: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let srv = TestServer::start_with_args(&["--http-bind", &side.to_string()]).await;
+    (srv, side)
+}
+
+/// `GET path`: the status code and the body.
+async fn get(side: SocketAddr, path: &str) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(side).await.expect("side port accepts");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {side}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {response:?}"));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    (status, head.to_string(), body.to_string())
+}
+
+/// One scrape of `/metrics`: each series (name with labels) and its value.
+async fn scrape(side: SocketAddr) -> BTreeMap<String, f64> {
+    let (status, head, body) = get(side, "/metrics").await;
+    assert_eq!(status, 200, "{head}\n{body}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text"),
+        "{head}"
+    );
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap();
+            (series.to_string(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+fn value(m: &BTreeMap<String, f64>, series: &str) -> f64 {
+    m.get(series).copied().unwrap_or(0.0)
+}
+
+fn calls(command: &str, outcome: &str) -> String {
+    format!("shardgate_commands_total{{command=\"{command}\",outcome=\"{outcome}\"}}")
+}
+
+/// Each partition's value of `metric` for `DB.coll`, by partition name.
+fn per_partition(m: &BTreeMap<String, f64>, metric: &str, coll: &str) -> BTreeMap<String, f64> {
+    let prefix = format!("{metric}{{database=\"{DB}\",collection=\"{coll}\",partition=\"");
+    m.iter()
+        .filter_map(|(series, v)| {
+            let partition = series.strip_prefix(&prefix)?.strip_suffix("\"}")?;
+            Some((partition.to_string(), *v))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn health_endpoints_answer_once_the_server_is_up() {
+    let (_srv, side) = start().await;
+    assert_eq!(get(side, "/livez").await.0, 200);
+    let (status, _, body) = get(side, "/readyz").await;
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
+    assert_eq!(get(side, "/nothing-here").await.0, 404);
+}
+
+#[tokio::test]
+async fn command_counters_move_by_what_ran() {
+    let (srv, side) = start().await;
+    let db = srv.db(DB);
+    let items = db.collection::<Document>("items");
+    let before = scrape(side).await;
+    items
+        .insert_many((0..50).map(|i| doc! {"_id": i}))
+        .await
+        .unwrap();
+    items.insert_one(doc! {"_id": 50}).await.unwrap();
+    assert!(items.insert_one(doc! {"_id": 1}).await.is_err());
+    assert_eq!(items.count_documents(doc! {}).await.unwrap(), 51);
+    assert!(db.run_command(doc! {"frobnicate": 1}).await.is_err());
+    let after = scrape(side).await;
+    let moved = |series: String| value(&after, &series) - value(&before, &series);
+    // Three insert commands: one batch, one document, and a duplicate
+    // (the command succeeds; its write error is in the reply).
+    assert_eq!(moved(calls("insert", "ok")), 3.0);
+    assert_eq!(moved(calls("aggregate", "ok")), 1.0);
+    // A name that is no command is counted as `unknown`, not by name.
+    assert_eq!(moved(calls("unknown", "error")), 1.0);
+    assert!(!after.keys().any(|s| s.contains("frobnicate")));
+    assert_eq!(
+        moved("shardgate_command_duration_seconds_count{command=\"insert\"}".into()),
+        3.0
+    );
+    assert_eq!(
+        moved("shardgate_operations_total{kind=\"insert\"}".into()),
+        52.0
+    );
+    assert!(value(&after, "shardgate_connections") >= 1.0);
+    assert!(value(&after, "shardgate_connections_created_total") >= 1.0);
+    // The unsharded collection is one partition, `primary`.
+    let docs = per_partition(&after, "shardgate_partition_documents", "items");
+    assert_eq!(docs, BTreeMap::from([("primary".to_string(), 51.0)]));
+}
+
+#[tokio::test]
+async fn every_partition_reports_and_a_targeted_query_charges_only_its_own() {
+    let (srv, side) = start().await;
+    let admin = srv.db("admin");
+    admin
+        .run_command(doc! {
+            "shardCollection": format!("{DB}.orders"),
+            "key": {"tenant": "hashed"},
+            "numInitialChunks": 8,
+        })
+        .await
+        .unwrap();
+    let orders = srv.db(DB).collection::<Document>("orders");
+    orders
+        .insert_many((0..400).map(|i| doc! {"_id": i, "tenant": format!("t{}", i % 40)}))
+        .await
+        .unwrap();
+
+    let m = scrape(side).await;
+    let docs = per_partition(&m, "shardgate_partition_documents", "orders");
+    assert_eq!(docs.len(), 8, "{docs:?}");
+    assert_eq!(docs.values().sum::<f64>(), 400.0);
+    let bytes = per_partition(&m, "shardgate_partition_bytes", "orders");
+    assert_eq!(bytes.len(), 8);
+    assert!(bytes.values().all(|b| *b > 0.0), "{bytes:?}");
+
+    // One tenant: one partition is charged.
+    let units = |m: &BTreeMap<String, f64>| {
+        per_partition(
+            m,
+            "shardgate_partition_request_units_consumed_total",
+            "orders",
+        )
+    };
+    let before = units(&scrape(side).await);
+    let found = orders
+        .find_one(doc! {"tenant": "t7", "_id": 7})
+        .await
+        .unwrap();
+    assert!(found.is_some());
+    let after = units(&scrape(side).await);
+    let charged: Vec<&String> = after
+        .iter()
+        .filter(|(p, v)| **v > before.get(*p).copied().unwrap_or(0.0))
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(charged.len(), 1, "before {before:?}, after {after:?}");
+
+    // No key: every partition is read, and charged.
+    let before = after;
+    assert_eq!(
+        orders
+            .count_documents(doc! {"n": {"$exists": false}})
+            .await
+            .unwrap(),
+        400
+    );
+    let after = units(&scrape(side).await);
+    assert_eq!(after.len(), 8);
+    for (p, v) in &after {
+        assert!(
+            *v > before[p],
+            "partition {p} was not charged: {before:?} → {after:?}"
+        );
+    }
+}

@@ -1,0 +1,259 @@
+//! The HTTP side port (`--http-bind`, default `127.0.0.1:8088`): what a
+//! deployer's tools ask of a running server, beside the wire port and
+//! never in its way.
+//!
+//! - `/livez`: the process answers.
+//! - `/readyz`: storage is open and the wire port accepts clients (the
+//!   side port starts only then); 503 once shutdown has begun.
+//! - `/metrics`: Prometheus's text format (OpenMetrics). Commands by name
+//!   and outcome with their latency (counted as they run, see
+//!   `commands::metrics`), and figures read when scraped: connections,
+//!   open cursors, operations by kind, request units, and per collection
+//!   and physical partition its documents, bytes, request units and
+//!   throttled requests. Labels are names of databases, collections,
+//!   partitions and commands, never a key value.
+//!
+//! A scrape reads the catalog and per-partition totals on a blocking
+//! thread, off the runtime's worker threads.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use crate::commands::ServerState;
+use crate::router::PRIMARY_PARTITION;
+
+/// The content type of Prometheus's OpenMetrics text.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Serves the side port until the task is aborted.
+pub async fn serve(listener: TcpListener, state: ServerState) {
+    let app = axum::Router::new()
+        .route("/livez", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state);
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::warn!("the HTTP side port stopped: {e}");
+    }
+}
+
+async fn readyz(State(state): State<ServerState>) -> (StatusCode, &'static str) {
+    if *state.topology.stopping().borrow() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else {
+        (StatusCode::OK, "ready\n")
+    }
+}
+
+async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
+    match tokio::task::spawn_blocking(move || render(&state)).await {
+        Ok(Ok(text)) => (StatusCode::OK, [(header::CONTENT_TYPE, OPENMETRICS)], text),
+        Ok(Err(e)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("cannot render the metrics: {e}\n"),
+        ),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("the scrape failed: {e}\n"),
+        ),
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartitionLabels {
+    database: String,
+    collection: String,
+    partition: String,
+}
+
+/// One partition's figures.
+struct PartitionFigures {
+    labels: PartitionLabels,
+    documents: u64,
+    bytes: u64,
+    units: f64,
+    throttled: u64,
+}
+
+/// The whole exposition: the command families, and everything else as it
+/// stands now.
+fn render(state: &ServerState) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::with_prefix("shardgate");
+    if let Some(metrics) = &state.metrics {
+        metrics.register(&mut registry);
+    }
+    let c = &state.counters;
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+
+    gauge(
+        &mut registry,
+        "connections",
+        "Client connections open now",
+        load(&c.connections_current),
+    );
+    counter(
+        &mut registry,
+        "connections_created",
+        "Client connections accepted since start",
+        load(&c.connections_total),
+    );
+    counter(
+        &mut registry,
+        "connections_rejected",
+        "Client connections refused over --max-connections",
+        load(&c.connections_rejected),
+    );
+    gauge(
+        &mut registry,
+        "hello_waiting",
+        "Streaming hello requests waiting for a topology change",
+        load(&state.topology.awaiting),
+    );
+    gauge(
+        &mut registry,
+        "cursors_open",
+        "Cursors open now",
+        state.cursors.len() as u64,
+    );
+    let operations = Family::<KindLabel, Counter>::default();
+    for (kind, n) in [
+        ("insert", &c.op_insert),
+        ("query", &c.op_query),
+        ("update", &c.op_update),
+        ("delete", &c.op_delete),
+        ("getmore", &c.op_getmore),
+        ("command", &c.op_command),
+    ] {
+        operations
+            .get_or_create(&KindLabel { kind })
+            .inc_by(load(n));
+    }
+    registry.register(
+        "operations",
+        "Operations by kind, as serverStatus's opcounters count them",
+        operations,
+    );
+    let totals = state.router.unit_totals();
+    let consumed = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+    consumed.inc_by(totals.consumed);
+    registry.register(
+        "request_units_consumed",
+        "Request units charged since start",
+        consumed,
+    );
+    counter(
+        &mut registry,
+        "requests_throttled",
+        "Requests refused with 16500 TooManyRequests since start",
+        totals.throttled,
+    );
+
+    let documents = Family::<PartitionLabels, Gauge>::default();
+    let bytes = Family::<PartitionLabels, Gauge>::default();
+    let units = Family::<PartitionLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+    let throttled = Family::<PartitionLabels, Counter>::default();
+    for p in partition_figures(state) {
+        documents.get_or_create(&p.labels).set(clamp(p.documents));
+        bytes.get_or_create(&p.labels).set(clamp(p.bytes));
+        units.get_or_create(&p.labels).inc_by(p.units);
+        throttled.get_or_create(&p.labels).inc_by(p.throttled);
+    }
+    registry.register(
+        "partition_documents",
+        "Documents in each physical partition",
+        documents,
+    );
+    registry.register(
+        "partition_bytes",
+        "Bytes of documents in each physical partition",
+        bytes,
+    );
+    registry.register(
+        "partition_request_units_consumed",
+        "Request units charged to each physical partition since start",
+        units,
+    );
+    registry.register(
+        "partition_requests_throttled",
+        "Requests refused for each physical partition since start",
+        throttled,
+    );
+
+    let mut text = String::new();
+    encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+/// Every collection's partitions with their figures: a sharded
+/// collection's in hash order, an unsharded one's single `primary`.
+fn partition_figures(state: &ServerState) -> Vec<PartitionFigures> {
+    let router = &state.router;
+    let mut figures = Vec::new();
+    for coll in router.collections() {
+        let labels = |partition: String| PartitionLabels {
+            database: coll.ns.db.clone(),
+            collection: coll.ns.coll.clone(),
+            partition,
+        };
+        if coll.sharding.is_some() {
+            let parts = router.partition_stats(&coll);
+            let ids: Vec<u64> = parts.iter().map(|(p, _)| p.id).collect();
+            let units = router.partition_units(&coll, &ids);
+            for ((p, usage), units) in parts.iter().zip(units) {
+                figures.push(PartitionFigures {
+                    labels: labels(p.name().to_string()),
+                    documents: usage.count,
+                    bytes: usage.bytes,
+                    units: units.consumed,
+                    throttled: units.throttled,
+                });
+            }
+        } else {
+            let stats = router.collection_stats_now(&coll).unwrap_or_default();
+            let units = router.partition_units(&coll, &[0]);
+            let units = units.first().copied().unwrap_or_default();
+            figures.push(PartitionFigures {
+                labels: labels(PRIMARY_PARTITION.to_string()),
+                documents: stats.count,
+                bytes: stats.size,
+                units: units.consumed,
+                throttled: units.throttled,
+            });
+        }
+    }
+    figures
+}
+
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn gauge(registry: &mut Registry, name: &str, help: &str, value: u64) {
+    let gauge = Gauge::<i64>::default();
+    gauge.set(clamp(value));
+    registry.register(name, help, gauge);
+}
+
+fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
+    let counter = Counter::<u64>::default();
+    counter.inc_by(value);
+    registry.register(name, help, counter);
+}
