@@ -33,6 +33,13 @@ impl std::str::FromStr for HttpBind {
     }
 }
 
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
 /// A feature turned on or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Switch {
@@ -58,9 +65,16 @@ pub struct Config {
     #[arg(long, default_value = "127.0.0.1:8088")]
     pub http_bind: HttpBind,
 
-    /// Log level or tracing filter (error, warn, info, debug, trace).
+    /// Log level of Shardgate's own lines (error, warn, info, debug,
+    /// trace; the libraries it uses log warnings and errors only), or a
+    /// whole tracing filter such as `shardgate=debug,fjall=info`.
     #[arg(long, default_value = "info")]
     pub log_level: String,
+
+    /// How log lines are written to stderr: `text`, or `json` (one object
+    /// per line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 
     /// Most client connections served at once; one more is answered with
     /// an error and closed.
@@ -315,9 +329,44 @@ fn default_cache_bytes(memory: Option<u64>) -> u64 {
     memory.map_or(FLOOR, |m| (m.saturating_sub(1 << 30) / 2).max(FLOOR))
 }
 
+impl Config {
+    /// The tracing filter `--log-level` asks for. A bare level is
+    /// Shardgate's own: the libraries under it (the storage engine, the
+    /// HTTP server) log only warnings and errors, so a user sees
+    /// Shardgate's lines and not the engine's internals. Anything else is
+    /// a whole filter, taken as given.
+    pub fn log_filter(&self) -> String {
+        let level = self.log_level.trim();
+        match level.to_ascii_lowercase().as_str() {
+            "off" | "error" => level.to_string(),
+            "warn" | "info" | "debug" | "trace" => format!("warn,shardgate={level}"),
+            _ => level.to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bare_log_level_is_shardgates_own() {
+        let filter =
+            |level: &str| Config::parse_from(["shardgate", "--log-level", level]).log_filter();
+        assert_eq!(
+            Config::parse_from(["shardgate"]).log_filter(),
+            "warn,shardgate=info"
+        );
+        assert_eq!(filter("debug"), "warn,shardgate=debug");
+        assert_eq!(filter("error"), "error");
+        assert_eq!(filter("off"), "off");
+        assert_eq!(
+            filter("shardgate=debug,fjall=info"),
+            "shardgate=debug,fjall=info"
+        );
+        let json = Config::parse_from(["shardgate", "--log-format", "json"]).log_format;
+        assert_eq!(json, LogFormat::Json);
+    }
 
     #[test]
     fn the_cache_takes_what_mongod_would_unless_told() {

@@ -1,10 +1,12 @@
 //! The `shardgate` binary: parse flags, set up logging, run until a signal.
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 use mimalloc::MiMalloc;
 use tracing_subscriber::EnvFilter;
 
-use shardgate::config::Config;
+use shardgate::config::{Config, LogFormat};
 use shardgate::server;
 
 /// Documents are many small allocations freed across threads; mimalloc
@@ -20,11 +22,18 @@ fn main() -> std::process::ExitCode {
     // user, whatever umask it was started with.
     #[cfg(unix)]
     rustix::process::umask(rustix::fs::Mode::from_bits_truncate(0o077));
-    let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let filter = EnvFilter::try_new(config.log_filter())
+        .unwrap_or_else(|_| EnvFilter::new("warn,shardgate=info"));
+    // Colour only for a person at a terminal, and never with NO_COLOR.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .init();
+        .with_ansi(ansi);
+    match config.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     // Large queries run on blocking-pool threads; mimalloc gives a
     // thread's freed memory back to the system only as that thread
     // allocates again or exits, so idle pool threads leave quickly.
