@@ -1,4 +1,10 @@
-//! Command-line configuration.
+//! Configuration: every setting is a flag, an environment variable
+//! `SHARDGATE_<FLAG>` and a key of the `--config` file, in that order of
+//! precedence over the default ([`load`]).
+
+mod load;
+
+pub use load::{Setting, SettingSource};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -52,6 +58,12 @@ pub enum Switch {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "shardgate", version)]
 pub struct Config {
+    /// A TOML file of settings, each flag's name a key
+    /// (`max-connections = 500`); flags and environment variables
+    /// override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:27017")]
     pub bind: SocketAddr,
@@ -226,6 +238,11 @@ pub struct Config {
     /// MiB of memory the JavaScript runtime of one server thread may hold.
     #[arg(long, default_value_t = (crate::query::js::DEFAULT_MEMORY_BYTES >> 20) as u64, value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub javascript_memory_mb: u64,
+
+    /// Every setting's value and where it came from, as [`Config::load`]
+    /// found them (`getCmdLineOpts` reports them).
+    #[arg(skip)]
+    pub settings: Vec<Setting>,
 }
 
 impl Config {

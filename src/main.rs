@@ -2,7 +2,6 @@
 
 use std::io::IsTerminal;
 
-use clap::Parser;
 use mimalloc::MiMalloc;
 use tracing_subscriber::EnvFilter;
 
@@ -15,7 +14,10 @@ use shardgate::server;
 static GLOBAL: MiMalloc = MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    let config = Config::parse();
+    let config = match Config::load() {
+        Ok(config) => config,
+        Err(e) => e.exit(),
+    };
     shardgate::query::js::configure(config.javascript_limits());
     // Before any thread or file exists: everything the server creates
     // (data directory, journal, tables, spill files) is private to its

@@ -117,13 +117,30 @@ pub async fn connection_status(_req: &Request<'_>) -> Result<Document> {
 
 pub async fn get_cmd_line_opts(req: &Request<'_>) -> Result<Document> {
     let c = &req.state.config;
-    Ok(doc! {
-        "argv": crate::config::Config::argv(),
-        "parsed": {
-            "net": {"bindIp": c.bind.ip().to_string(), "port": c.bind.port() as i32},
-            "storage": {"dbPath": c.data_dir.display().to_string()},
-        },
-    })
+    let mut parsed = doc! {
+        "net": {"bindIp": c.bind.ip().to_string(), "port": c.bind.port() as i32},
+        "storage": {"dbPath": c.data_dir.display().to_string()},
+    };
+    if let Some(file) = &c.config {
+        parsed.insert("config", file.display().to_string());
+    }
+    // Every setting as the server runs with it, and where each that is
+    // not the default came from (flag, environment or file).
+    let mut settings = Document::new();
+    let mut sources = Document::new();
+    for s in &c.settings {
+        let value = match s.values.as_slice() {
+            [one] => Bson::String(one.clone()),
+            many => Bson::Array(many.iter().cloned().map(Bson::String).collect()),
+        };
+        settings.insert(&s.name, value);
+        if s.source != crate::config::SettingSource::Default {
+            sources.insert(&s.name, s.source.name());
+        }
+    }
+    parsed.insert("settings", settings);
+    parsed.insert("settingSources", sources);
+    Ok(doc! {"argv": crate::config::Config::argv(), "parsed": parsed})
 }
 
 pub async fn get_log(req: &Request<'_>) -> Result<Document> {
