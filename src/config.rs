@@ -158,6 +158,11 @@ pub struct Config {
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub ttl_monitor_interval_secs: u64,
 
+    /// A command that takes at least this many milliseconds is logged
+    /// as a slow operation, as mongod's `slowms` logs it.
+    #[arg(long, default_value_t = 100)]
+    pub slow_ms: u64,
+
     /// Bytes a blocking aggregation stage (`$group`, `$sort`,
     /// `$bucketAuto`, `$facet`) may hold in memory; past it, the stage
     /// spills to disk with `allowDiskUse: true` and fails without.

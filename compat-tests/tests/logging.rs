@@ -1,7 +1,8 @@
 //! What a server's log shows at the default level, and in either format:
 //! Shardgate's own lines, without the storage engine's internals and
 //! without terminal colour codes when stderr is not a terminal; with
-//! `--log-format json`, one JSON object per line.
+//! `--log-format json`, one JSON object per line; and slow operations
+//! (`--slow-ms`) logged as mongod logs them.
 
 use compat_tests::{bson::doc, TestServer};
 
@@ -49,4 +50,27 @@ async fn json_logs_are_one_object_per_line() {
             .any(|l| l.contains("\"message\":\"shardgate listening\"")),
         "{log}"
     );
+}
+
+#[tokio::test]
+async fn slow_operations_are_logged_with_their_namespace() {
+    // At 0 ms every command is slow.
+    let srv = TestServer::start_with_args(&["--slow-ms", "0"]).await;
+    some_work(&srv).await;
+    let log = srv.log();
+    let slow: Vec<&str> = log.lines().filter(|l| l.contains("Slow query")).collect();
+    assert!(
+        slow.iter()
+            .any(|l| l.contains("ns=logs.c") && l.contains("command=insert")),
+        "{log}"
+    );
+    assert!(
+        slow.iter()
+            .any(|l| l.contains("command=find") && l.contains("duration_millis=")),
+        "{log}"
+    );
+    // At the default (100 ms) quick commands are not logged.
+    let quiet = TestServer::start().await;
+    some_work(&quiet).await;
+    assert!(!quiet.log().contains("Slow query"), "{}", quiet.log());
 }

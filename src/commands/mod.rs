@@ -62,6 +62,39 @@ pub use request::CommandReply;
 use request::Request;
 pub use state::{ConnectionInfo, ServerState};
 
+/// The namespace a slow command is logged under (`db.collection`, or
+/// `db.$cmd` when the command names no collection); `None` for a request
+/// that waits by design (a streaming `hello`, an `awaitData` `getMore`),
+/// which is never slow, as mongod pauses its timer while they wait.
+struct SlowNamespace {
+    db: String,
+    coll: Option<String>,
+}
+
+impl SlowNamespace {
+    fn of(body: &Document) -> Option<SlowNamespace> {
+        if body.contains_key("maxAwaitTimeMS") {
+            return None;
+        }
+        Some(SlowNamespace {
+            db: body.get_str("$db").unwrap_or_default().to_string(),
+            coll: match body.iter().next() {
+                Some((_, Bson::String(coll))) => Some(coll.clone()),
+                Some((name, _)) if name == "getMore" => {
+                    body.get_str("collection").ok().map(str::to_string)
+                }
+                _ => None,
+            },
+        })
+    }
+}
+
+impl std::fmt::Display for SlowNamespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.db, self.coll.as_deref().unwrap_or("$cmd"))
+    }
+}
+
 /// The request a streaming `hello` (sent with OP_MSG's `exhaustAllowed`)
 /// goes on to after `reply`, answered unasked; `None` ends the stream.
 /// See [`handshake::next_in_stream`].
@@ -75,6 +108,7 @@ pub fn next_in_stream(body: &Document, reply: &CommandReply) -> Option<Document>
 /// Runs one command document and returns its reply.
 pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) -> CommandReply {
     let name = cmd.body.keys().next().cloned().unwrap_or_default();
+    let namespace = SlowNamespace::of(&cmd.body);
     let op = Operation::new(max_time_deadline(&cmd.body), conn.probe.clone());
     let meter = Meter::new();
     let started = Instant::now();
@@ -87,9 +121,21 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
     if !charges.is_empty() {
         state.router.settle(&charges);
     }
+    let elapsed = started.elapsed();
+    if let Some(ns) = namespace.filter(|_| elapsed.as_millis() >= u128::from(state.config.slow_ms))
+    {
+        tracing::info!(
+            conn = conn.id,
+            ns = %ns,
+            command = %name,
+            duration_millis = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            ok = result.is_ok(),
+            "Slow query"
+        );
+    }
     if let Some(metrics) = &state.metrics {
         let command = registry::lookup(&name).map_or("unknown", |entry| entry.name);
-        metrics.record(command, result.is_ok(), started.elapsed());
+        metrics.record(command, result.is_ok(), elapsed);
     }
     if request_statistics::replaces_last_request(&name) {
         conn.set_last_request(request_statistics::LastRequest {
@@ -382,6 +428,28 @@ fn refuse_transactions(body: &Document) -> Result<()> {
 mod tests {
     use super::*;
     use bson::{rawdoc, Binary, RawDocumentBuf, Timestamp};
+
+    #[test]
+    fn slow_commands_are_named_by_namespace_unless_they_wait_by_design() {
+        let ns = |body: Document| SlowNamespace::of(&body).map(|ns| ns.to_string());
+        assert_eq!(ns(doc! {"find": "c", "$db": "shop"}), Some("shop.c".into()));
+        assert_eq!(
+            ns(doc! {"ping": 1, "$db": "admin"}),
+            Some("admin.$cmd".into())
+        );
+        assert_eq!(
+            ns(doc! {"getMore": 7_i64, "collection": "c", "$db": "shop"}),
+            Some("shop.c".into())
+        );
+        assert_eq!(
+            ns(doc! {"hello": 1, "maxAwaitTimeMS": 10_000, "$db": "admin"}),
+            None
+        );
+        assert_eq!(
+            ns(doc! {"getMore": 7_i64, "collection": "c", "maxAwaitTimeMS": 500, "$db": "shop"}),
+            None
+        );
+    }
 
     #[test]
     fn the_cluster_time_is_written_as_the_bson_encoder_writes_it() {
