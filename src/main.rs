@@ -3,7 +3,11 @@
 use std::io::IsTerminal;
 
 use mimalloc::MiMalloc;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
+
+use shardgate::base::recent_log::RecentLog;
 
 use shardgate::config::{Config, LogFormat};
 use shardgate::server;
@@ -28,13 +32,14 @@ fn main() -> std::process::ExitCode {
         .unwrap_or_else(|_| EnvFilter::new("warn,shardgate=info"));
     // Colour only for a person at a terminal, and never with NO_COLOR.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // Beside stderr, the recent lines `getLog` returns.
+    let logs = tracing_subscriber::registry().with(filter).with(RecentLog);
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
     match config.log_format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs.with(stderr).init(),
+        LogFormat::Json => logs.with(stderr.json()).init(),
     }
     // Large queries run on blocking-pool threads; mimalloc gives a
     // thread's freed memory back to the system only as that thread

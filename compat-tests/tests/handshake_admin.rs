@@ -310,6 +310,38 @@ async fn get_log_lists_and_returns_logs() {
         assert!(reply.get_array("log").is_ok(), "{log}: {reply}");
         assert!(reply.contains_key("totalLinesWritten"), "{log}: {reply}");
     }
+    // `global` holds the server's recent lines, each one JSON object in
+    // mongod's shape: the start-up and this client's connection.
+    let reply = admin(&srv, doc! {"getLog": "global"}).await;
+    let lines: Vec<&str> = reply
+        .get_array("log")
+        .unwrap()
+        .iter()
+        .filter_map(|b| b.as_str())
+        .collect();
+    assert!(
+        num(&reply, "totalLinesWritten") >= lines.len() as i64,
+        "{reply}"
+    );
+    for line in &lines {
+        assert!(line.starts_with("{\"t\":{\"$date\":\""), "{line}");
+        assert!(
+            line.contains("\"s\":\"") && line.contains("\"msg\":\""),
+            "{line}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("\"msg\":\"shardgate listening\"")),
+        "{reply}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("\"msg\":\"connection opened\"")),
+        "{reply}"
+    );
 }
 
 #[tokio::test]

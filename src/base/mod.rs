@@ -1,6 +1,7 @@
 //! The bottom layer, beside [`crate::error`]: values every layer agrees on
 //! and nothing else — MongoDB's size limits, validated namespaces, the
-//! wire compressors' names and numbers, and the memory the host offers.
+//! wire compressors' names and numbers, the memory the host offers, and
+//! the recent log lines `getLog` returns.
 //!
 //! It sits below `query` rather than inside it because `wire`, which knows
 //! bytes and not BSON logic, needs the same limits; it imports only
@@ -10,6 +11,7 @@ pub mod compressor;
 pub mod host;
 pub mod limits;
 pub mod namespace;
+pub mod recent_log;
 
 pub use compressor::{Compressor, CompressorList};
 pub use namespace::{validate_db_name, Namespace};

@@ -146,7 +146,11 @@ pub async fn get_cmd_line_opts(req: &Request<'_>) -> Result<Document> {
 pub async fn get_log(req: &Request<'_>) -> Result<Document> {
     match req.body.get("getLog") {
         Some(Bson::String(s)) if s == "*" => Ok(doc! {"names": ["global", "startupWarnings"]}),
-        Some(Bson::String(s)) if s == "global" || s == "startupWarnings" => {
+        Some(Bson::String(s)) if s == "global" => {
+            let (lines, written) = crate::base::recent_log::lines();
+            Ok(doc! {"totalLinesWritten": written as i64, "log": lines})
+        }
+        Some(Bson::String(s)) if s == "startupWarnings" => {
             Ok(doc! {"totalLinesWritten": 0, "log": []})
         }
         Some(Bson::String(s)) => Err(Error::new(
