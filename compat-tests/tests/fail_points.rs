@@ -88,8 +88,17 @@ async fn a_retryable_error_is_retried_once_and_the_write_applied_once() {
     .await;
     let e = c.insert_one(doc! {"_id": 2}).await.unwrap_err();
     assert!(e.contains_label("RetryableWriteError"), "{e:?}");
+    // The error carries the topology version the driver knows, as
+    // MongoDB's do, so the driver keeps the server selectable and the
+    // next operation runs at once.
+    let started = std::time::Instant::now();
     expect_failure::<()>(Err(e), 189, "PrimarySteppedDown");
     assert_eq!(c.count_documents(doc! {}).await.unwrap(), 1);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the next operation waited {:?} for the server",
+        started.elapsed()
+    );
 
     // A non-retryable code is not retried.
     fail_command(

@@ -332,6 +332,7 @@ async fn shutdown_answers_a_waiting_hello_with_shutdown_in_progress() {
     let mut srv = TestServer::start().await;
     let mut conn = connect(&srv).await;
     let version = topology_version(&mut conn).await;
+    let version_seen = version.clone();
     let cmd = doc! {
         "hello": 1, "topologyVersion": version, "maxAwaitTimeMS": 60_000, "$db": "admin",
     };
@@ -356,6 +357,11 @@ async fn shutdown_answers_a_waiting_hello_with_shutdown_in_progress() {
     );
     assert_eq!(reply.doc.get_str("codeName"), Ok("ShutdownInProgress"));
     assert!(!reply.more_to_come(), "an error ends the stream");
+    // The topology moved on, so drivers take the error as news and mark
+    // the server unknown.
+    let moved = reply.doc.get_document("topologyVersion").unwrap();
+    assert_eq!(moved.get("processId"), version_seen.get("processId"));
+    assert_eq!(moved.get("counter"), Some(&Bson::Int64(1)));
 }
 
 #[tokio::test]

@@ -198,16 +198,16 @@ async fn await_topology_change(
     if *stopping.borrow() {
         return Err(quiescing());
     }
-    if awaited.process_id != topology.process_id || awaited.counter < Topology::COUNTER {
+    let counter = topology.counter();
+    if awaited.process_id != topology.process_id || awaited.counter < counter {
         return Ok(());
     }
-    if awaited.counter > Topology::COUNTER {
+    if awaited.counter > counter {
         return Err(Error::new(
             ErrorCode::TopologyCounterAhead,
             format!(
                 "Received a topology version with counter: {} which is greater than the mongos topology version counter: {}",
-                awaited.counter,
-                Topology::COUNTER
+                awaited.counter, counter
             ),
         ));
     }

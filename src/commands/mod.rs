@@ -62,6 +62,23 @@ pub use request::CommandReply;
 use request::Request;
 pub use state::{ConnectionInfo, ServerState};
 
+/// MongoDB's "not primary" and shutdown errors (the `NotPrimaryError` and
+/// `ShutdownError` categories), which drivers' SDAM acts on.
+const STATE_CHANGE_CODES: [i32; 8] = [91, 189, 10058, 10107, 11600, 11602, 13435, 13436];
+
+/// Adds the topology version to a state-change error, as mongod and
+/// mongos add it: a driver that sees the version it already knows takes
+/// the error as stale and keeps the server (a `failCommand` fail point's
+/// error, say), and one that sees a newer version (shutdown) marks it
+/// unknown.
+fn add_topology_version(state: &ServerState, reply: &mut Document) {
+    let failed = reply.get("ok").and_then(args::number_as_i64) == Some(0);
+    let code = reply.get_i32("code").unwrap_or_default();
+    if failed && STATE_CHANGE_CODES.contains(&code) && !reply.contains_key("topologyVersion") {
+        reply.insert("topologyVersion", state.topology.version());
+    }
+}
+
 /// The namespace a slow command is logged under (`db.collection`, or
 /// `db.$cmd` when the command names no collection); `None` for a request
 /// that waits by design (a streaming `hello`, an `awaitData` `getMore`),
@@ -150,6 +167,8 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
             if !reply.contains_key("ok") {
                 reply.insert("ok", 1.0);
             }
+            // A fail point's error document.
+            add_topology_version(state, &mut reply);
             CommandReply::Document(reply)
         }
         Ok(encoded) => encoded,
@@ -161,7 +180,9 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
                 "command failed: {}",
                 e.message
             );
-            CommandReply::Document(error_document(&e))
+            let mut reply = error_document(&e);
+            add_topology_version(state, &mut reply);
+            CommandReply::Document(reply)
         }
     }
 }

@@ -169,14 +169,16 @@ impl ServerState {
 
 /// What a streaming `hello` reports and waits on, as a mongos's topology
 /// coordinator keeps it: this process's topology version and whether it
-/// is shutting down. The version's counter never moves while the process
-/// runs (a gateway's own topology does not change), so a driver's server
+/// is shutting down. The version's counter is 0 while the process serves
+/// (a gateway's own topology does not change), so a driver's server
 /// monitor that asks with the current version waits its whole
-/// `maxAwaitTimeMS`; only shutdown ends the wait early.
+/// `maxAwaitTimeMS`; shutdown moves it to 1, as a quiescing mongos does,
+/// and ends every wait.
 pub struct Topology {
     /// Made anew at every start: a driver that sees another one knows
     /// the server restarted.
     pub process_id: ObjectId,
+    counter: std::sync::atomic::AtomicI64,
     stopping: watch::Sender<bool>,
     /// `hello` requests waiting now (`serverStatus`'s
     /// `connections.awaitingTopologyChanges`).
@@ -187,21 +189,28 @@ impl Topology {
     fn new() -> Topology {
         Topology {
             process_id: ObjectId::new(),
+            counter: std::sync::atomic::AtomicI64::new(0),
             stopping: watch::channel(false).0,
             awaiting: AtomicU64::new(0),
         }
     }
 
-    /// The version's counter: always 0 (see the type's note).
-    pub const COUNTER: i64 = 0;
-
-    /// The version as `hello` reports it.
-    pub fn version(&self) -> Document {
-        doc! {"processId": self.process_id, "counter": Topology::COUNTER}
+    /// The version's counter (see the type's note).
+    pub fn counter(&self) -> i64 {
+        self.counter.load(Ordering::Acquire)
     }
 
-    /// Starts shutdown: every wait on [`Topology::stopping`] ends.
+    /// The version as `hello` reports it, and as MongoDB adds it to a
+    /// "not primary" or shutdown error so a driver can tell a stale
+    /// error from news.
+    pub fn version(&self) -> Document {
+        doc! {"processId": self.process_id, "counter": self.counter()}
+    }
+
+    /// Starts shutdown: the topology moves on and every wait on
+    /// [`Topology::stopping`] ends.
     pub fn shut_down(&self) {
+        self.counter.fetch_max(1, Ordering::AcqRel);
         self.stopping.send_replace(true);
     }
 
