@@ -546,14 +546,7 @@ fn within_key_bounds(chosen: &mut ChosenPlan, bounds: &KeyBounds) -> Result<()> 
         let values: Vec<Bson> = values.values().cloned().collect();
         Ok(index.encode(&values))
     };
-    let lower = match &bounds.min {
-        Some(min) => Bound::Included(encode(min)?),
-        None => Bound::Unbounded,
-    };
-    let upper = match &bounds.max {
-        Some(max) => Bound::Excluded(encode(max)?),
-        None => Bound::Unbounded,
-    };
+    let (lower, upper) = encoded_bounds(bounds, encode)?;
     chosen.scan.ranges = chosen
         .scan
         .ranges
@@ -569,7 +562,7 @@ fn within_key_bounds(chosen: &mut ChosenPlan, bounds: &KeyBounds) -> Result<()> 
     Ok(())
 }
 
-/// A range of `keystring(_id)`.
+/// A range of encoded keys (of `_id`, or of an index).
 pub(crate) type IdKeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
 /// `min()`/`max()` on the `_id` index: the range of `keystring(_id)`
@@ -587,6 +580,15 @@ fn id_key_bounds(bounds: &KeyBounds) -> Result<IdKeyRange> {
             )),
         }
     };
+    encoded_bounds(bounds, encode)
+}
+
+/// `min` (inclusive) and `max` (exclusive) as key bounds, each encoded
+/// by `encode`.
+fn encoded_bounds(
+    bounds: &KeyBounds,
+    encode: impl Fn(&bson::Document) -> Result<Vec<u8>>,
+) -> Result<IdKeyRange> {
     let lower = match &bounds.min {
         Some(min) => Bound::Included(encode(min)?),
         None => Bound::Unbounded,
