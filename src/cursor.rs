@@ -184,6 +184,13 @@ impl CursorStream {
     /// first always, the next while the batch stays within 16 MiB; the
     /// one that would pass it waits for the next batch.
     pub fn next_batch(&mut self, max_docs: Option<usize>) -> Result<Batch> {
+        let batch = self.fill_batch(max_docs)?;
+        let n = batch.docs.len() as u64;
+        crate::router::charge::count(|w| w.returned += n);
+        Ok(batch)
+    }
+
+    fn fill_batch(&mut self, max_docs: Option<usize>) -> Result<Batch> {
         match self {
             CursorStream::Documents(docs) => {
                 let (docs, exhausted) = fill(docs, max_docs, |doc| {

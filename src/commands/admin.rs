@@ -89,7 +89,14 @@ pub async fn server_status(req: &Request<'_>) -> Result<Document> {
             "awaitingTopologyChanges": load(&req.state.topology.awaiting),
         },
         "requestUnits": request_units(&req.state.router),
-        "network": {"compression": compression(req.state.config.compressors)},
+        "network": {
+            "bytesIn": load(&c.traffic.bytes_in),
+            "bytesOut": load(&c.traffic.bytes_out),
+            "physicalBytesIn": load(&c.traffic.bytes_in),
+            "physicalBytesOut": load(&c.traffic.bytes_out),
+            "numRequests": load(&c.traffic.requests),
+            "compression": compression(req.state.config.compressors),
+        },
         "opcounters": {
             "insert": load(&c.op_insert),
             "query": load(&c.op_query),
@@ -99,7 +106,14 @@ pub async fn server_status(req: &Request<'_>) -> Result<Document> {
             "command": load(&c.op_command),
         },
         "mem": {"bits": 64, "resident": rss_mb as i64, "virtual": virt_mb as i64, "supported": true},
-        "metrics": {"cursor": {
+        "metrics": {
+            "document": {
+                "deleted": load(&c.documents.deleted),
+                "inserted": load(&c.documents.inserted),
+                "returned": load(&c.documents.returned),
+                "updated": load(&c.documents.updated),
+            },
+            "cursor": {
             "open": {"total": req.state.cursors.len() as i64, "noTimeout": 0_i64, "pinned": 0_i64},
             "timedOut": req.state.cursors.timed_out() as i64,
             "totalOpened": req.state.cursors.total_opened() as i64,

@@ -147,12 +147,33 @@ pub(crate) fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
             }
             Some(sharded_data_distribution(&router))
         }
+        Some("$currentOp") => {
+            if !agg.collectionless || agg.ns.db != "admin" {
+                return Err(Error::new(
+                    ErrorCode::InvalidNamespace,
+                    "$currentOp must be run against the 'admin' database with {aggregate: 1}",
+                ));
+            }
+            if let Some(Bson::Document(stage)) = agg.pipeline.first() {
+                let (_, arg) = stage_arg(stage)?;
+                if !matches!(arg, Bson::Document(_)) {
+                    return Err(Error::new(
+                        ErrorCode::FailedToParse,
+                        "$currentOp options must be specified in an object, but found: "
+                            .to_string()
+                            + crate::query::compare::type_name(arg),
+                    ));
+                }
+            }
+            Some(super::current_op::documents(req))
+        }
         _ => None,
     };
     for (i, stage) in agg.pipeline.iter().enumerate().skip(1) {
         if let Bson::Document(d) = stage {
-            if let Some(name @ ("$collStats" | "$shardedDataDistribution" | "$documents")) =
-                d.keys().next().map(String::as_str)
+            if let Some(
+                name @ ("$collStats" | "$currentOp" | "$shardedDataDistribution" | "$documents"),
+            ) = d.keys().next().map(String::as_str)
             {
                 return Err(Error::new(
                     ErrorCode::StageMustBeFirst,

@@ -291,6 +291,15 @@ pub fn bind_in_statement(entry: &Document, vars: &Document, q: &str, u: &str) ->
     bound
 }
 
+/// A count as mongod writes it: an int while it fits one, else a long.
+pub fn int_or_long(n: impl TryInto<i64>) -> Bson {
+    let n: i64 = n.try_into().unwrap_or(i64::MAX);
+    match i32::try_from(n) {
+        Ok(small) => Bson::Int32(small),
+        Err(_) => Bson::Int64(n),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

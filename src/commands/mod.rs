@@ -11,10 +11,11 @@
 //! file's dispatch, then the registry, then the handlers (`explain` may
 //! ask `find`, `count` and `aggregate` how they parse a query), then the
 //! pieces below them: `explain_render` (shared by `explain` and
-//! `aggregate`), `args`, `write_concern`, `request`, `state`, `retry` and
+//! `aggregate`), `args`, `write_concern`, `request`, `state`, `activity`, `retry` and
 //! `version`. Nothing imports a file above it; `tests/layering.rs` checks
 //! that no two files import each other in a cycle.
 
+pub mod activity;
 pub mod admin;
 pub mod aggregate;
 pub mod args;
@@ -22,6 +23,7 @@ pub mod capped;
 pub mod catalog;
 pub mod coll_mod;
 pub mod count;
+pub mod current_op;
 pub mod custom_action;
 pub mod delete;
 pub mod distinct;
@@ -37,6 +39,7 @@ pub mod insert;
 pub mod map_reduce;
 pub mod metrics;
 pub mod parameters;
+pub mod profile;
 pub mod registry;
 pub mod request;
 pub mod request_statistics;
@@ -79,21 +82,16 @@ fn add_topology_version(state: &ServerState, reply: &mut Document) {
     }
 }
 
-/// The namespace a slow command is logged under (`db.collection`, or
-/// `db.$cmd` when the command names no collection); `None` for a request
-/// that waits by design (a streaming `hello`, an `awaitData` `getMore`),
-/// which is never slow, as mongod pauses its timer while they wait.
-struct SlowNamespace {
+/// The namespace a command is listed, logged and profiled under:
+/// `db.collection`, or `db.$cmd` when it names no collection.
+struct Target {
     db: String,
     coll: Option<String>,
 }
 
-impl SlowNamespace {
-    fn of(body: &Document) -> Option<SlowNamespace> {
-        if body.contains_key("maxAwaitTimeMS") {
-            return None;
-        }
-        Some(SlowNamespace {
+impl Target {
+    fn of(body: &Document) -> Target {
+        Target {
             db: body.get_str("$db").unwrap_or_default().to_string(),
             coll: match body.iter().next() {
                 Some((_, Bson::String(coll))) => Some(coll.clone()),
@@ -102,14 +100,21 @@ impl SlowNamespace {
                 }
                 _ => None,
             },
-        })
+        }
     }
 }
 
-impl std::fmt::Display for SlowNamespace {
+impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}.{}", self.db, self.coll.as_deref().unwrap_or("$cmd"))
     }
+}
+
+/// Whether a request waits by design (a streaming `hello`, an
+/// `awaitData` `getMore`): it is never slow, as mongod pauses its timer
+/// while they wait.
+fn waits_by_design(body: &Document) -> bool {
+    body.contains_key("maxAwaitTimeMS")
 }
 
 /// The request a streaming `hello` (sent with OP_MSG's `exhaustAllowed`)
@@ -125,30 +130,60 @@ pub fn next_in_stream(body: &Document, reply: &CommandReply) -> Option<Document>
 /// Runs one command document and returns its reply.
 pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) -> CommandReply {
     let name = cmd.body.keys().next().cloned().unwrap_or_default();
-    let namespace = SlowNamespace::of(&cmd.body);
+    let target = Target::of(&cmd.body);
+    let waits = waits_by_design(&cmd.body);
     let op = Operation::new(max_time_deadline(&cmd.body), conn.probe.clone());
+    let listed = state.router.operations().register(
+        current_op::listing(conn, &name, target.to_string(), &cmd.body),
+        op.clone(),
+    );
     let meter = Meter::new();
+    let watched = state
+        .profiler
+        .watches(&target.db)
+        .then(|| {
+            profile::Watched::start(
+                &target.db,
+                target.to_string(),
+                &name,
+                &cmd.body,
+                &cmd.sequences,
+                &meter,
+            )
+        })
+        .flatten();
     let started = Instant::now();
     let result = charge::scoped(
         &meter,
         interrupt::scoped(&op, run(state, conn, name.clone(), cmd)),
     )
     .await;
+    drop(listed);
     let charges = meter.charges();
     if !charges.is_empty() {
         state.router.settle(&charges);
     }
     let elapsed = started.elapsed();
-    if let Some(ns) = namespace.filter(|_| elapsed.as_millis() >= u128::from(state.config.slow_ms))
-    {
+    if !waits && elapsed.as_millis() >= u128::from(state.profiler.slow_ms()) {
         tracing::info!(
             conn = conn.id,
-            ns = %ns,
+            ns = %target,
             command = %name,
             duration_millis = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
             ok = result.is_ok(),
             "Slow query"
         );
+    }
+    if let Some(coll) = &target.coll {
+        if !waits {
+            state
+                .top
+                .record(&format!("{}.{coll}", target.db), &name, elapsed);
+        }
+    }
+    count_documents(state, &name, &result, &meter);
+    if let Some(watched) = watched {
+        watched.finish(state, conn, &result, elapsed, &meter).await;
     }
     if let Some(metrics) = &state.metrics {
         let command = registry::lookup(&name).map_or("unknown", |entry| entry.name);
@@ -185,6 +220,33 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
             CommandReply::Document(reply)
         }
     }
+}
+
+/// Counts the documents a command wrote and returned
+/// (`serverStatus`'s `metrics.document`).
+fn count_documents(state: &ServerState, name: &str, result: &Result<CommandReply>, meter: &Meter) {
+    let counts = &state.counters.documents;
+    let returned = meter.work().returned;
+    if returned > 0 {
+        counts.returned.fetch_add(returned, Ordering::Relaxed);
+    }
+    let Ok(CommandReply::Document(reply)) = result else {
+        return;
+    };
+    let field = |f: &str| {
+        reply
+            .get(f)
+            .and_then(args::number_as_i64)
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0)
+    };
+    let (counter, n) = match name {
+        "insert" => (&counts.inserted, field("n")),
+        "update" => (&counts.updated, field("nModified")),
+        "delete" => (&counts.deleted, field("n")),
+        _ => return,
+    };
+    counter.fetch_add(n, Ordering::Relaxed);
 }
 
 /// `{ok: 0, errmsg, code, codeName, ...}`.
@@ -451,8 +513,8 @@ mod tests {
     use bson::{rawdoc, Binary, RawDocumentBuf, Timestamp};
 
     #[test]
-    fn slow_commands_are_named_by_namespace_unless_they_wait_by_design() {
-        let ns = |body: Document| SlowNamespace::of(&body).map(|ns| ns.to_string());
+    fn commands_are_named_by_namespace_and_waits_are_never_slow() {
+        let ns = |body: Document| (!waits_by_design(&body)).then(|| Target::of(&body).to_string());
         assert_eq!(ns(doc! {"find": "c", "$db": "shop"}), Some("shop.c".into()));
         assert_eq!(
             ns(doc! {"ping": 1, "$db": "admin"}),

@@ -6,9 +6,9 @@ use bson::{doc, Document};
 
 use super::request::{CommandReply, Handler, Request};
 use super::{
-    admin, aggregate, capped, catalog, coll_mod, count, custom_action, delete, distinct, explain,
-    find, find_and_modify, handshake, indexes, insert, map_reduce, parameters, request_statistics,
-    sharding, update,
+    admin, aggregate, capped, catalog, coll_mod, count, current_op, custom_action, delete,
+    distinct, explain, find, find_and_modify, handshake, indexes, insert, map_reduce, parameters,
+    profile, request_statistics, sharding, update,
 };
 use crate::error::Result;
 
@@ -115,6 +115,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         "create indexes"
     ),
     command!(
+        "currentOp",
+        current_op::current_op,
+        true,
+        "the operations running now"
+    ),
+    command!(
         "customAction",
         custom_action::custom_action,
         false,
@@ -194,6 +200,12 @@ pub static COMMANDS: &[CommandEntry] = &[
     command!("isMaster", handshake::hello, false, "legacy handshake"),
     command!("ismaster", handshake::hello, false, "legacy handshake"),
     command!("killCursors", find::kill_cursors, false, "close cursors"),
+    command!(
+        "killOp",
+        current_op::kill_op,
+        true,
+        "stop a running operation"
+    ),
     command!("killSessions", admin::ok, false, "kill logical sessions"),
     command!(
         "listCollections",
@@ -236,6 +248,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         "move a partition to another server"
     ),
     command!("ping", admin::ok, false, "check the server answers"),
+    command!(
+        "profile",
+        profile::profile,
+        false,
+        "the database's profiling level"
+    ),
     command!("refreshSessions", admin::ok, false, "keep sessions alive"),
     command!(
         "removeShard",
@@ -268,6 +286,7 @@ pub static COMMANDS: &[CommandEntry] = &[
         false,
         "start a logical session"
     ),
+    command!("top", current_op::top, true, "time per collection"),
     command!("update", update::run, false, "update documents"),
     command!(
         "validate",

@@ -40,6 +40,10 @@ pub struct StateInner {
     /// Calls and latency per command, for `/metrics`; not counted
     /// without the HTTP side port (`--http-bind off`).
     pub metrics: Option<super::metrics::CommandMetrics>,
+    /// Profiling levels and the slow-operation threshold.
+    pub profiler: super::activity::Profiler,
+    /// Time per collection and kind of operation (`top`).
+    pub top: super::activity::Top,
     cluster_time: AtomicU64,
 }
 
@@ -64,6 +68,30 @@ pub struct Counters {
     pub op_delete: AtomicU64,
     pub op_getmore: AtomicU64,
     pub op_command: AtomicU64,
+    /// Bytes and messages through client connections.
+    pub traffic: Arc<Traffic>,
+    /// Documents written and returned (`metrics.document`).
+    pub documents: DocumentCounts,
+}
+
+/// What the connections carried: `serverStatus`'s `network`.
+#[derive(Default, Debug)]
+pub struct Traffic {
+    /// Bytes read from clients, as they came (compressed or not).
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    /// Messages received.
+    pub requests: AtomicU64,
+}
+
+/// Documents by what happened to them: `serverStatus`'s
+/// `metrics.document`.
+#[derive(Default, Debug)]
+pub struct DocumentCounts {
+    pub inserted: AtomicU64,
+    pub updated: AtomicU64,
+    pub deleted: AtomicU64,
+    pub returned: AtomicU64,
 }
 
 /// The parameters that may change while the server runs.
@@ -127,6 +155,7 @@ impl ServerState {
             router,
             cursors: CursorRegistry::new(config.cursor_limits()),
             parameters: Parameters::new(config.max_blocking_stage_bytes),
+            profiler: super::activity::Profiler::new(config.slow_ms),
             config,
             started: Instant::now(),
             counters: Counters::default(),
@@ -134,6 +163,7 @@ impl ServerState {
             fail_points: super::fail_point::FailPoints::default(),
             topology: Topology::new(),
             metrics,
+            top: super::activity::Top::default(),
             cluster_time: AtomicU64::new(0),
         }))
     }

@@ -59,6 +59,18 @@ pub struct Operation {
     /// When the probe is next due, in the same clock as `deadline`; 0
     /// until the first full check (so a short request reads no clock).
     next_probe: AtomicU64,
+    /// How far long work has come ([`report_progress`]).
+    progress: parking_lot::Mutex<Option<Progress>>,
+}
+
+/// How far a long operation has come, as `currentOp` shows it: an index
+/// build's documents, a redistribution's, a split's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// What the work is (`msg` in `currentOp`).
+    pub message: &'static str,
+    pub done: u64,
+    pub total: u64,
 }
 
 impl Operation {
@@ -68,7 +80,19 @@ impl Operation {
             state: AtomicU8::new(RUNNING),
             probe,
             next_probe: AtomicU64::new(0),
+            progress: parking_lot::Mutex::new(None),
         })
+    }
+
+    /// How far it has come, if it reported progress.
+    pub fn progress(&self) -> Option<Progress> {
+        *self.progress.lock()
+    }
+
+    /// Whether it was asked to stop (`killOp`), timed out or lost its
+    /// client: `currentOp`'s `killPending`.
+    pub fn is_stopping(&self) -> bool {
+        self.state.load(Ordering::Relaxed) != RUNNING
     }
 
     /// Stops the operation at its next check (`killOp`, shutdown).
@@ -197,6 +221,20 @@ pub fn limit_to(deadline: Instant) {
     CURRENT.with(|c| {
         if let Some(op) = c.borrow().as_ref() {
             op.limit_to(deadline);
+        }
+    });
+}
+
+/// Records how far the current operation's long work has come, for
+/// `currentOp`; nothing when no operation is current.
+pub fn report_progress(message: &'static str, done: u64, total: u64) {
+    CURRENT.with(|c| {
+        if let Some(op) = c.borrow().as_ref() {
+            *op.progress.lock() = Some(Progress {
+                message,
+                done,
+                total,
+            });
         }
     });
 }

@@ -4,6 +4,7 @@
 //! it reads from storage; nothing here knows about partitions or bytes on
 //! the wire.
 
+pub mod active;
 pub mod compare;
 pub mod expr;
 pub mod filter;

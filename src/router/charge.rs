@@ -103,11 +103,41 @@ pub struct PartitionCharge {
     pub micro: u64,
 }
 
-/// The charges of one operation (one command), per partition.
+/// The charges of one operation (one command), per partition, and what
+/// it examined and returned, for the profiler and `currentOp`.
 #[derive(Debug, Default)]
 pub struct Meter {
     /// Few entries (the partitions one operation touches): a list.
     parts: Mutex<Vec<PartitionCharge>>,
+    work: Mutex<Work>,
+    /// Set when the plan's summary is wanted (the profiler is on): it
+    /// costs a string per query otherwise spared.
+    wants_plan: std::sync::atomic::AtomicBool,
+    plan: std::sync::OnceLock<String>,
+}
+
+/// What an operation examined and returned, as MongoDB's profiler and
+/// slow-query log report it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Work {
+    /// Index entries read (`keysExamined`).
+    pub keys_examined: u64,
+    /// Documents loaded to test against the filter (`docsExamined`).
+    pub docs_examined: u64,
+    /// Documents put in reply batches (`nreturned`).
+    pub returned: u64,
+}
+
+impl Work {
+    fn add(&mut self, other: Work) {
+        self.keys_examined += other.keys_examined;
+        self.docs_examined += other.docs_examined;
+        self.returned += other.returned;
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == Work::default()
+    }
 }
 
 impl Meter {
@@ -129,6 +159,22 @@ impl Meter {
                 micro,
             }),
         }
+    }
+
+    /// Asks the planner for the plan's summary ([`note_plan`]).
+    pub fn want_plan_summary(&self) {
+        self.wants_plan
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The summary of the first plan this operation ran, when asked for.
+    pub fn plan_summary(&self) -> Option<&str> {
+        self.plan.get().map(String::as_str)
+    }
+
+    /// What the operation examined and returned so far.
+    pub fn work(&self) -> Work {
+        *self.work.lock()
     }
 
     /// The charges so far, per partition.
@@ -156,6 +202,8 @@ impl Meter {
         for p in std::mem::take(&mut *self.parts.lock()) {
             other.add(p.collection, p.partition, p.micro);
         }
+        let work = std::mem::take(&mut *self.work.lock());
+        other.work.lock().add(work);
     }
 }
 
@@ -167,12 +215,19 @@ impl Meter {
 struct Current {
     meter: Option<Arc<Meter>>,
     pending: Option<PartitionCharge>,
+    work: Work,
 }
 
 impl Current {
     fn flush(&mut self) {
         if let (Some(p), Some(m)) = (self.pending.take(), &self.meter) {
             m.add(p.collection, p.partition, p.micro);
+        }
+        if !self.work.is_empty() {
+            let work = std::mem::take(&mut self.work);
+            if let Some(m) = &self.meter {
+                m.work.lock().add(work);
+            }
         }
     }
 }
@@ -201,6 +256,31 @@ pub fn charge(collection: u64, partition: u64, micro: u64) {
                     partition,
                     micro,
                 });
+            }
+        }
+    });
+}
+
+/// Counts what the current operation examined or returned (see
+/// [`Work`]); nothing when no operation is metered.
+#[inline]
+pub fn count(f: impl FnOnce(&mut Work)) {
+    CURRENT.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.meter.is_some() {
+            f(&mut c.work);
+        }
+    });
+}
+
+/// Records the summary of the plan the current operation runs
+/// (`planSummary`): the first one, and only when the meter asks.
+pub fn note_plan(summary: impl FnOnce() -> String) {
+    CURRENT.with(|c| {
+        let c = c.borrow();
+        if let Some(m) = &c.meter {
+            if m.wants_plan.load(std::sync::atomic::Ordering::Relaxed) && m.plan.get().is_none() {
+                let _ = m.plan.set(summary());
             }
         }
     });
@@ -263,6 +343,11 @@ pub async fn scoped<F: Future>(meter: &Arc<Meter>, fut: F) -> F::Output {
 pub fn measured<T>(f: impl FnOnce() -> T) -> (T, u64) {
     let outer = current();
     let own = Meter::new();
+    if let Some(outer) = &outer {
+        let wants = outer.wants_plan.load(std::sync::atomic::Ordering::Relaxed);
+        own.wants_plan
+            .store(wants, std::sync::atomic::Ordering::Relaxed);
+    }
     let value = {
         let _entered = enter(Some(own.clone()));
         f()
@@ -270,6 +355,9 @@ pub fn measured<T>(f: impl FnOnce() -> T) -> (T, u64) {
     let total = own.total();
     if let Some(outer) = outer {
         own.forward_to(&outer);
+        if let Some(plan) = own.plan.get() {
+            let _ = outer.plan.set(plan.clone());
+        }
     }
     (value, total)
 }

@@ -18,6 +18,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::index::plan::IndexPlan;
 use crate::index::{entry_value, Index};
 use crate::partition::PartitionMap;
+use crate::query::interrupt;
 use crate::storage::layout::ONE_PARTITION;
 use crate::storage::{
     blocking, IndexEntryKey, IndexScan, RecordKey, RecordScan, SharedView, WriteBatch, WriteOp,
@@ -377,6 +378,15 @@ pub struct CreatedIndexes {
 /// Most engine operations in one batch of an index build or drop.
 const BUILD_BATCH_OPS: usize = 10_000;
 
+/// An index build's `currentOp` message, as MongoDB words it.
+const BUILD_PROGRESS: &str = "Index Build: scanning collection";
+
+/// A TTL pass's `currentOp` message; its progress counts collections.
+const TTL_PROGRESS: &str = "TTL pass: collections checked";
+
+/// Documents between two progress reports of a build.
+const PROGRESS_EVERY: u64 = 256;
+
 impl Router {
     /// Creates the indexes `specs` describe on `ns` (creating the
     /// collection if needed) and fills them from the documents already
@@ -523,8 +533,17 @@ impl Router {
         let mut batch = WriteBatch::default();
         let mut seq = 0;
         let live = self.store.live();
+        // The documents to scan, for `currentOp`'s progress.
+        let total = self.collection_stats_now(coll)?.count;
+        let mut done = 0u64;
         let mut build = || -> Result<u64> {
+            interrupt::report_progress(BUILD_PROGRESS, done, total);
             for item in blocking::iter(live.scan_records(RecordScan::all(coll.id))) {
+                interrupt::check()?;
+                done += 1;
+                if done.is_multiple_of(PROGRESS_EVERY) {
+                    interrupt::report_progress(BUILD_PROGRESS, done, total.max(done));
+                }
                 let (key, value) = item?;
                 let rec = super::decode_record(key, &value)?;
                 let ops = writes.changes(
@@ -543,6 +562,7 @@ impl Router {
             if !batch.is_empty() {
                 seq = self.commit(std::mem::take(&mut batch))?;
             }
+            interrupt::report_progress(BUILD_PROGRESS, done, done);
             Ok(seq)
         };
         match build() {
@@ -875,6 +895,7 @@ pub(crate) fn index_records(
         let step = || -> Result<Option<super::Candidate>> {
             crate::query::interrupt::check()?;
             let (entry, value) = item?;
+            super::charge::count(|w| w.keys_examined += 1);
             if let Some(e) = &examined {
                 e.key();
             }
@@ -901,6 +922,7 @@ pub(crate) fn index_records(
                     len: 0,
                 })));
             }
+            super::charge::count(|w| w.docs_examined += 1);
             if let Some(e) = &examined {
                 e.doc();
             }
@@ -922,7 +944,12 @@ impl Router {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            match self.expire_ttl().await {
+            let (_listed, operation) = self.background_operation(
+                "TTLMonitor",
+                "admin.$cmd".to_string(),
+                doc! {"ttlMonitorPass": 1},
+            );
+            match interrupt::scoped(&operation, self.expire_ttl()).await {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(deleted = n, "TTL monitor pass"),
                 Err(e) => tracing::warn!("TTL monitor pass failed: {e}"),
@@ -934,7 +961,10 @@ impl Router {
     pub async fn expire_ttl(&self) -> Result<u64> {
         let now = bson::DateTime::now().timestamp_millis();
         let mut deleted = 0;
-        for coll in self.catalog.list() {
+        let collections = self.catalog.list();
+        let total = collections.len() as u64;
+        for (done, coll) in collections.into_iter().enumerate() {
+            interrupt::report_progress(TTL_PROGRESS, done as u64, total);
             // A time-series or clustered collection's own expiry.
             let expiry = coll.options().expiry().map(|(f, s)| (f.to_string(), s));
             if let Some((field, secs)) = expiry {

@@ -47,8 +47,10 @@ use crate::aggregate::{InputDoc, Limits, DEFAULT_MAX_BLOCKING_BYTES};
 use crate::error::{Error, Result};
 use crate::index::plan::{Hint, IndexPlan};
 use crate::partition::{Partition, PartitionMap};
+use crate::query::active::{ActiveOps, Listing, Registered};
 use crate::query::compare::compare;
 use crate::query::filter::{Filter, MatchDetails};
+use crate::query::interrupt::Operation;
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
 use crate::storage::{
@@ -164,6 +166,9 @@ pub struct Router {
     options: PartitionOptions,
     splits: sharding::SplitQueue,
     budgets: throttle::Budgets,
+    /// The operations running now (`currentOp`): client commands, which
+    /// the commands layer lists, and the router's own background work.
+    operations: Arc<ActiveOps>,
 }
 
 /// One stored document and where it lives.
@@ -284,7 +289,36 @@ impl Router {
             options,
             splits: sharding::SplitQueue::default(),
             budgets: throttle::Budgets::default(),
+            operations: Arc::default(),
         })
+    }
+
+    /// The operations running now, for `currentOp` and `killOp`.
+    pub fn operations(&self) -> &Arc<ActiveOps> {
+        &self.operations
+    }
+
+    /// Lists the router's own work `task` on `ns` for as long as the
+    /// returned guard and operation live; the operation is what the work
+    /// enters (so `killOp` reaches it) and reports progress to.
+    pub(crate) fn background_operation(
+        &self,
+        task: &str,
+        ns: String,
+        command: Document,
+    ) -> (Registered, Arc<Operation>) {
+        let operation = Operation::new(None, None);
+        let listed = self.operations.register(
+            Listing {
+                op: "none",
+                ns,
+                command,
+                desc: task.to_string(),
+                client: None,
+            },
+            operation.clone(),
+        );
+        (listed, operation)
     }
 
     /// The generated documents of a `config` collection that shows the
@@ -716,6 +750,7 @@ fn id_index_records(
     Box::new(entries.filter_map(move |item| {
         let fetch = || -> Result<Option<Candidate>> {
             let (id_key, hash) = item?;
+            charge::count(|w| w.keys_examined += 1);
             if let Some(e) = &examined {
                 e.key();
             }
@@ -725,6 +760,7 @@ fn id_index_records(
             let key = RecordKey::new(id, hash, id_key);
             match blocking::wait(reader.view.record(&key))? {
                 Some(v) => {
+                    charge::count(|w| w.docs_examined += 1);
                     if let Some(e) = &examined {
                         e.doc();
                     }
@@ -769,6 +805,10 @@ fn access_records(
             let view = reader.view.clone();
             let fetch = move |key: RecordKey| match blocking::wait(view.record(&key)) {
                 Ok(Some(v)) => {
+                    charge::count(|w| {
+                        w.keys_examined += 1;
+                        w.docs_examined += 1;
+                    });
                     if let Some(e) = &examined {
                         e.doc();
                     }
@@ -776,6 +816,7 @@ fn access_records(
                     Some(Ok(Candidate::Raw(key, v)))
                 }
                 Ok(None) => {
+                    charge::count(|w| w.keys_examined += 1);
                     charge::charge(id, loaded.partition, charge::point_read(None));
                     None
                 }
@@ -949,13 +990,15 @@ fn pushed_down(filter: Option<&Filter>, scanned: &Scanned, loaded: Loaded) -> Op
     }
     let filter = filter?.clone();
     Some(Arc::new(move |raw: &bson::RawDocument| {
+        charge::count(|w| w.docs_examined += 1);
         loaded.charge(raw.as_bytes().len(), 0);
         filter.may_match_raw(raw)
     }))
 }
 
-/// Scanned records as candidates, counted for `explain` and charged
-/// when the pre-check did not go down with the scan. Nothing is decoded
+/// Scanned records as candidates, counted for `explain`, and charged
+/// and counted as examined when the pre-check did not go down with the
+/// scan (the pre-check does both when it did). Nothing is decoded
 /// here: [`filter_records`] decodes what matches.
 fn raw_scan(
     scan: impl Iterator<Item = StorageResult<(RecordKey, Vec<u8>)>> + Send + 'static,
@@ -969,6 +1012,7 @@ fn raw_scan(
             n.doc();
         }
         if let Some(loaded) = &charged {
+            charge::count(|w| w.docs_examined += 1);
             loaded.charge(v.len(), 0);
         }
         Ok(Candidate::Raw(k, v))

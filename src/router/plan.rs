@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-use bson::Bson;
+use bson::{Bson, Document};
 
 use super::catalog::{Collection, Sharding};
 use super::Reader;
@@ -53,6 +53,37 @@ pub struct QueryPlan {
     /// The most results returned; `None` for all.
     pub limit: Option<u64>,
     pub cost: Cost,
+}
+
+impl QueryPlan {
+    /// The plan in one line, as MongoDB's profiler and slow-query log
+    /// write `planSummary`: `IDHACK`, `COLLSCAN`, or `IXSCAN { a: 1 }`
+    /// naming the index (the shard key's hashed index when the filter
+    /// pins the key).
+    pub fn summary(&self) -> String {
+        let ixscan = |key: &Document| {
+            let fields: Vec<String> = key
+                .iter()
+                .map(|(k, v)| match v {
+                    Bson::String(s) => format!("{k}: \"{s}\""),
+                    other => format!("{k}: {other}"),
+                })
+                .collect();
+            format!("IXSCAN {{ {} }}", fields.join(", "))
+        };
+        match self.parts.first().map(|p| &p.access) {
+            Some(Access::IdPoints { .. }) => "IDHACK".to_string(),
+            Some(Access::Index(chosen)) => ixscan(&chosen.scan.index.key),
+            Some(Access::KeyHashes { .. }) => {
+                let path = self.shard_key.clone().unwrap_or_default();
+                ixscan(&bson::doc! {path: "hashed"})
+            }
+            Some(Access::IdIndex { .. }) => ixscan(&bson::doc! {"_id": 1}),
+            Some(Access::IdRange { .. } | Access::Natural { .. } | Access::Scan) | None => {
+                "COLLSCAN".to_string()
+            }
+        }
+    }
 }
 
 /// One partition's part of a plan.
@@ -258,7 +289,9 @@ impl Router {
             let key = coll.sharding.as_ref().map(|s| s.key.path.as_str());
             super::strict::check_sort(&coll.indexes(), key, sort)?;
         }
-        plan(coll, spec, reader)
+        let plan = plan(coll, spec, reader)?;
+        super::charge::note_plan(|| plan.summary());
+        Ok(plan)
     }
 }
 

@@ -24,6 +24,7 @@ use super::{Collection, Namespace, Router, Sharding};
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::partition::{Partition, PartitionMap, ShardKey};
+use crate::query::interrupt;
 pub use crate::storage::Drain;
 use crate::storage::{
     blocking, IndexEntryKey, IndexScan, RecordScan, ServerState, UsageChange, WriteBatch, WriteOp,
@@ -38,6 +39,9 @@ pub struct SplitQueue {
 
 /// Records copied per batch when sharding a collection with data.
 const COPY_BATCH: usize = 1000;
+
+/// A redistribution's `currentOp` message.
+const COPY_PROGRESS: &str = "shardCollection: copying documents";
 
 /// The outcome of `shardCollection`.
 pub enum Sharded {
@@ -140,11 +144,16 @@ impl Router {
     /// Copies the records of unsharded `old` into sharded `new`, a batch
     /// of [`COPY_BATCH`] at a time.
     fn copy_sharded(&self, old: &Collection, new: &Collection) -> Result<()> {
+        let total = self.collection_stats_now(old)?.count;
+        let mut done = 0u64;
         let scan = self.store.live().scan_records(RecordScan::all(old.id));
         let mut records = blocking::iter(scan).peekable();
         while records.peek().is_some() {
+            interrupt::report_progress(COPY_PROGRESS, done, total.max(done));
+            interrupt::check()?;
             let mut writes = CollectionBatch::new(self, new);
             for item in records.by_ref().take(COPY_BATCH) {
+                done += 1;
                 let (_, bytes) = item?;
                 let id = bson::RawDocument::from_bytes(&bytes)
                     .ok()
@@ -173,6 +182,12 @@ impl Router {
             for ns in pending {
                 let router = self.clone();
                 let result = tokio::task::spawn_blocking(move || {
+                    let (_listed, operation) = router.background_operation(
+                        "PartitionSplitter",
+                        ns.full(),
+                        bson::doc! {"splitOversizedPartitions": ns.full()},
+                    );
+                    let _entered = interrupt::enter(Some(operation));
                     match router.split_oversized(&ns) {
                         // Another gateway changed the catalog (perhaps
                         // split this very partition): reload, look again.

@@ -27,6 +27,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -40,6 +41,7 @@ use tokio_util::codec::Framed;
 
 use super::WarnLimit;
 use crate::base::Compressor;
+use crate::commands::state::Traffic;
 use crate::commands::{self, CommandReply, ConnectionInfo, ServerState};
 use crate::error::{Error, ErrorCode};
 use crate::query::interrupt::Probe;
@@ -56,7 +58,7 @@ pub async fn serve(
     state: ServerState,
     mut stop: watch::Receiver<bool>,
 ) {
-    let socket = SharedSocket(Arc::new(socket));
+    let socket = SharedSocket(Arc::new(socket), state.counters.traffic.clone());
     let conn = ConnectionInfo::open(&state, peer, Some(socket.probe()));
     tracing::info!(conn = conn.id, %peer, "connection opened");
     let partial_limit = state.config.partial_message_timeout();
@@ -82,6 +84,11 @@ pub async fn serve(
                 Ok(message) => message,
                 Err(reason) => break reason,
             };
+            state
+                .counters
+                .traffic
+                .requests
+                .fetch_add(1, Ordering::Relaxed);
             respond(&state, &conn, message).await
         };
         if conn.closing() {
@@ -282,7 +289,7 @@ pub async fn refuse(socket: TcpStream, open: usize, wait: Duration) {
 /// The connection's socket, shared with the probe its operations ask
 /// (through a weak reference, so the socket closes with the connection).
 /// Reads and writes are tokio's own, through its readiness calls.
-struct SharedSocket(Arc<TcpStream>);
+struct SharedSocket(Arc<TcpStream>, Arc<Traffic>);
 
 impl SharedSocket {
     fn probe(&self) -> Probe {
@@ -307,6 +314,7 @@ impl AsyncRead for SharedSocket {
             // more `recv` that finds nothing (one per request otherwise).
             let drained = self.0.try_io(Interest::READABLE, || {
                 let n = self.0.try_read_buf(buf)?;
+                self.1.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
                 read = Some(n);
                 if 0 < n && n < room {
                     Err(io::ErrorKind::WouldBlock.into())
@@ -333,7 +341,10 @@ impl AsyncWrite for SharedSocket {
         loop {
             ready!(self.0.poll_write_ready(cx))?;
             match self.0.try_write(buf) {
-                Ok(n) => return Poll::Ready(Ok(n)),
+                Ok(n) => {
+                    self.1.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+                    return Poll::Ready(Ok(n));
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Poll::Ready(Err(e)),
             }
@@ -421,7 +432,7 @@ mod tests {
             .await
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
-        (client, SharedSocket(Arc::new(server)))
+        (client, SharedSocket(Arc::new(server), Arc::default()))
     }
 
     #[tokio::test]
