@@ -293,6 +293,12 @@ impl Router {
         })
     }
 
+    /// Bytes the store uses on disk (approximate), and what its group
+    /// commit has done since start when it has one.
+    pub fn storage_figures(&self) -> (u64, Option<crate::storage::durability::SyncStats>) {
+        (self.store.disk_bytes(), self.store.sync_stats())
+    }
+
     /// The operations running now, for `currentOp` and `killOp`.
     pub fn operations(&self) -> &Arc<ActiveOps> {
         &self.operations

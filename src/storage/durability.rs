@@ -40,6 +40,17 @@ struct Shared {
     wake: Condvar,
     stopping: AtomicBool,
     synced: watch::Sender<SyncState>,
+    /// Syncs done, and the writes they made durable, since start.
+    syncs: AtomicU64,
+    synced_writes: AtomicU64,
+}
+
+/// What group commit has done since start: syncs, and the writes they
+/// made durable (their ratio is the writes per sync).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncStats {
+    pub syncs: u64,
+    pub writes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,6 +73,8 @@ impl GroupCommit {
             wake: Condvar::new(),
             stopping: AtomicBool::new(false),
             synced,
+            syncs: AtomicU64::new(0),
+            synced_writes: AtomicU64::new(0),
         });
         let worker = shared.clone();
         let thread = thread::Builder::new()
@@ -83,6 +96,14 @@ impl GroupCommit {
     /// Issues the ticket of a write that has just been applied.
     pub fn ticket(&self) -> u64 {
         self.shared.issued.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Syncs and synced writes since start.
+    pub fn stats(&self) -> SyncStats {
+        SyncStats {
+            syncs: self.shared.syncs.load(Ordering::Relaxed),
+            writes: self.shared.synced_writes.load(Ordering::Relaxed),
+        }
     }
 
     /// Waits until a sync that started after `ticket` was issued finished.
@@ -152,6 +173,11 @@ impl Shared {
             let target = self.issued.load(Ordering::Acquire);
             let started = Instant::now();
             let failed = sync().is_err();
+            if !failed {
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+                self.synced_writes
+                    .fetch_add(target.saturating_sub(synced_before), Ordering::Relaxed);
+            }
             tracing::trace!(
                 writes = target.saturating_sub(synced_before),
                 micros = started.elapsed().as_micros() as u64,
@@ -203,6 +229,14 @@ mod tests {
         }
         let n = syncs.load(Ordering::SeqCst);
         assert!((1..64).contains(&n), "64 writers took {n} syncs");
+        // Every sync is counted with the writes it made durable.
+        assert_eq!(
+            gc.stats(),
+            SyncStats {
+                syncs: n as u64,
+                writes: 64
+            }
+        );
     }
 
     #[tokio::test]

@@ -349,6 +349,10 @@ impl KvEngine for EmbeddedEngine {
         self.db.disk_space().unwrap_or(0)
     }
 
+    fn sync_stats(&self) -> Option<super::durability::SyncStats> {
+        Some(self.group.stats())
+    }
+
     fn close(&self) -> StorageResult<()> {
         self.db.persist(PersistMode::SyncAll).map_err(engine_err)
     }

@@ -100,6 +100,11 @@ pub trait KvEngine: KvRead {
 
     fn disk_bytes(&self) -> u64;
 
+    /// What the engine's group commit has done, when it has one.
+    fn sync_stats(&self) -> Option<super::durability::SyncStats> {
+        None
+    }
+
     fn close(&self) -> StorageResult<()>;
 }
 
@@ -344,6 +349,10 @@ impl Store for KvStore {
 
     fn disk_bytes(&self) -> u64 {
         self.engine.disk_bytes()
+    }
+
+    fn sync_stats(&self) -> Option<super::durability::SyncStats> {
+        self.engine.sync_stats()
     }
 
     fn close(&self) -> StorageResult<()> {

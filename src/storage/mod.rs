@@ -275,6 +275,11 @@ pub trait Store: Send + Sync + 'static {
     /// Bytes the backend uses on disk (approximate).
     fn disk_bytes(&self) -> u64;
 
+    /// What the backend's group commit has done, when it has one.
+    fn sync_stats(&self) -> Option<durability::SyncStats> {
+        None
+    }
+
     /// Whether reads and writes are answered without waiting on another
     /// server, so a point operation may run on an async worker.
     fn answers_at_once(&self) -> bool {
