@@ -13,11 +13,15 @@
 //!   bytes, reads, writes, fan-outs, request units and throttled
 //!   requests. Labels are names of databases, collections, partitions
 //!   and commands, never a key value.
+//! - `/` and `/api/...`: the page that shows partitions and their heat
+//!   ([`super::ui`]), fed by a sampler ([`super::heat`]) that runs as
+//!   long as this port serves.
 //!
 //! A scrape reads the catalog and per-partition totals on a blocking
 //! thread, off the runtime's worker threads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -31,6 +35,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use super::{heat, ui};
 use crate::commands::ServerState;
 use crate::router::charge::request_charge;
 use crate::router::throttle::PartitionActivity;
@@ -39,15 +44,23 @@ use crate::router::PRIMARY_PARTITION;
 /// The content type of Prometheus's OpenMetrics text.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Serves the side port until the task is aborted.
+/// Serves the side port, and samples the page's heat history, until the
+/// task is aborted.
 pub async fn serve(listener: TcpListener, state: ServerState) {
+    let history = Arc::new(heat::History::default());
     let app = axum::Router::new()
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(state);
-    if let Err(e) = axum::serve(listener, app).await {
-        tracing::warn!("the HTTP side port stopped: {e}");
+        .with_state(state.clone())
+        .merge(ui::routes(state.clone(), history.clone()));
+    tokio::select! {
+        served = axum::serve(listener, app) => {
+            if let Err(e) = served {
+                tracing::warn!("the HTTP side port stopped: {e}");
+            }
+        }
+        () = heat::sample(state.router.clone(), history) => {}
     }
 }
 

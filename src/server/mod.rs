@@ -8,7 +8,9 @@
 //! storage before returning.
 
 mod connection;
+mod heat;
 mod http;
+mod ui;
 
 use std::path::Path;
 use std::sync::Arc;
