@@ -364,10 +364,18 @@
       : "";
   }
 
-  function chip(label, value, cls) {
+  function chip(label, value, cls, note) {
     return el("div", { class: "chip" + (cls ? " " + cls : "") },
       el("div", { class: "label", text: label }),
-      el("div", { class: "value", text: value }));
+      el("div", { class: "value", text: value }),
+      note ? el("div", { class: "note", text: note }) : null);
+  }
+
+  // The hottest partition's share of the operations of the last 10 s.
+  function hottestShare(d) {
+    const total = d.partitions.reduce((a, p) => a + num(p.opsPerSec), 0);
+    const hot = d.partitions.find((p) => p.name === d.hottest);
+    return hot && total > 0 ? num(hot.opsPerSec) / total : null;
   }
 
   function renderSummary(d) {
@@ -385,7 +393,10 @@
     );
     if (d.provisionedPerPartition > 0) chips.append(chip("RU/s per partition", fmtInt(d.provisionedPerPartition)));
     if (d.sharded) chips.append(chip("splits", fmtInt(d.splitCount)));
-    chips.append(chip("hottest partition", d.hottest || "—", d.hottest ? "hot" : ""));
+    const share = hottestShare(d);
+    const even = d.partitions.length > 1 ? ` (even: ${fmtPercent(1 / d.partitions.length)})` : "";
+    chips.append(chip("hottest partition", d.hottest || "—", d.hottest ? "hot" : "",
+      share === null ? null : `${fmtPercent(share)} of ops now${even}`));
   }
 
   // A ring sector from angle a0 to a1 (radians, 0 at the top, clockwise).
@@ -595,7 +606,7 @@
     const largest = Math.max(0, ...d.partitions.map((p) => num(p.bytes)));
     // Against the split size when some partition is near it; otherwise
     // scaled to the largest, with the split size said in words.
-    const nearSplit = largest >= split * 0.05;
+    const nearSplit = d.sharded && largest >= split * 0.05;
     const scale = nearSplit ? Math.max(split, largest) * 1.06 : Math.max(1, largest) * 1.08;
     for (const p of parts) {
       const frac = num(p.bytes) / split;
@@ -612,7 +623,7 @@
     }
     const foot = el("div", { class: "storage-foot" });
     if (nearSplit) foot.append(el("span", null, el("i"), `split size ${fmtBytes(split)}: a partition past it splits in two`));
-    else foot.append(el("span", { text: `bars to scale with the largest partition; every partition is under 5% of the ${fmtBytes(split)} split size` }));
+    else if (d.sharded) foot.append(el("span", { text: `bars to scale with the largest partition; every partition is under 5% of the ${fmtBytes(split)} split size` }));
     box.append(foot);
     $("storage-hint").textContent = note || (d.sharded ? "bytes of documents per partition" : "one partition: an unsharded collection never splits");
   }
@@ -632,15 +643,17 @@
     } else if (!keys.length) {
       empty.textContent = "No targeted operations sampled lately. Reads, updates and deletes that name the shard key, and inserts, appear here.";
     }
-    const topShare = Math.max(0.0001, ...keys.map((k) => num(k.share)));
     keys.forEach((k, i) => {
       const approx = (num(k.count) - num(k.error)) * num(hk.sampleEvery);
-      const tr = el("tr", { class: i === 0 ? "lead" : null, "data-key": k.value },
+      // The first value stands out only when it is a real share of
+      // the load, not the top of an even spread.
+      const lead = i === 0 && num(k.share) >= 0.1;
+      const tr = el("tr", { class: lead ? "lead" : null, "data-key": k.value },
         el("td", { text: String(i + 1) }),
         el("td", { class: "kval", text: k.value, title: `${k.value}\nhash ${k.hash}` }),
         el("td", null, el("span", { class: "pchip" + (k.partition === d.hottest ? " hot" : ""), text: k.partition })),
         el("td", null, el("div", { class: "share" },
-          el("div", { class: "bar" }, el("div", { style: { width: `${(num(k.share) / topShare) * 100}%` } })),
+          el("div", { class: "bar" }, el("div", { style: { width: `${Math.min(100, num(k.share) * 100)}%` } })),
           el("span", { text: fmtPercent(k.share) }))));
       tr.tip = () => [k.value, [
         ["partition", k.partition],
