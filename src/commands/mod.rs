@@ -161,7 +161,9 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
     drop(listed);
     let charges = meter.charges();
     if !charges.is_empty() {
-        state.router.settle(&charges);
+        state
+            .router
+            .settle(&charges, retry::is_retryable_write(&name));
     }
     let elapsed = started.elapsed();
     if !waits && elapsed.as_millis() >= u128::from(state.profiler.slow_ms()) {

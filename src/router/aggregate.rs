@@ -388,6 +388,7 @@ impl Router {
         // The plan without Cosmos DB's strict sort rule: the pipeline's
         // `$sort` is not a query's.
         let plan = super::plan::plan(&coll, &spec, &reader)?;
+        self.sample_keys(&coll, filter, &plan);
         let mut inputs = Vec::new();
         for part in &plan.parts {
             let records = access_records(&reader, coll.id, &plan, part, filter, None);

@@ -14,6 +14,7 @@
 //! it must read ([`Router::targets`]) and, when there are several, reads
 //! them in parallel through one snapshot and merges ([`merge`]).
 
+pub mod activity;
 pub mod aggregate;
 mod api;
 pub mod capped;
@@ -37,6 +38,8 @@ use std::sync::Arc;
 
 use bson::{Bson, Document, RawDocumentBuf};
 
+/// A physical partition: a range of hashes, as the router's callers see it.
+pub use crate::partition::Partition;
 pub use catalog::{Collection, Namespace, Sharding};
 
 pub use validation::{CollectionOptions, DocumentValidation};
@@ -46,7 +49,7 @@ use crate::aggregate::spill::{sort_memory_error, KeyedSort};
 use crate::aggregate::{InputDoc, Limits, DEFAULT_MAX_BLOCKING_BYTES};
 use crate::error::{Error, Result};
 use crate::index::plan::{Hint, IndexPlan};
-use crate::partition::{Partition, PartitionMap};
+use crate::partition::PartitionMap;
 use crate::query::active::{ActiveOps, Listing, Registered};
 use crate::query::compare::compare;
 use crate::query::filter::{Filter, MatchDetails};
@@ -169,6 +172,8 @@ pub struct Router {
     /// The operations running now (`currentOp`): client commands, which
     /// the commands layer lists, and the router's own background work.
     operations: Arc<ActiveOps>,
+    /// Hot keys and splits for the HTTP side port; `None` without it.
+    activity: Option<activity::Activity>,
 }
 
 /// One stored document and where it lives.
@@ -290,7 +295,27 @@ impl Router {
             splits: sharding::SplitQueue::default(),
             budgets: throttle::Budgets::default(),
             operations: Arc::default(),
+            activity: None,
         })
+    }
+
+    /// Notes, from now on, what the HTTP side port shows beyond request
+    /// units: operations per partition by kind, sampled hot shard-key
+    /// values and splits ([`activity`]). Without this call none of it is
+    /// recorded.
+    pub fn track_activity(&mut self) {
+        self.activity
+            .get_or_insert_with(activity::Activity::default);
+    }
+
+    /// What [`Router::track_activity`] records; `None` without it.
+    pub fn activity(&self) -> Option<&activity::Activity> {
+        self.activity.as_ref()
+    }
+
+    /// Bytes of documents past which a partition splits.
+    pub fn split_bytes(&self) -> u64 {
+        self.options.split_bytes
     }
 
     /// Bytes the store uses on disk (approximate), and what its group

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use bson::{Bson, Document};
 
+use super::activity;
 use super::catalog::{Collection, Sharding};
 use super::Reader;
 use super::{ChosenPlan, FindSpec, KeyBounds, Router, PRIMARY_PARTITION, UNSHARDED_HASH};
@@ -291,9 +292,34 @@ impl Router {
         }
         let plan = plan(coll, spec, reader)?;
         super::charge::note_plan(|| plan.summary());
+        self.sample_keys(coll, spec.filter.as_ref(), &plan);
         Ok(plan)
     }
+
+    /// With activity tracked, counts the shard-key values a plan targets
+    /// toward its collection's hot keys, for one operation in
+    /// [`activity::SAMPLE_EVERY`]; nothing for a plan that pins no key.
+    pub(crate) fn sample_keys(&self, coll: &Collection, filter: Option<&Filter>, plan: &QueryPlan) {
+        let (Some(tracked), Some(sharding)) = (self.activity(), &coll.sharding) else {
+            return;
+        };
+        if plan.key_hashes.is_none() || !activity::sampled() {
+            return;
+        }
+        let Some(values) = key_values(sharding, filter) else {
+            return;
+        };
+        for value in values.iter().take(SAMPLED_VALUES) {
+            let hash = value
+                .as_ref()
+                .map_or_else(hash::hash_missing, hash::hash_value);
+            tracked.observe_key(coll.id, hash, || activity::show(value.as_ref()));
+        }
+    }
 }
+
+/// Most values of one `$in` a sampled operation counts.
+const SAMPLED_VALUES: usize = 16;
 
 /// See [`Router::plan`].
 pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Result<QueryPlan> {
@@ -760,12 +786,7 @@ pub(crate) fn pinned_ids(filter: Option<&Filter>) -> Option<Vec<Bson>> {
 /// equality on a parent document (`{customer: {region: "eu"}}` pins
 /// `customer.region`), as a mongos targets.
 pub(crate) fn key_hashes(sharding: &Sharding, filter: Option<&Filter>) -> Option<Vec<i64>> {
-    let filter = filter?;
-    let path = &sharding.key.path;
-    let values: Vec<Option<Bson>> = match filter.equality_values(path) {
-        Some(values) => values.into_iter().map(Some).collect(),
-        None => parent_equalities(filter, path)?,
-    };
+    let values = key_values(sharding, filter)?;
     let mut hashes: Vec<i64> = values
         .iter()
         .map(|v| v.as_ref().map_or_else(hash::hash_missing, hash::hash_value))
@@ -773,6 +794,17 @@ pub(crate) fn key_hashes(sharding: &Sharding, filter: Option<&Filter>) -> Option
     hashes.sort_unstable();
     hashes.dedup();
     Some(hashes)
+}
+
+/// The shard-key values `filter` pins, as [`key_hashes`] finds them
+/// (`None` inside: the key is missing).
+fn key_values(sharding: &Sharding, filter: Option<&Filter>) -> Option<Vec<Option<Bson>>> {
+    let filter = filter?;
+    let path = &sharding.key.path;
+    match filter.equality_values(path) {
+        Some(values) => Some(values.into_iter().map(Some).collect()),
+        None => parent_equalities(filter, path),
+    }
 }
 
 /// The values of a dotted `path` pinned by equality on one of its parents

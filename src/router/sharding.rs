@@ -17,6 +17,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::activity::{unix_millis, SplitEvent, SplitHalf};
 use super::catalog::{usage_entries, Usage};
 use super::validation::CollectionOptions;
 use super::write::CollectionBatch;
@@ -419,6 +420,24 @@ impl Router {
         usage.insert(first, halves[0]);
         usage.insert(first + 1, halves[1]);
         sharding.set_usage(usage);
+        if let Some(activity) = &self.activity {
+            let half = |i: usize, min: i64, max: i64| SplitHalf {
+                partition: Partition {
+                    id: first + i as u64,
+                    min,
+                    max,
+                },
+                documents: halves[i].count,
+                bytes: halves[i].bytes,
+            };
+            activity.record_split(SplitEvent {
+                at_millis: unix_millis(),
+                collection: coll.id,
+                ns: coll.ns.to_string(),
+                parent: part,
+                children: [half(0, part.min, at - 1), half(1, at, part.max)],
+            });
+        }
         tracing::info!(
             "split partition p{id} of {} at hash {at}: p{first} ({} bytes) and p{} ({} bytes)",
             coll.ns,

@@ -483,11 +483,14 @@ async fn a_partition_over_its_share_refuses_only_its_own_operations() {
         .unwrap();
     router.admit(&coll, &[hot, cold]).await.unwrap();
     // 100 RU/s each; the hot partition spends 150.
-    router.settle(&[charge::PartitionCharge {
-        collection: coll.id,
-        partition: hot,
-        micro: 150 * charge::MICRO,
-    }]);
+    router.settle(
+        &[charge::PartitionCharge {
+            collection: coll.id,
+            partition: hot,
+            micro: 150 * charge::MICRO,
+        }],
+        false,
+    );
     let err = router.admit(&coll, &[hot]).await.unwrap_err();
     assert_eq!(err.code.number(), 16500);
     let wait = throttle::retry_after_ms(&err.message).unwrap();
@@ -615,4 +618,80 @@ async fn reads_decided_on_stored_bytes_agree_with_the_full_match() {
             assert_eq!(sorted(ran), sorted(decoded), "{coll} {f}");
         }
     }
+}
+
+/// With activity tracked (the HTTP side port), targeted reads sample
+/// their key value, each command counts as a read or write of the
+/// partitions it was charged on (a fan-out when there were several), and
+/// splits are recorded with their halves; without it, none of this.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracked_activity_samples_keys_counts_operations_and_records_splits() {
+    let store = KvStore::new(Arc::new(MemoryEngine::new()));
+    let mut router = Router::open_with(store, options()).unwrap();
+    router.track_activity();
+    let router = Arc::new(router);
+    shard_on_k(&router);
+    let docs = (0..40).map(|i| raw(doc! {"_id": i, "k": i % 4})).collect();
+    router
+        .insert(&ns("s"), docs, true, DocumentValidation::Enforce)
+        .await
+        .unwrap();
+    for _ in 0..400 {
+        assert_eq!(find(&router, "s", doc! {"k": 3}).len(), 10);
+    }
+    let coll = router.collection(&ns("s")).unwrap();
+    let activity = router.activity().unwrap();
+    let (keys, sampled) = activity.hot_keys(coll.id, 10);
+    assert!(sampled > 20, "{sampled} of 440 sampled");
+    assert_eq!(keys[0].shown, "3");
+    assert_eq!(
+        keys[0].hash,
+        crate::partition::hash::hash_value(&Bson::Int32(3))
+    );
+
+    let hot = partition_of_key(&router, 3);
+    let other = (0..3)
+        .map(|k| partition_of_key(&router, k))
+        .find(|&p| p != hot)
+        .unwrap();
+    let charge = |partition| charge::PartitionCharge {
+        collection: coll.id,
+        partition,
+        micro: 1,
+    };
+    let counts = |p: &throttle::PartitionActivity| (p.reads, p.writes, p.fanouts);
+    let before = router.partition_activity_of(&coll, &[hot, other]);
+    router.settle(&[charge(hot)], false);
+    router.settle(&[charge(hot), charge(other)], true);
+    let after = router.partition_activity_of(&coll, &[hot, other]);
+    let moved = |i: usize| {
+        let (r0, w0, f0) = counts(&before[i]);
+        let (r1, w1, f1) = counts(&after[i]);
+        (r1 - r0, w1 - w0, f1 - f0)
+    };
+    assert_eq!(moved(0), (1, 1, 1));
+    assert_eq!(moved(1), (0, 1, 1));
+
+    router.split_oversized(&ns("s")).unwrap();
+    let splits = activity.recent_splits();
+    assert!(!splits.is_empty());
+    assert_eq!(activity.splits_of(coll.id), splits.len() as u64);
+    for s in &splits {
+        let [low, high] = s.children;
+        assert_eq!(s.ns, "db.s");
+        assert_eq!(low.partition.min, s.parent.min);
+        assert_eq!(high.partition.max, s.parent.max);
+        assert_eq!(low.partition.max + 1, high.partition.min);
+        assert!(low.documents + high.documents > 0, "{s:?}");
+    }
+
+    let plain = open(&MemoryEngine::new());
+    shard_on_k(&plain);
+    let coll = plain.collection(&ns("s")).unwrap();
+    plain.settle(&[charge(0)], false);
+    assert!(plain.activity().is_none());
+    assert_eq!(
+        counts(&plain.partition_activity_of(&coll, &[0])[0]),
+        (0, 0, 0)
+    );
 }

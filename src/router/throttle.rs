@@ -11,7 +11,11 @@
 //! Every partition also counts what it consumed and how often it was
 //! throttled, for `collStats` and `serverStatus`, provisioned or not. A
 //! collection without provisioned throughput is never throttled: its
-//! operations pay one shared-map read and an atomic add, no lock.
+//! operations pay one shared-map read and an atomic add, no lock. With
+//! the HTTP side port ([`Router::track_activity`]) each partition also
+//! counts the reads and writes that touched it and how many of them
+//! touched other partitions of its collection too (fan-outs): two more
+//! atomic adds.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -192,10 +196,29 @@ impl Bucket {
 pub struct PartitionBudget {
     consumed: AtomicU64,
     throttled: AtomicU64,
+    /// Commands that read (or wrote) it, with activity tracked.
+    reads: AtomicU64,
+    writes: AtomicU64,
+    /// Those of them that touched another partition of its collection.
+    fanouts: AtomicU64,
     /// Set once the bucket exists: an unprovisioned partition's
     /// operations never take its lock.
     has_bucket: AtomicBool,
     bucket: Mutex<Option<Bucket>>,
+}
+
+impl PartitionBudget {
+    fn activity(&self, (collection, partition): (u64, u64)) -> PartitionActivity {
+        PartitionActivity {
+            collection,
+            partition,
+            reads: self.reads.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            fanouts: self.fanouts.load(Ordering::Relaxed),
+            consumed_micro: self.consumed.load(Ordering::Relaxed),
+            throttled: self.throttled.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// What `collStats` shows of one partition.
@@ -206,6 +229,23 @@ pub struct PartitionUnits {
     /// RU charged to it so far.
     pub consumed: f64,
     /// Requests refused (16500) for it.
+    pub throttled: u64,
+}
+
+/// What one partition took part in since start, for the side port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartitionActivity {
+    pub collection: u64,
+    pub partition: u64,
+    /// Commands that read it, and that wrote it (insert, update, delete,
+    /// findAndModify), each counted once however much it did there.
+    pub reads: u64,
+    pub writes: u64,
+    /// Those reads and writes that touched another partition of the same
+    /// collection too.
+    pub fanouts: u64,
+    /// Micro-RU charged to it.
+    pub consumed_micro: u64,
     pub throttled: u64,
 }
 
@@ -379,7 +419,9 @@ impl Router {
             ..super::FindSpec::default()
         };
         let reader = super::Reader::live(self, coll);
-        let plan = self.plan(coll, &spec, &reader)?;
+        // Not `Router::plan`: the operation plans again when it runs,
+        // and samples its key then.
+        let plan = super::plan::plan(coll, &spec, &reader)?;
         Ok(Some(plan.parts.iter().map(|p| p.partition.id).collect()))
     }
 
@@ -397,13 +439,28 @@ impl Router {
     }
 
     /// Books what an operation was charged: each partition's consumption
-    /// and, when its collection is provisioned, its bucket.
-    pub fn settle(&self, charges: &[PartitionCharge]) {
+    /// and, when its collection is provisioned, its bucket; with activity
+    /// tracked, a read or (when `writes`) a write of each partition, and
+    /// a fan-out of each that shared the operation with another partition
+    /// of its collection.
+    pub fn settle(&self, charges: &[PartitionCharge], writes: bool) {
         self.budgets.operations.fetch_add(1, Ordering::Relaxed);
         let now = now_nanos();
+        let fanned = self.activity.is_some().then(|| FanOut::of(charges));
         for c in charges {
             let budget = self.budgets.get(c.collection, c.partition);
             budget.consumed.fetch_add(c.micro, Ordering::Relaxed);
+            if let Some(fanned) = &fanned {
+                let kind = if writes {
+                    &budget.writes
+                } else {
+                    &budget.reads
+                };
+                kind.fetch_add(1, Ordering::Relaxed);
+                if fanned.touched_many(c.collection) {
+                    budget.fanouts.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             // Only a provisioned partition has a bucket (made on admit).
             if !budget.has_bucket.load(Ordering::Acquire) {
                 continue;
@@ -435,6 +492,35 @@ impl Router {
             .collect()
     }
 
+    /// What every partition that was ever charged took part in, in no
+    /// particular order (partitions a split retired included).
+    pub fn partition_activity(&self) -> Vec<PartitionActivity> {
+        self.budgets
+            .parts
+            .iter()
+            .map(|e| e.value().activity(*e.key()))
+            .collect()
+    }
+
+    /// What each of `partitions` of `coll` took part in, in their order.
+    pub fn partition_activity_of(
+        &self,
+        coll: &Collection,
+        partitions: &[u64],
+    ) -> Vec<PartitionActivity> {
+        partitions
+            .iter()
+            .map(|&p| match self.budgets.parts.get(&(coll.id, p)) {
+                Some(b) => b.activity((coll.id, p)),
+                None => PartitionActivity {
+                    collection: coll.id,
+                    partition: p,
+                    ..PartitionActivity::default()
+                },
+            })
+            .collect()
+    }
+
     /// The whole server's consumption and throttles.
     pub fn unit_totals(&self) -> UnitTotals {
         let consumed: u64 = self
@@ -447,6 +533,40 @@ impl Router {
             consumed: super::charge::request_charge(consumed),
             throttled: self.budgets.throttled.load(Ordering::Relaxed),
             operations: self.budgets.operations.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Which collections an operation charged more than one partition of.
+/// An operation's charges are one per partition, nearly always of one
+/// collection: that case is answered without a count.
+enum FanOut {
+    /// Every charge is of one collection.
+    One(bool),
+    /// Partitions charged per collection.
+    Several(Vec<(u64, usize)>),
+}
+
+impl FanOut {
+    fn of(charges: &[PartitionCharge]) -> FanOut {
+        let first = charges.first().map(|c| c.collection);
+        if charges.iter().all(|c| Some(c.collection) == first) {
+            return FanOut::One(charges.len() > 1);
+        }
+        let mut counts: Vec<(u64, usize)> = Vec::new();
+        for c in charges {
+            match counts.iter_mut().find(|(coll, _)| *coll == c.collection) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((c.collection, 1)),
+            }
+        }
+        FanOut::Several(counts)
+    }
+
+    fn touched_many(&self, collection: u64) -> bool {
+        match self {
+            FanOut::One(many) => *many,
+            FanOut::Several(counts) => counts.iter().any(|&(coll, n)| coll == collection && n > 1),
         }
     }
 }
@@ -521,6 +641,22 @@ mod tests {
         let mut b = Bucket::new(100, true, 0);
         b.refill(10_000 * 1000 * MS);
         assert_eq!(b.bank, (100 * BURST_SECONDS * MICRO) as i64);
+    }
+
+    #[test]
+    fn a_fan_out_is_counted_per_collection() {
+        let charge = |collection, partition| PartitionCharge {
+            collection,
+            partition,
+            micro: 1,
+        };
+        assert!(!FanOut::of(&[]).touched_many(1));
+        assert!(!FanOut::of(&[charge(1, 3)]).touched_many(1));
+        assert!(FanOut::of(&[charge(1, 3), charge(1, 4)]).touched_many(1));
+        // A $lookup from one partition of 1 into two of 2.
+        let mixed = FanOut::of(&[charge(1, 3), charge(2, 5), charge(2, 6)]);
+        assert!(!mixed.touched_many(1));
+        assert!(mixed.touched_many(2));
     }
 
     #[test]

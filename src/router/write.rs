@@ -355,6 +355,11 @@ impl<'a> PartitionedBatch<'a> {
         let hash = key_hash(value.as_ref());
         self.check_cap(hash, value.as_ref(), bytes.len() as i64)?;
         self.place(hash, keystring::encode_id(id), bytes)?;
+        if let Some(tracked) = self.router.activity() {
+            if super::activity::sampled() {
+                tracked.observe_key(self.coll.id, hash, || super::activity::show(value.as_ref()));
+            }
+        }
         Ok(hash)
     }
 

@@ -8,15 +8,20 @@
 //! - `/metrics`: Prometheus's text format (OpenMetrics). Commands by name
 //!   and outcome with their latency (counted as they run, see
 //!   `commands::metrics`), and figures read when scraped: connections,
-//!   open cursors, operations by kind, request units, and per collection
-//!   and physical partition its documents, bytes, request units and
-//!   throttled requests. Labels are names of databases, collections,
-//!   partitions and commands, never a key value.
+//!   open cursors, operations by kind, request units, per collection its
+//!   partitions and splits, and per physical partition its documents,
+//!   bytes, reads, writes, fan-outs, request units and throttled
+//!   requests. Labels are names of databases, collections, partitions
+//!   and commands, never a key value.
+//! - `/` and `/api/...`: the page that shows partitions and their heat
+//!   ([`super::ui`]), fed by a sampler ([`super::heat`]) that runs as
+//!   long as this port serves.
 //!
 //! A scrape reads the catalog and per-partition totals on a blocking
 //! thread, off the runtime's worker threads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -30,21 +35,32 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use super::{heat, ui};
 use crate::commands::ServerState;
+use crate::router::charge::request_charge;
+use crate::router::throttle::PartitionActivity;
 use crate::router::PRIMARY_PARTITION;
 
 /// The content type of Prometheus's OpenMetrics text.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Serves the side port until the task is aborted.
+/// Serves the side port, and samples the page's heat history, until the
+/// task is aborted.
 pub async fn serve(listener: TcpListener, state: ServerState) {
+    let history = Arc::new(heat::History::default());
     let app = axum::Router::new()
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(state);
-    if let Err(e) = axum::serve(listener, app).await {
-        tracing::warn!("the HTTP side port stopped: {e}");
+        .with_state(state.clone())
+        .merge(ui::routes(state.clone(), history.clone()));
+    tokio::select! {
+        served = axum::serve(listener, app) => {
+            if let Err(e) = served {
+                tracing::warn!("the HTTP side port stopped: {e}");
+            }
+        }
+        () = heat::sample(state.router.clone(), history) => {}
     }
 }
 
@@ -84,13 +100,26 @@ struct PartitionLabels {
     partition: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CollectionLabels {
+    database: String,
+    collection: String,
+}
+
 /// One partition's figures.
 struct PartitionFigures {
     labels: PartitionLabels,
     documents: u64,
     bytes: u64,
-    units: f64,
-    throttled: u64,
+    activity: PartitionActivity,
+}
+
+/// One collection's figures.
+struct CollectionFigures {
+    labels: CollectionLabels,
+    partitions: u64,
+    /// `None` for an unsharded collection, which never splits.
+    splits: Option<u64>,
 }
 
 /// The whole exposition: the command families, and everything else as it
@@ -166,15 +195,52 @@ fn render(state: &ServerState) -> Result<String, std::fmt::Error> {
         totals.throttled,
     );
 
+    gauge(
+        &mut registry,
+        "partition_split_bytes",
+        "Bytes of documents past which a physical partition splits",
+        state.router.split_bytes(),
+    );
+    let (collections, partitions) = figures(state);
+    let partition_count = Family::<CollectionLabels, Gauge>::default();
+    let splits = Family::<CollectionLabels, Counter>::default();
+    for c in collections {
+        partition_count
+            .get_or_create(&c.labels)
+            .set(clamp(c.partitions));
+        if let Some(n) = c.splits {
+            splits.get_or_create(&c.labels).inc_by(n);
+        }
+    }
+    registry.register(
+        "collection_partitions",
+        "Physical partitions of each collection",
+        partition_count,
+    );
+    registry.register(
+        "collection_splits",
+        "Partition splits of each sharded collection since start",
+        splits,
+    );
+
     let documents = Family::<PartitionLabels, Gauge>::default();
     let bytes = Family::<PartitionLabels, Gauge>::default();
     let units = Family::<PartitionLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
     let throttled = Family::<PartitionLabels, Counter>::default();
-    for p in partition_figures(state) {
+    let reads = Family::<PartitionLabels, Counter>::default();
+    let writes = Family::<PartitionLabels, Counter>::default();
+    let fanouts = Family::<PartitionLabels, Counter>::default();
+    for p in partitions {
+        let a = &p.activity;
         documents.get_or_create(&p.labels).set(clamp(p.documents));
         bytes.get_or_create(&p.labels).set(clamp(p.bytes));
-        units.get_or_create(&p.labels).inc_by(p.units);
-        throttled.get_or_create(&p.labels).inc_by(p.throttled);
+        units
+            .get_or_create(&p.labels)
+            .inc_by(request_charge(a.consumed_micro));
+        throttled.get_or_create(&p.labels).inc_by(a.throttled);
+        reads.get_or_create(&p.labels).inc_by(a.reads);
+        writes.get_or_create(&p.labels).inc_by(a.writes);
+        fanouts.get_or_create(&p.labels).inc_by(a.fanouts);
     }
     registry.register(
         "partition_documents",
@@ -196,16 +262,32 @@ fn render(state: &ServerState) -> Result<String, std::fmt::Error> {
         "Requests refused for each physical partition since start",
         throttled,
     );
+    registry.register(
+        "partition_reads",
+        "Commands that read each physical partition since start",
+        reads,
+    );
+    registry.register(
+        "partition_writes",
+        "Commands that wrote each physical partition since start (insert, update, delete, findAndModify)",
+        writes,
+    );
+    registry.register(
+        "partition_fanout_operations",
+        "Reads and writes of each physical partition that also touched another partition of its collection",
+        fanouts,
+    );
 
     let mut text = String::new();
     encode(&mut text, &registry)?;
     Ok(text)
 }
 
-/// Every collection's partitions with their figures: a sharded
+/// Every collection's figures, and its partitions': a sharded
 /// collection's in hash order, an unsharded one's single `primary`.
-fn partition_figures(state: &ServerState) -> Vec<PartitionFigures> {
+fn figures(state: &ServerState) -> (Vec<CollectionFigures>, Vec<PartitionFigures>) {
     let router = &state.router;
+    let mut collections = Vec::new();
     let mut figures = Vec::new();
     for coll in router.collections() {
         let labels = |partition: String| PartitionLabels {
@@ -213,33 +295,44 @@ fn partition_figures(state: &ServerState) -> Vec<PartitionFigures> {
             collection: coll.ns.coll.clone(),
             partition,
         };
-        if coll.sharding.is_some() {
+        let parts = if coll.sharding.is_some() {
             let parts = router.partition_stats(&coll);
             let ids: Vec<u64> = parts.iter().map(|(p, _)| p.id).collect();
-            let units = router.partition_units(&coll, &ids);
-            for ((p, usage), units) in parts.iter().zip(units) {
-                figures.push(PartitionFigures {
+            let activity = router.partition_activity_of(&coll, &ids);
+            parts
+                .iter()
+                .zip(activity)
+                .map(|((p, usage), activity)| PartitionFigures {
                     labels: labels(p.name().to_string()),
                     documents: usage.count,
                     bytes: usage.bytes,
-                    units: units.consumed,
-                    throttled: units.throttled,
-                });
-            }
+                    activity,
+                })
+                .collect()
         } else {
             let stats = router.collection_stats_now(&coll).unwrap_or_default();
-            let units = router.partition_units(&coll, &[0]);
-            let units = units.first().copied().unwrap_or_default();
-            figures.push(PartitionFigures {
+            let activity = router.partition_activity_of(&coll, &[0]);
+            vec![PartitionFigures {
                 labels: labels(PRIMARY_PARTITION.to_string()),
                 documents: stats.count,
                 bytes: stats.size,
-                units: units.consumed,
-                throttled: units.throttled,
-            });
-        }
+                activity: activity.first().copied().unwrap_or_default(),
+            }]
+        };
+        collections.push(CollectionFigures {
+            labels: CollectionLabels {
+                database: coll.ns.db.clone(),
+                collection: coll.ns.coll.clone(),
+            },
+            partitions: parts.len() as u64,
+            splits: coll
+                .sharding
+                .is_some()
+                .then(|| router.activity().map_or(0, |a| a.splits_of(coll.id))),
+        });
+        figures.extend(parts);
     }
-    figures
+    (collections, figures)
 }
 
 fn clamp(n: u64) -> i64 {

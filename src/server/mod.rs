@@ -8,7 +8,9 @@
 //! storage before returning.
 
 mod connection;
+mod heat;
 mod http;
+mod ui;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -26,6 +28,12 @@ use crate::router::Router;
 /// Runs the server over `router` (opened by the caller on the backend it
 /// chose) until a shutdown signal.
 pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::error::Error>> {
+    let mut router = router;
+    // What only the side port shows is recorded only when there is one,
+    // from before the first split or request.
+    if config.http_bind.0.is_some() {
+        router.track_activity();
+    }
     let router = Arc::new(router);
     let splitter = tokio::spawn(router.clone().run_splitter());
     let ttl_monitor = tokio::spawn(
