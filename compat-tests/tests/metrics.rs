@@ -122,6 +122,18 @@ async fn command_counters_move_by_what_ran() {
     );
     assert!(value(&after, "shardgate_connections") >= 1.0);
     assert!(value(&after, "shardgate_connections_created_total") >= 1.0);
+    // Seven requests at least (the inserts, the count, the unknown
+    // command), and the bytes they carried both ways.
+    assert!(moved("shardgate_network_requests_total".into()) >= 6.0);
+    assert!(moved("shardgate_network_received_bytes_total".into()) > 0.0);
+    assert!(moved("shardgate_network_sent_bytes_total".into()) > 0.0);
+    // Every insert waited for the journal (the default write concern),
+    // on the embedded store's group commit.
+    if compat_tests::fleet().is_none() {
+        assert!(moved("shardgate_journal_syncs_total".into()) >= 1.0);
+        assert!(moved("shardgate_journal_synced_writes_total".into()) >= 2.0);
+        assert!(value(&after, "shardgate_storage_disk_bytes") > 0.0);
+    }
     // The unsharded collection is one partition, `primary`.
     let docs = per_partition(&after, "shardgate_partition_documents", "items");
     assert_eq!(docs, BTreeMap::from([("primary".to_string(), 51.0)]));

@@ -162,6 +162,51 @@ fn render(state: &ServerState) -> Result<String, std::fmt::Error> {
         "Cursors open now",
         state.cursors.len() as u64,
     );
+    gauge(
+        &mut registry,
+        "operations_running",
+        "Operations running now, as currentOp lists them",
+        state.router.operations().len() as u64,
+    );
+    counter(
+        &mut registry,
+        "network_received_bytes",
+        "Bytes read from client connections",
+        load(&c.traffic.bytes_in),
+    );
+    counter(
+        &mut registry,
+        "network_sent_bytes",
+        "Bytes written to client connections",
+        load(&c.traffic.bytes_out),
+    );
+    counter(
+        &mut registry,
+        "network_requests",
+        "Messages received from clients",
+        load(&c.traffic.requests),
+    );
+    let (disk_bytes, syncs) = state.router.storage_figures();
+    gauge(
+        &mut registry,
+        "storage_disk_bytes",
+        "Bytes the store uses on disk (approximate)",
+        disk_bytes,
+    );
+    if let Some(syncs) = syncs {
+        counter(
+            &mut registry,
+            "journal_syncs",
+            "Journal syncs group commit ran; writes per sync is the rate of journal_synced_writes over this",
+            syncs.syncs,
+        );
+        counter(
+            &mut registry,
+            "journal_synced_writes",
+            "Writes group commit made durable",
+            syncs.writes,
+        );
+    }
     let operations = Family::<KindLabel, Counter>::default();
     for (kind, n) in [
         ("insert", &c.op_insert),
