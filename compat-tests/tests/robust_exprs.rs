@@ -5,7 +5,11 @@
 //! MongoDB 7.0's code (16493 for strings, 10334 `BSONObjectTooLarge` for
 //! arrays and documents, 146 `ExceededMemoryLimit` for `$range` and
 //! accumulators, 15 `Overflow` for nesting); afterwards the server still
-//! answers `ping` and its resident memory has grown by less than 100 MB.
+//! answers `ping` and, within a few seconds, its resident memory is back
+//! within 100 MB of where it was. (A value legal in size, like an 11 MB
+//! array, occupies several times that in memory while it is built; the
+//! allocator hands it back to the system once the thread that built it
+//! moves on or exits, which is what this waits for.)
 //! The array cases run operations over 100,000 elements and check their
 //! results (their speed is a benchmark's business, not a test's).
 
@@ -60,18 +64,29 @@ fn doubled_string(doublings: i32) -> Bson {
     }})
 }
 
+/// How much the resident set may stay above its level before a request.
+const RETAINED_LIMIT: u64 = 100 * 1024 * 1024;
+
 /// Runs `cmd` on `admin`, expects `code`, then checks the server is alive
-/// and its memory did not grow by 100 MB.
+/// and its memory comes back to within [`RETAINED_LIMIT`] of its level
+/// before, within five seconds.
 async fn expect_bounded(srv: &TestServer, what: &str, cmd: Document, code: i32, name: &str) {
     let db = srv.db("admin");
     let before = rss_bytes(srv);
     let f = expect_command_error(&db, cmd, code, name).await;
     assert_alive(srv, what).await;
-    let after = rss_bytes(srv);
+    let mut after = rss_bytes(srv);
+    for _ in 0..50 {
+        if after.saturating_sub(before) < RETAINED_LIMIT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        after = rss_bytes(srv);
+    }
     let grown = after.saturating_sub(before);
     println!("{what}: RSS {} -> {} MB", before >> 20, after >> 20);
     assert!(
-        grown < 100 * 1024 * 1024,
+        grown < RETAINED_LIMIT,
         "{what}: RSS grew by {} MB ({} -> {} MB); error was {f:?}",
         grown >> 20,
         before >> 20,
