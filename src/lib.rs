@@ -14,8 +14,8 @@
 //!
 //! | module | may import |
 //! |---|---|
-//! | server | wire, commands, cursor, config, router, query, base, error |
-//! | commands | wire, config, cursor, router, index, partition, aggregate, query, base, error |
+//! | server | wire, commands, cursor, config, router, auth, query, base, error |
+//! | commands | wire, config, cursor, router, index, partition, aggregate, auth, query, base, error |
 //! | config | cursor, router, index, partition, aggregate, storage, query, base, error |
 //! | cursor | router, aggregate, query, base, error |
 //! | router | index, partition, aggregate, storage, query, base, error |
@@ -23,6 +23,7 @@
 //! | partition | query, base, error |
 //! | aggregate | query, base, error |
 //! | storage | query, base, error |
+//! | auth | query, base, error |
 //! | wire | base, error |
 //! | query | base, error |
 //! | base | error |
@@ -37,10 +38,12 @@
 //! - [`index`], [`partition`], [`aggregate`]: index model and planner,
 //!   partition maps, the aggregation pipeline.
 //! - [`storage`]: the storage trait and the embedded engine behind it.
+//! - [`auth`]: users' privileges and SCRAM, as pure logic.
 //! - [`query`]: pure BSON logic with no I/O (compare, filter, update, project, sort).
 //! - [`base`]: size limits and namespaces; [`error`]: MongoDB's error codes.
 
 pub mod aggregate;
+pub mod auth;
 pub mod base;
 pub mod commands;
 pub mod config;

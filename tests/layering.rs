@@ -24,7 +24,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "server",
         &[
-            "wire", "commands", "cursor", "config", "router", "query", "base", "error",
+            "wire", "commands", "cursor", "config", "router", "auth", "query", "base", "error",
         ],
     ),
     (
@@ -37,6 +37,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "index",
             "partition",
             "aggregate",
+            "auth",
             "query",
             "base",
             "error",
@@ -73,6 +74,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("partition", &["query", "base", "error"]),
     ("aggregate", &["query", "base", "error"]),
     ("storage", &["query", "base", "error"]),
+    ("auth", &["query", "base", "error"]),
     ("wire", &["base", "error"]),
     ("query", &["base", "error"]),
     ("base", &["error"]),

@@ -1,0 +1,2 @@
+//! Actions, resources and privileges, as MongoDB's authorization model
+//! defines them.
