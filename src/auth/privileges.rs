@@ -1,2 +1,0 @@
-//! Actions, resources and privileges, as MongoDB's authorization model
-//! defines them.
