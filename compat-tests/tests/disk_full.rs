@@ -107,9 +107,10 @@ impl Disk {
         }
     }
 
-    /// Fills the file system (a tmpfs) to the last byte; returns the
-    /// filler file.
-    fn fill(&self) -> Option<PathBuf> {
+    /// Fills the file system (a tmpfs) to the last byte, then gives
+    /// `leave` bytes back, so that the disk fills in the middle of the
+    /// journal's writes; returns the filler file.
+    fn fill(&self, leave: u64) -> Option<PathBuf> {
         let Disk::Tmpfs { mount, .. } = self else {
             return None;
         };
@@ -130,6 +131,8 @@ impl Disk {
         while f.write_all(&small).is_ok() {}
         small.truncate(1);
         while f.write_all(&small).is_ok() {}
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        f.set_len(len.saturating_sub(leave)).unwrap();
         let _ = f.sync_all();
         Some(filler)
     }
@@ -307,7 +310,9 @@ async fn disk_full_story(disk: Disk, root: &Path, full_after: Option<&str>) {
         .unwrap();
 
     // Fill the disk; writes fail with OutOfDiskSpace, soon.
-    let filler = disk.fill();
+    // A few hundred KiB left: some more writes fit, then the journal's
+    // next write finds the disk full part-way.
+    let filler = disk.fill(300 * 1024);
     let (more, failed) = insert_until_full(&srv.client, 100, 20_000).await;
     acked.extend(&more);
     let f = failed.expect("every write succeeded on a full disk");
