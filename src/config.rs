@@ -122,6 +122,12 @@ pub struct Config {
     #[arg(long, hide = true)]
     pub postgres_failpoint: Option<String>,
 
+    /// Test hook: the embedded engine's writes fail as on a full disk
+    /// (`OutOfDiskSpace`) once this many bytes of keys and values were
+    /// written, and every write after that, until a restart.
+    #[arg(long, hide = true)]
+    pub test_disk_full_after_bytes: Option<u64>,
+
     /// Block cache of the embedded engine, in MiB. By default half of the
     /// memory less 1 GiB, at least 256 MiB, as mongod sizes its cache.
     #[arg(long)]
@@ -275,6 +281,7 @@ impl Config {
                     &self.data_dir,
                     cache,
                     std::time::Duration::from_millis(self.journal_commit_interval_ms),
+                    self.test_disk_full_after_bytes,
                 )?
             }
             Backend::Memory => crate::storage::memory::MemoryEngine::store().0,

@@ -447,6 +447,18 @@ impl TestServer {
         self.client_with(|_| {}).await
     }
 
+    /// Gives the server a fresh watchdog period from now, for a test that
+    /// runs longer than one period in steps that each make progress (a
+    /// long crash run re-arms it once a cycle).
+    pub fn rearm_watchdog(&mut self) {
+        if let Some((stop, handle)) = self.watchdog.take() {
+            let _ = stop.send(());
+            let _ = handle.join();
+        }
+        let slots = self.slots().into_iter().cloned().collect();
+        self.watchdog = Some(spawn_watchdog(slots));
+    }
+
     /// Every gateway's process slot, the first one first.
     fn slots(&self) -> Vec<&Arc<Mutex<Option<Child>>>> {
         std::iter::once(&self.child)

@@ -53,10 +53,12 @@ pub struct SyncStats {
     pub writes: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone)]
 struct SyncState {
     upto: u64,
-    failed: bool,
+    /// The first failed sync's error; every later wait fails with it, as
+    /// a journal that failed to sync may have lost what it held.
+    failed: Option<StorageError>,
 }
 
 impl GroupCommit {
@@ -65,7 +67,7 @@ impl GroupCommit {
     pub fn start(sync: SyncFn, interval: Duration) -> Arc<GroupCommit> {
         let (synced, _) = watch::channel(SyncState {
             upto: 0,
-            failed: false,
+            failed: None,
         });
         let shared = Arc::new(Shared {
             issued: AtomicU64::new(0),
@@ -111,9 +113,9 @@ impl GroupCommit {
         let shared = &self.shared;
         let mut rx = shared.synced.subscribe();
         {
-            let state = *rx.borrow();
-            if state.failed {
-                return Err(StorageError::Engine("journal sync failed".into()));
+            let state = rx.borrow();
+            if let Some(e) = &state.failed {
+                return Err(e.clone());
             }
             if state.upto >= ticket {
                 return Ok(());
@@ -125,13 +127,13 @@ impl GroupCommit {
             shared.wake.notify_one();
         }
         let state = rx
-            .wait_for(|s| s.failed || s.upto >= ticket)
+            .wait_for(|s| s.failed.is_some() || s.upto >= ticket)
             .await
             .map_err(|_| StorageError::Engine("sync thread stopped".into()))?;
-        if state.failed {
-            return Err(StorageError::Engine("journal sync failed".into()));
+        match &state.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -172,7 +174,8 @@ impl Shared {
             let synced_before = self.synced.borrow().upto;
             let target = self.issued.load(Ordering::Acquire);
             let started = Instant::now();
-            let failed = sync().is_err();
+            let result = sync();
+            let failed = result.is_err();
             if !failed {
                 self.syncs.fetch_add(1, Ordering::Relaxed);
                 self.synced_writes
@@ -184,8 +187,9 @@ impl Shared {
                 "journal synced"
             );
             self.synced.send_modify(|s| {
-                if failed {
-                    s.failed = true;
+                if let Err(e) = result {
+                    tracing::error!("journal sync failed: {e}");
+                    s.failed.get_or_insert(e);
                 } else if target > s.upto {
                     s.upto = target;
                 }
@@ -287,5 +291,19 @@ mod tests {
         );
         let t = gc.ticket();
         assert!(gc.wait(t).await.is_err());
+    }
+
+    /// Waiters see why the sync failed (a full disk is answered
+    /// differently from other failures), and so does every later waiter.
+    #[tokio::test]
+    async fn a_failed_sync_keeps_its_reason() {
+        let gc = GroupCommit::start(
+            Box::new(|| Err(StorageError::DiskFull("no space".into()))),
+            INTERVAL,
+        );
+        for _ in 0..2 {
+            let t = gc.ticket();
+            assert!(matches!(gc.wait(t).await, Err(StorageError::DiskFull(m)) if m == "no space"));
+        }
     }
 }

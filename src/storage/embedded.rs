@@ -5,9 +5,17 @@
 //! sync that [`GroupCommit`] shares between concurrent writers. Recovery
 //! replays the journal, so a batch is either wholly present after a crash
 //! or wholly absent.
+//!
+//! A full disk: fjall fails the write that found it and then takes no
+//! more writes ("poisoned"), since a journal write that failed half-way
+//! may have left a torn record. Reads go on; every write, and every wait
+//! for durability, fails with [`StorageError::DiskFull`] (answered as
+//! `OutOfDiskSpace`) until the server restarts with space free, when the
+//! journal replays up to the last whole batch. See docs/ROBUSTNESS.md.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +34,96 @@ const MEMTABLE_BYTES: u64 = 32 * 1024 * 1024;
 
 fn engine_err(e: fjall::Error) -> StorageError {
     StorageError::Engine(e.to_string())
+}
+
+/// Whether `e`, or an error it wraps, is the operating system's "no space
+/// left on device" (or over quota).
+fn is_disk_full(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            let raw = io.raw_os_error();
+            if io.kind() == std::io::ErrorKind::StorageFull
+                || raw == Some(rustix::io::Errno::NOSPC.raw_os_error())
+                || raw == Some(rustix::io::Errno::DQUOT.raw_os_error())
+            {
+                return true;
+            }
+        }
+        cause = err.source();
+    }
+    false
+}
+
+/// The answer to every write once the disk has filled.
+fn disk_full(dir: &Path) -> StorageError {
+    StorageError::DiskFull(format!(
+        "the disk holding the data directory {} is full: the storage engine takes no more \
+         writes. Acknowledged writes are kept; free space, then restart the server",
+        dir.display()
+    ))
+}
+
+/// Turns the engine's write errors into storage errors, remembering a
+/// full disk: the engine answers every later write with a bare
+/// "poisoned", and a flush that filled the disk in the background
+/// reports nothing else.
+#[derive(Clone)]
+struct WriteErrors {
+    dir: PathBuf,
+    disk_full: Arc<AtomicBool>,
+    /// Test hook: writes fail as on a full disk once the batches handed
+    /// to the engine passed this many bytes of keys and values.
+    full_after: Option<Arc<(u64, AtomicU64)>>,
+}
+
+impl WriteErrors {
+    fn map(&self, e: fjall::Error) -> StorageError {
+        let full = is_disk_full(&e)
+            || (matches!(e, fjall::Error::Poisoned)
+                && (self.disk_full.load(Ordering::Acquire) || self.no_space_left()));
+        if full {
+            if !self.disk_full.swap(true, Ordering::AcqRel) {
+                tracing::error!("{e}: the disk holding {} is full", self.dir.display());
+            }
+            return disk_full(&self.dir);
+        }
+        if matches!(e, fjall::Error::Poisoned) {
+            return StorageError::Engine(
+                "the storage engine takes no more writes after an I/O error (see the log); \
+                 restart the server"
+                    .into(),
+            );
+        }
+        engine_err(e)
+    }
+
+    /// Whether the file system of the data directory has (almost) no
+    /// space left for an unprivileged writer.
+    fn no_space_left(&self) -> bool {
+        rustix::fs::statvfs(&self.dir)
+            .map(|s| s.f_bavail.saturating_mul(s.f_frsize) < 1 << 20)
+            .unwrap_or(false)
+    }
+
+    /// Fails a batch of `bytes` as a full disk would, when the test hook
+    /// says so or the disk filled before.
+    fn check(&self, bytes: u64) -> StorageResult<()> {
+        if let Some(hook) = &self.full_after {
+            let (limit, written) = &**hook;
+            if written
+                .fetch_add(bytes, Ordering::AcqRel)
+                .saturating_add(bytes)
+                > *limit
+            {
+                self.disk_full.store(true, Ordering::Release);
+            }
+            if self.disk_full.load(Ordering::Acquire) {
+                return Err(disk_full(&self.dir));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The journal file fjall is appending to, opened for syncing.
@@ -99,6 +197,7 @@ pub struct EmbeddedEngine {
     db: Database,
     spaces: Spaces,
     group: Arc<GroupCommit>,
+    errors: WriteErrors,
 }
 
 /// A point-in-time view of every space.
@@ -212,15 +311,19 @@ impl KvRead for Spaces {
 
 impl EmbeddedEngine {
     /// Opens (or creates) the store in `dir`, recovering from the journal.
+    /// `full_after` is a test hook: writes fail as on a full disk once
+    /// that many bytes were written.
     pub fn open_store(
         dir: &Path,
         cache_bytes: u64,
         commit_interval: Duration,
+        full_after: Option<u64>,
     ) -> StorageResult<Arc<KvStore>> {
-        Ok(KvStore::new(EmbeddedEngine::open(
+        Ok(KvStore::new(EmbeddedEngine::open_with(
             dir,
             cache_bytes,
             commit_interval,
+            full_after,
         )?))
     }
 
@@ -231,6 +334,15 @@ impl EmbeddedEngine {
         dir: &Path,
         cache_bytes: u64,
         commit_interval: Duration,
+    ) -> StorageResult<Arc<EmbeddedEngine>> {
+        Self::open_with(dir, cache_bytes, commit_interval, None)
+    }
+
+    fn open_with(
+        dir: &Path,
+        cache_bytes: u64,
+        commit_interval: Duration,
+        full_after: Option<u64>,
     ) -> StorageResult<Arc<EmbeddedEngine>> {
         std::fs::create_dir_all(dir)
             .map_err(|e| StorageError::Engine(format!("cannot create {}: {e}", dir.display())))?;
@@ -258,19 +370,29 @@ impl EmbeddedEngine {
             .map_err(engine_err)?;
         let sync_db = db.clone();
         let journal = Mutex::new(ActiveJournal::new(dir.join("engine")));
+        let errors = WriteErrors {
+            dir: dir.to_path_buf(),
+            disk_full: Arc::default(),
+            full_after: full_after.map(|n| Arc::new((n, AtomicU64::new(0)))),
+        };
+        let sync_errors = errors.clone();
         let group = GroupCommit::start(
             Box::new(move || {
                 // Hand the journal's buffered bytes to the OS (brief, under
                 // fjall's journal lock), then sync the file outside that lock
                 // so writers keep appending while the disk works.
-                sync_db.persist(PersistMode::Buffer).map_err(engine_err)?;
+                sync_db
+                    .persist(PersistMode::Buffer)
+                    .map_err(|e| sync_errors.map(e))?;
                 match journal.lock().sync() {
                     Ok(()) => Ok(()),
                     Err(e) => {
                         tracing::warn!(
                             "journal sync by file failed ({e}); syncing through the engine"
                         );
-                        sync_db.persist(PersistMode::SyncData).map_err(engine_err)
+                        sync_db
+                            .persist(PersistMode::SyncData)
+                            .map_err(|e| sync_errors.map(e))
                     }
                 }
             }),
@@ -285,6 +407,7 @@ impl EmbeddedEngine {
                 usage,
             },
             group,
+            errors,
         }))
     }
 }
@@ -322,6 +445,14 @@ impl KvEngine for EmbeddedEngine {
     }
 
     fn write(&self, ops: Vec<KvOp>) -> StorageResult<CommitSeq> {
+        let bytes: usize = ops
+            .iter()
+            .map(|op| match op {
+                KvOp::Put { key, value, .. } => key.len() + value.len(),
+                KvOp::Delete { key, .. } => key.len(),
+            })
+            .sum();
+        self.errors.check(bytes as u64)?;
         let mut wb = self.db.batch();
         for op in ops {
             match op {
@@ -329,7 +460,7 @@ impl KvEngine for EmbeddedEngine {
                 KvOp::Delete { space, key } => wb.remove(self.spaces.get(space), key),
             }
         }
-        wb.commit().map_err(engine_err)?;
+        wb.commit().map_err(|e| self.errors.map(e))?;
         Ok(self.group.ticket())
     }
 
@@ -341,7 +472,10 @@ impl KvEngine for EmbeddedEngine {
     /// Hands the journal's buffered bytes, this commit's among them, to
     /// the OS; the group commit syncs them within its interval.
     fn written(&self, _seq: CommitSeq) -> BoxFuture<'static, StorageResult<()>> {
-        let flushed = self.db.persist(PersistMode::Buffer).map_err(engine_err);
+        let flushed = self
+            .db
+            .persist(PersistMode::Buffer)
+            .map_err(|e| self.errors.map(e));
         Box::pin(async move { flushed })
     }
 
@@ -354,7 +488,9 @@ impl KvEngine for EmbeddedEngine {
     }
 
     fn close(&self) -> StorageResult<()> {
-        self.db.persist(PersistMode::SyncAll).map_err(engine_err)
+        self.db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| self.errors.map(e))
     }
 }
 
@@ -399,6 +535,55 @@ mod tests {
             Some(b"1".to_vec())
         );
         assert_eq!(KvRead::get(&*e, Space::Records, b"c").unwrap(), None);
+    }
+
+    #[test]
+    fn a_full_disk_is_told_from_other_io_errors() {
+        let full = std::io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error());
+        assert!(is_disk_full(&fjall::Error::Io(full)));
+        let quota = std::io::Error::from_raw_os_error(rustix::io::Errno::DQUOT.raw_os_error());
+        assert!(is_disk_full(&fjall::Error::Io(quota)));
+        let other = std::io::Error::from_raw_os_error(rustix::io::Errno::IO.raw_os_error());
+        assert!(!is_disk_full(&fjall::Error::Io(other)));
+        assert!(!is_disk_full(&fjall::Error::Poisoned));
+    }
+
+    /// The hook fails writes as a full disk does: the batch that passes
+    /// the limit is not applied, nor is any after it; what came before
+    /// survives a reopen.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_disk_full_hook_fails_every_write_after_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let e = EmbeddedEngine::open_with(
+                dir.path(),
+                1 << 20,
+                Duration::from_millis(100),
+                Some(100),
+            )
+            .unwrap();
+            let seq = e.write(vec![put(Space::Records, b"k1", b"v1")]).unwrap();
+            e.durable(seq).await.unwrap();
+            let big = put(Space::Records, b"k2", &[7u8; 200]);
+            assert!(matches!(e.write(vec![big]), Err(StorageError::DiskFull(_))));
+            let small = put(Space::Records, b"k3", b"v3");
+            assert!(matches!(
+                e.write(vec![small]),
+                Err(StorageError::DiskFull(_))
+            ));
+            assert_eq!(
+                KvRead::get(&*e, Space::Records, b"k1").unwrap(),
+                Some(b"v1".to_vec())
+            );
+        }
+        let e = EmbeddedEngine::open(dir.path(), 1 << 20, Duration::from_millis(100)).unwrap();
+        assert_eq!(
+            KvRead::get(&*e, Space::Records, b"k1").unwrap(),
+            Some(b"v1".to_vec())
+        );
+        assert_eq!(KvRead::get(&*e, Space::Records, b"k2").unwrap(), None);
+        assert_eq!(KvRead::get(&*e, Space::Records, b"k3").unwrap(), None);
+        e.write(vec![put(Space::Records, b"k4", b"v4")]).unwrap();
     }
 
     #[test]

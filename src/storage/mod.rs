@@ -51,10 +51,13 @@ use futures::stream::BoxStream;
 
 /// A failure inside a storage backend. Mapped to a MongoDB error once, at
 /// the command boundary.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StorageError {
     #[error("storage engine: {0}")]
     Engine(String),
+    /// The disk holding the data is full: the write was not made durable.
+    #[error("{0}")]
+    DiskFull(String),
     #[error("stored record is not valid BSON: {0}")]
     Corrupt(String),
     #[error("{0}")]
@@ -90,6 +93,7 @@ impl From<StorageError> for crate::error::Error {
             StorageError::OutcomeUnknown(why) => Error::new(ErrorCode::HostUnreachable, why),
             StorageError::Conflict(why) => Error::new(ErrorCode::WriteConflict, why),
             StorageError::Stale(why) => Error::new(ErrorCode::StaleConfig, why),
+            StorageError::DiskFull(why) => Error::new(ErrorCode::OutOfDiskSpace, why),
             other => Error::internal(other.to_string()),
         }
     }

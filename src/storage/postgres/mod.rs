@@ -696,7 +696,7 @@ impl Fleet {
         }
         let failed = prepared.iter().find_map(|r| r.as_ref().err());
         if let Some(e) = failed {
-            let e = clone_error(e);
+            let e = e.clone();
             self.settle(&gid, &servers, false).await;
             return Err(e);
         }
@@ -850,18 +850,6 @@ fn unplaced(collection: u64) -> StorageError {
     StorageError::Stale(format!(
         "collection {collection} has a write outside every partition this gateway has placed"
     ))
-}
-
-fn clone_error(e: &StorageError) -> StorageError {
-    match e {
-        StorageError::Engine(s) => StorageError::Engine(s.clone()),
-        StorageError::Corrupt(s) => StorageError::Corrupt(s.clone()),
-        StorageError::Format(s) => StorageError::Format(s.clone()),
-        StorageError::Unavailable(s) => StorageError::Unavailable(s.clone()),
-        StorageError::Conflict(s) => StorageError::Conflict(s.clone()),
-        StorageError::OutcomeUnknown(s) => StorageError::OutcomeUnknown(s.clone()),
-        StorageError::Stale(s) => StorageError::Stale(s.clone()),
-    }
 }
 
 impl Store for PgFleet {
