@@ -489,7 +489,13 @@ async fn connections_over_the_per_address_limit_get_an_error_and_others_are_serv
     let other = tokio::net::TcpSocket::new_v4().unwrap();
     other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
     let mut other = other.connect(srv.addr).await.unwrap();
-    assert!(wire::send(&mut other, &wire::op_msg(99, &doc! {"ping": 1, "$db": "admin"})).await);
+    assert!(
+        wire::send(
+            &mut other,
+            &wire::op_msg(99, &doc! {"ping": 1, "$db": "admin"})
+        )
+        .await
+    );
     match wire::read_reply(&mut other, Duration::from_secs(5)).await {
         Outcome::Reply { doc: Some(d), .. } => assert_eq!(d.get_f64("ok"), Ok(1.0), "{d}"),
         other => panic!("another address was not served: {other:?}"),
@@ -497,7 +503,9 @@ async fn connections_over_the_per_address_limit_get_an_error_and_others_are_serv
     // Closed connections make room again.
     drop(held);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(srv.log().contains("too many open connections from 127.0.0.1"));
+    assert!(srv
+        .log()
+        .contains("too many open connections from 127.0.0.1"));
     assert_healthy(&srv, before, "connections over the per-address limit").await;
 }
 
@@ -506,7 +514,9 @@ async fn a_client_that_never_reads_holds_one_reply_and_is_cut_off() {
     let srv = TestServer::start_with_args(&["--reply-timeout-secs", "3"]).await;
     let coll = srv.db("limits").collection::<Document>("big");
     let big = "x".repeat(1 << 20);
-    let docs: Vec<Document> = (0..12).map(|i| doc! {"_id": i, "s": big.as_str()}).collect();
+    let docs: Vec<Document> = (0..12)
+        .map(|i| doc! {"_id": i, "s": big.as_str()})
+        .collect();
     coll.insert_many(docs).await.unwrap();
     let before = rss(&srv);
 
@@ -526,12 +536,7 @@ async fn a_client_that_never_reads_holds_one_reply_and_is_cut_off() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Others are served meanwhile.
-    assert_ok(
-        &srv.db("admin")
-            .run_command(doc! {"ping": 1})
-            .await
-            .unwrap(),
-    );
+    assert_ok(&srv.db("admin").run_command(doc! {"ping": 1}).await.unwrap());
     let deadline = Instant::now() + Duration::from_secs(10);
     while !srv.log().contains("reply unread after") {
         assert!(Instant::now() < deadline, "never cut off:\n{}", srv.log());
@@ -607,7 +612,10 @@ async fn regular_expressions_are_bounded_in_length_and_compiled_size() {
                 "Location51111",
             )
             .await;
-            assert!(f.message.starts_with(&format!("Invalid Regex in {op}")), "{f:?}");
+            assert!(
+                f.message.starts_with(&format!("Invalid Regex in {op}")),
+                "{f:?}"
+            );
         }
     }
     assert_healthy(&srv, before, "oversized regular expressions").await;

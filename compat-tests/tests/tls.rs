@@ -19,11 +19,11 @@ use compat_tests::{
     server_binary, wire, TestServer,
 };
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
-use tokio::net::TcpStream;
 use rustls_pki_types::pem::PemObject;
+use tokio::net::TcpStream;
 use tokio_rustls::rustls::{self, pki_types::ServerName};
 
 /// A certificate authority that signs the others.
@@ -49,7 +49,12 @@ impl Authority {
     /// A certificate it signs: PEM of certificate and key together (as
     /// mongod's `--tlsCertificateKeyFile` and the driver take them), and
     /// the certificate's DER.
-    fn sign(&self, names: &[&str], subject: &[(DnType, &str)], usage: ExtendedKeyUsagePurpose) -> (String, Vec<u8>) {
+    fn sign(
+        &self,
+        names: &[&str],
+        subject: &[(DnType, &str)],
+        usage: ExtendedKeyUsagePurpose,
+    ) -> (String, Vec<u8>) {
         let key = KeyPair::generate().unwrap();
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let mut params = CertificateParams::new(names).unwrap();
@@ -187,7 +192,11 @@ async fn presented_certificate(addr: SocketAddr, ca_pem: &str) -> Result<Vec<u8>
         .await
         .map_err(|_| "handshake timed out".to_string())?
         .map_err(|e| e.to_string())?;
-    let chain = tls.get_ref().1.peer_certificates().ok_or("no certificate")?;
+    let chain = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .ok_or("no certificate")?;
     Ok(chain[0].to_vec())
 }
 
@@ -258,6 +267,10 @@ async fn allow_tls_serves_tls_and_plain_drivers_on_one_port() {
     let presented = presented_certificate(srv.addr, &pki.ca.pem).await.unwrap();
     assert_eq!(presented, pki.server_der);
     assert!(srv.log().contains("tls=true"), "{}", srv.log());
+    // Hanging up without TLS's close_notify, as drivers do, is a close.
+    tls.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!srv.log().contains("bad message"), "{}", srv.log());
 }
 
 #[tokio::test]
@@ -277,10 +290,20 @@ async fn require_tls_refuses_plain_clients_and_serves_tls_ones() {
     eprintln!("plain driver: {refused}");
     // A raw plain message is not answered: the connection is closed.
     let mut raw = TcpStream::connect(srv.addr).await.unwrap();
-    assert!(wire::send(&mut raw, &wire::op_msg(1, &doc! {"ping": 1, "$db": "admin"})).await);
+    assert!(
+        wire::send(
+            &mut raw,
+            &wire::op_msg(1, &doc! {"ping": 1, "$db": "admin"})
+        )
+        .await
+    );
     let outcome = wire::read_reply(&mut raw, Duration::from_secs(5)).await;
     assert!(matches!(outcome, wire::Outcome::Closed), "{outcome:?}");
-    assert!(srv.log().contains("plain connection refused"), "{}", srv.log());
+    assert!(
+        srv.log().contains("plain connection refused"),
+        "{}",
+        srv.log()
+    );
     // TLS clients are still served.
     assert!(ping(&tls).await.is_ok());
 }
@@ -294,11 +317,16 @@ async fn a_tls_handshake_on_a_plain_port_is_closed_at_once() {
         .await
         .expect_err("a plain port finished a TLS handshake");
     let took = started.elapsed();
-    assert!(took < Duration::from_secs(1), "closed after {took:?}: {failed}");
+    assert!(
+        took < Duration::from_secs(1),
+        "closed after {took:?}: {failed}"
+    );
     eprintln!("TLS client on a plain port: {failed} after {took:?}");
     // The same with a bare ClientHello's first bytes on a raw socket.
     let mut raw = TcpStream::connect(srv.addr).await.unwrap();
-    let hello = [0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03];
+    let hello = [
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+    ];
     let started = Instant::now();
     assert!(wire::send(&mut raw, &hello).await);
     let outcome = wire::read_reply(&mut raw, Duration::from_secs(5)).await;
@@ -337,7 +365,10 @@ async fn client_certificates_are_verified_against_the_ca_file() {
         srv.log()
     );
     let without = tls_client(srv.addr, &ca, None, wait).await;
-    assert!(ping(&without).await.is_err(), "a client without a certificate got in");
+    assert!(
+        ping(&without).await.is_err(),
+        "a client without a certificate got in"
+    );
     let stranger = tls_client(srv.addr, &ca, Some(&pki.path("stranger.pem")), wait).await;
     assert!(ping(&stranger).await.is_err(), "another CA's client got in");
     assert!(srv.log().contains("TLS handshake failed"), "{}", srv.log());
@@ -405,7 +436,10 @@ async fn sighup_reloads_the_certificate_for_new_connections() {
     // A renewed certificate, with a subject of its own.
     let (renewed, renewed_der) = pki.ca.sign(
         &["localhost", "127.0.0.1"],
-        &[(DnType::CommonName, "localhost"), (DnType::OrganizationName, "renewed")],
+        &[
+            (DnType::CommonName, "localhost"),
+            (DnType::OrganizationName, "renewed"),
+        ],
         ExtendedKeyUsagePurpose::ServerAuth,
     );
     std::fs::write(pki.path("server.pem"), renewed).unwrap();
@@ -442,11 +476,13 @@ async fn tls_flags_that_cannot_work_stop_the_server_at_start() {
             "private key",
         ),
     ];
-    for (args, says) in cases
-    {
+    for (args, says) in cases {
         let out = Command::new(server_binary())
             .args(["--backend", "memory", "--http-bind", "off"])
-            .args(["--bind", &format!("127.0.0.1:{}", compat_tests::free_port())])
+            .args([
+                "--bind",
+                &format!("127.0.0.1:{}", compat_tests::free_port()),
+            ])
             .args(&args)
             .output()
             .unwrap();

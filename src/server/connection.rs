@@ -56,7 +56,7 @@ use crate::config::TlsMode;
 use crate::error::{Error, ErrorCode};
 use crate::query::interrupt::Probe;
 use crate::wire::message::{checked_body, next_request_id, ReplyFormat};
-use crate::wire::{BsonCheckError, Command, Message, MessageCodec, Reply};
+use crate::wire::{BsonCheckError, Command, Message, MessageCodec, Reply, WireError};
 
 /// Bad frames from many connections (a fuzzer, a confused client) would
 /// otherwise log a warning each.
@@ -319,6 +319,17 @@ async fn read_message<F: std::future::Future>(
     };
     match next {
         None => Err("closed by client"),
+        // A client that hangs up between messages without TLS's
+        // `close_notify` (most do), or with data of ours unread (a reset),
+        // has simply left.
+        Some(Err(WireError::Io(e)))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+            ) && framed.read_buffer().is_empty() =>
+        {
+            Err("closed by client")
+        }
         Some(Err(e)) => {
             if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
                 tracing::warn!(conn = conn.id, %peer, suppressed, "bad message, closing: {e}");

@@ -61,9 +61,7 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
         tls = ?config.tls_mode,
         "shardgate listening"
     );
-    let tls_reloader = tls
-        .clone()
-        .map(|tls| tokio::spawn(tls.reload_on_hangup()));
+    let tls_reloader = tls.clone().map(|tls| tokio::spawn(tls.reload_on_hangup()));
 
     // The side port comes up once the wire port accepts: from then on
     // the server is ready.

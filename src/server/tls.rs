@@ -103,7 +103,9 @@ impl TlsSetup {
                         cert = %self.files.cert.display(),
                         "SIGHUP: TLS certificate reloaded; new connections use it"
                     ),
-                    Err(e) => tracing::warn!("SIGHUP: TLS certificate not reloaded, keeping the current one: {e}"),
+                    Err(e) => tracing::warn!(
+                        "SIGHUP: TLS certificate not reloaded, keeping the current one: {e}"
+                    ),
                 }
             }
         }
@@ -113,9 +115,8 @@ impl TlsSetup {
 impl TlsFiles {
     fn acceptor(&self) -> Result<TlsAcceptor, String> {
         let chain = read_certificates(&self.cert)?;
-        let key = PrivateKeyDer::from_pem_file(&self.key).map_err(|e| {
-            format!("no private key read from {}: {e}", self.key.display())
-        })?;
+        let key = PrivateKeyDer::from_pem_file(&self.key)
+            .map_err(|e| format!("no private key read from {}: {e}", self.key.display()))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -129,7 +130,8 @@ impl TlsFiles {
                         .add(cert)
                         .map_err(|e| format!("{}: {e}", ca.display()))?;
                 }
-                let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
                 let verifier = if self.allow_without_certificates {
                     verifier.allow_unauthenticated()
                 } else {
@@ -211,7 +213,9 @@ pub fn subject_rfc2253(cert: &[u8]) -> Option<String> {
             let whole = &value[..value.len() - after.len()];
             let kind = oid_name(oid);
             let text = match string_value(tag, content) {
-                Some(text) if !kind.starts_with(|c: char| c.is_ascii_digit()) => escape_rfc2253(&text),
+                Some(text) if !kind.starts_with(|c: char| c.is_ascii_digit()) => {
+                    escape_rfc2253(&text)
+                }
                 _ => format!("#{}", hex(whole)),
             };
             parts.push(format!("{kind}={text}"));
@@ -365,7 +369,10 @@ mod tests {
             tlv(SEQUENCE, subject),
         ]
         .concat();
-        tlv(SEQUENCE, &[tlv(SEQUENCE, &tbs), tlv(SEQUENCE, &[])].concat())
+        tlv(
+            SEQUENCE,
+            &[tlv(SEQUENCE, &tbs), tlv(SEQUENCE, &[])].concat(),
+        )
     }
 
     #[test]
