@@ -53,6 +53,25 @@ pub enum Switch {
     Off,
 }
 
+/// Whether the wire port speaks TLS (`--tls-mode`), with mongod's names
+/// and meanings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TlsMode {
+    /// Plain connections only; a TLS handshake is recognised and closed.
+    #[value(name = "disabled")]
+    Disabled,
+    /// Plain and TLS connections on the same port.
+    #[value(name = "allowTLS")]
+    AllowTls,
+    /// Plain and TLS connections on the same port (mongod prefers TLS
+    /// for its own outgoing connections, which Shardgate does not make).
+    #[value(name = "preferTLS")]
+    PreferTls,
+    /// TLS connections only; a plain one is closed.
+    #[value(name = "requireTLS")]
+    RequireTls,
+}
+
 /// Shardgate: a MongoDB wire-protocol server that partitions collections
 /// the way Azure Cosmos DB does.
 #[derive(Debug, Clone, Parser)]
@@ -92,6 +111,43 @@ pub struct Config {
     /// an error and closed.
     #[arg(long, default_value_t = 10_000)]
     pub max_connections: usize,
+
+    /// Most client connections from one IP address served at once (0: no
+    /// limit); one more is answered with an error and closed.
+    #[arg(long, default_value_t = 2_000)]
+    pub max_connections_per_address: usize,
+
+    /// Whether the wire port speaks TLS: `disabled`, `allowTLS` or
+    /// `preferTLS` (plain and TLS on the same port), `requireTLS`.
+    #[arg(long, value_enum, default_value_t = TlsMode::Disabled)]
+    pub tls_mode: TlsMode,
+
+    /// PEM file with the server's certificate chain, and its private key
+    /// too unless --tls-key-file names another file (mongod's
+    /// `--tlsCertificateKeyFile`). Read again on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM file with the private key of --tls-cert-file.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// PEM file of the certificate authorities client certificates are
+    /// verified against; with it, TLS clients must present a certificate
+    /// it signed.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+
+    /// With --tls-ca-file, TLS clients without a certificate are let in
+    /// too (a certificate they do present must still verify).
+    #[arg(long)]
+    pub tls_allow_connections_without_certificates: bool,
+
+    /// Seconds a reply may take to reach a client that does not read it;
+    /// past that the connection is closed (0: wait forever). The next
+    /// request is not read while a reply is unsent.
+    #[arg(long, default_value_t = 60)]
+    pub reply_timeout_secs: u64,
 
     /// Where the data lives: `embedded` (on disk in --data-dir),
     /// `postgres` (on the --postgres servers) or `memory` (lost at exit;
@@ -334,6 +390,12 @@ impl Config {
     pub fn partial_message_timeout(&self) -> Option<std::time::Duration> {
         (self.partial_message_timeout_secs > 0)
             .then(|| std::time::Duration::from_secs(self.partial_message_timeout_secs))
+    }
+
+    /// How long an unread reply may wait to be sent; `None` for ever.
+    pub fn reply_timeout(&self) -> Option<std::time::Duration> {
+        (self.reply_timeout_secs > 0)
+            .then(|| std::time::Duration::from_secs(self.reply_timeout_secs))
     }
 
     /// The caps on open cursors.

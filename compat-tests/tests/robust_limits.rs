@@ -456,3 +456,167 @@ async fn data_files_are_private_to_the_server_user() {
     assert!(files > 0, "no data files");
     assert_healthy(&srv, before, "file modes").await;
 }
+
+#[tokio::test]
+async fn connections_over_the_per_address_limit_get_an_error_and_others_are_served() {
+    let srv = TestServer::start_with_args(&["--max-connections-per-address", "10"]).await;
+    let before = rss(&srv);
+    let mut held = Vec::new();
+    let mut refused = None;
+    for i in 0..20 {
+        let mut s = TcpStream::connect(srv.addr).await.unwrap();
+        let ping = wire::op_msg(i, &doc! {"ping": 1, "$db": "admin"});
+        assert!(wire::send(&mut s, &ping).await);
+        match wire::read_reply(&mut s, Duration::from_secs(5)).await {
+            Outcome::Reply { doc: Some(d), .. } if d.get_f64("ok") == Ok(1.0) => held.push(s),
+            Outcome::Reply { doc: Some(d), .. } => {
+                refused = Some(d);
+                break;
+            }
+            other => panic!("connection {i}: unexpected {other:?}"),
+        }
+    }
+    let refused = refused.expect("no connection was refused");
+    assert_eq!(refused.get_i32("code"), Ok(6), "{refused}");
+    assert!(
+        refused
+            .get_str("errmsg")
+            .unwrap()
+            .contains("too many open connections from 127.0.0.1: 10"),
+        "{refused}"
+    );
+    // Another address is served while this one is full.
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = other.connect(srv.addr).await.unwrap();
+    assert!(
+        wire::send(
+            &mut other,
+            &wire::op_msg(99, &doc! {"ping": 1, "$db": "admin"})
+        )
+        .await
+    );
+    match wire::read_reply(&mut other, Duration::from_secs(5)).await {
+        Outcome::Reply { doc: Some(d), .. } => assert_eq!(d.get_f64("ok"), Ok(1.0), "{d}"),
+        other => panic!("another address was not served: {other:?}"),
+    }
+    // Closed connections make room again.
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(srv
+        .log()
+        .contains("too many open connections from 127.0.0.1"));
+    assert_healthy(&srv, before, "connections over the per-address limit").await;
+}
+
+#[tokio::test]
+async fn a_client_that_never_reads_holds_one_reply_and_is_cut_off() {
+    let srv = TestServer::start_with_args(&["--reply-timeout-secs", "3"]).await;
+    let coll = srv.db("limits").collection::<Document>("big");
+    let big = "x".repeat(1 << 20);
+    let docs: Vec<Document> = (0..12)
+        .map(|i| doc! {"_id": i, "s": big.as_str()})
+        .collect();
+    coll.insert_many(docs).await.unwrap();
+    let before = rss(&srv);
+
+    // 400 finds of 12 MB each, sent at once and never read: 4.8 GB of
+    // replies if the server queued them.
+    let mut greedy = TcpStream::connect(srv.addr).await.unwrap();
+    let mut requests = Vec::new();
+    for i in 0..400 {
+        let find = doc! {"find": "big", "batchSize": 100, "$db": "limits"};
+        requests.extend(wire::op_msg(i, &find));
+    }
+    assert!(wire::send(&mut greedy, &requests).await);
+    let started = Instant::now();
+    let mut peak = 0;
+    while started.elapsed() < Duration::from_secs(2) {
+        peak = peak.max(rss(&srv).saturating_sub(before));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Others are served meanwhile.
+    assert_ok(&srv.db("admin").run_command(doc! {"ping": 1}).await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !srv.log().contains("reply unread after") {
+        assert!(Instant::now() < deadline, "never cut off:\n{}", srv.log());
+        peak = peak.max(rss(&srv).saturating_sub(before));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("RSS peak growth while stalled: {} MB", peak >> 20);
+    assert!(peak < 100 << 20, "RSS grew by {} MB", peak >> 20);
+    // What was sent is still there to read, then the end.
+    let mut sink = vec![0u8; 1 << 20];
+    let mut total = 0usize;
+    loop {
+        use tokio::io::AsyncReadExt;
+        match tokio::time::timeout(Duration::from_secs(5), greedy.read(&mut sink)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => total += n,
+            Err(_) => panic!("the connection was not closed"),
+        }
+    }
+    assert!(total < 100 << 20, "{} MB were sent", total >> 20);
+    assert_healthy(&srv, before, "a client that never reads").await;
+}
+
+#[tokio::test]
+async fn regular_expressions_are_bounded_in_length_and_compiled_size() {
+    let srv = TestServer::start().await;
+    let before = rss(&srv);
+    let db = srv.db("limits");
+    let coll = db.collection::<Document>("text");
+    coll.insert_one(doc! {"_id": 1, "s": "a".repeat(40000)})
+        .await
+        .unwrap();
+    let longest = "a".repeat(32764);
+    let found = coll
+        .count_documents(doc! {"s": compat_tests::regex(&longest, "")})
+        .await
+        .unwrap();
+    assert_eq!(found, 1);
+    let too_long = "a".repeat(32765);
+    let f = expect_command_error(
+        &db,
+        doc! {"find": "text", "filter": {"s": compat_tests::regex(&too_long, "")}},
+        2,
+        "BadValue",
+    )
+    .await;
+    assert_eq!(f.message, "Regular expression is too long");
+    let f = expect_command_error(
+        &db,
+        doc! {"find": "text", "filter": {"s": {"$regex": too_long.as_str()}}},
+        2,
+        "BadValue",
+    )
+    .await;
+    assert_eq!(f.message, "Regular expression is too long");
+    // A short pattern that would compile into gigabytes.
+    let huge = r"(\w{500}){500}";
+    expect_command_error(
+        &db,
+        doc! {"find": "text", "filter": {"s": {"$regex": huge}}},
+        51091,
+        "Location51091",
+    )
+    .await;
+    for op in ["$regexMatch", "$regexFind", "$regexFindAll"] {
+        for pattern in [too_long.as_str(), huge] {
+            let f = expect_command_error(
+                &db,
+                doc! {"aggregate": "text", "cursor": {}, "pipeline": [
+                    {"$project": {"m": {op: {"input": "$s", "regex": pattern}}}}
+                ]},
+                51111,
+                "Location51111",
+            )
+            .await;
+            assert!(
+                f.message.starts_with(&format!("Invalid Regex in {op}")),
+                "{f:?}"
+            );
+        }
+    }
+    assert_healthy(&srv, before, "oversized regular expressions").await;
+}

@@ -269,6 +269,10 @@ pub struct ConnectionInfo {
     /// Asks whether the client is still connected, so a command it
     /// abandoned stops (see [`crate::query::interrupt`]).
     pub probe: Option<Probe>,
+    /// The subject of the client certificate verified in the TLS
+    /// handshake, as an RFC 2253 string as mongod writes it (for
+    /// MONGODB-X509); `None` without TLS or without a certificate.
+    pub tls_peer_subject: Option<String>,
     /// What the last operation on it cost (`getLastRequestStatistics`).
     last_request: parking_lot::Mutex<Option<LastRequest>>,
     /// The compressors `hello` agreed on ([`CompressorList::to_bits`]).
@@ -291,6 +295,7 @@ impl ConnectionInfo {
             id,
             peer,
             probe,
+            tls_peer_subject: None,
             last_request: parking_lot::Mutex::new(None),
             compressors: AtomicU16::new(0),
             app_name: std::sync::OnceLock::new(),

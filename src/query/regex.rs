@@ -5,10 +5,32 @@
 
 use crate::error::{Error, ErrorCode, Result};
 
+/// The longest pattern MongoDB takes (`RegexMatchExpression::
+/// kMaxPatternSize`), in bytes.
+pub(crate) const MAX_PATTERN_BYTES: usize = 32764;
+
+/// Most bytes one compiled regex may take; a short pattern with nested
+/// counted repetitions (`(\w{500}){500}`) would otherwise compile into
+/// gigabytes.
+const MAX_COMPILED_BYTES: usize = 1 << 22;
+
+/// Most bytes of the lazy DFA's state cache per regex and search; past
+/// it the search goes on in a slower engine, still in linear time.
+const MAX_DFA_CACHE_BYTES: usize = 1 << 21;
+
 /// Compiles a MongoDB (PCRE) regex for the `regex` crate, translating what
 /// differs and rejecting what the crate cannot do (lookaround,
 /// backreferences, atomic groups, possessive quantifiers, recursion).
+///
+/// Matching costs time linear in the text (the crate has no
+/// backtracking), so a pattern's budget is its length and compiled size.
 pub(crate) fn compile_regex(pattern: &str, options: &str) -> Result<regex::Regex> {
+    if pattern.len() > MAX_PATTERN_BYTES {
+        return Err(Error::new(
+            ErrorCode::BadValue,
+            "Regular expression is too long",
+        ));
+    }
     let mut builder_flags = String::new();
     let mut extended = false;
     let mut multiline = false;
@@ -41,7 +63,8 @@ pub(crate) fn compile_regex(pattern: &str, options: &str) -> Result<regex::Regex
         format!("(?{builder_flags}){translated}")
     };
     regex::RegexBuilder::new(&full)
-        .size_limit(1 << 22)
+        .size_limit(MAX_COMPILED_BYTES)
+        .dfa_size_limit(MAX_DFA_CACHE_BYTES)
         .build()
         .map_err(|e| regex_error(&e.to_string()))
 }
@@ -322,6 +345,17 @@ fn repetition_len(chars: &[char]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_patterns_and_huge_compiled_ones_are_refused() {
+        let longest = "a".repeat(MAX_PATTERN_BYTES);
+        assert!(compile_regex(&longest, "").is_ok());
+        let too_long = compile_regex(&format!("{longest}a"), "").unwrap_err();
+        assert_eq!(too_long.code, ErrorCode::BadValue);
+        assert_eq!(too_long.message, "Regular expression is too long");
+        let huge = compile_regex("(\\w{500}){500}", "").unwrap_err();
+        assert_eq!(huge.code, ErrorCode::RegexInvalid);
+    }
 
     #[test]
     fn common_patterns_compile() {

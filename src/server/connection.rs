@@ -22,7 +22,15 @@
 //! While a command runs, its operation asks [`client_connected`] every so
 //! often whether the client is still there, and stops if it is not; the
 //! socket is shared ([`SharedSocket`]) so it can be asked from any thread
-//! while this task is busy.
+//! while this task is busy. Under TLS the same TCP socket is asked.
+//!
+//! Before the first message, the first bytes say whether the client
+//! speaks TLS; by `--tls-mode` the connection goes on in plain text,
+//! shakes hands (see [`super::tls`]) or is closed (docs/TLS.md).
+//!
+//! The next request is read only once the last reply is sent: a client
+//! that stops reading holds one reply, and is cut off when it has not
+//! taken it within `--reply-timeout-secs`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -39,14 +47,16 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::codec::Framed;
 
+use super::tls::{self, Opening, TlsSetup};
 use super::WarnLimit;
 use crate::base::Compressor;
 use crate::commands::state::Traffic;
 use crate::commands::{self, CommandReply, ConnectionInfo, ServerState};
+use crate::config::TlsMode;
 use crate::error::{Error, ErrorCode};
 use crate::query::interrupt::Probe;
 use crate::wire::message::{checked_body, next_request_id, ReplyFormat};
-use crate::wire::{BsonCheckError, Command, Message, MessageCodec, Reply};
+use crate::wire::{BsonCheckError, Command, Message, MessageCodec, Reply, WireError};
 
 /// Bad frames from many connections (a fuzzer, a confused client) would
 /// otherwise log a warning each.
@@ -57,12 +67,31 @@ pub async fn serve(
     peer: SocketAddr,
     state: ServerState,
     mut stop: watch::Receiver<bool>,
+    tls: Option<Arc<TlsSetup>>,
 ) {
     let socket = SharedSocket(Arc::new(socket), state.counters.traffic.clone());
-    let conn = ConnectionInfo::open(&state, peer, Some(socket.probe()));
-    tracing::info!(conn = conn.id, %peer, "connection opened");
+    let probe = socket.probe();
     let partial_limit = state.config.partial_message_timeout();
-    let mut framed = Framed::new(socket, MessageCodec::default());
+    let (transport, tls_peer_subject) =
+        match open_transport(socket, peer, tls.as_deref(), &mut stop, partial_limit).await {
+            Ok(opened) => opened,
+            Err(reason) => {
+                tracing::debug!(%peer, reason, "connection closed before its first message");
+                return;
+            }
+        };
+    let mut conn = ConnectionInfo::open(&state, peer, Some(probe));
+    let tls_on = matches!(transport, Transport::Tls(_));
+    conn.tls_peer_subject = tls_peer_subject;
+    match (tls_on, conn.tls_peer_subject.as_deref()) {
+        (false, _) => tracing::info!(conn = conn.id, %peer, "connection opened"),
+        (true, None) => tracing::info!(conn = conn.id, %peer, tls = true, "connection opened"),
+        (true, Some(subject)) => {
+            tracing::info!(conn = conn.id, %peer, tls = true, subject, "connection opened")
+        }
+    }
+    let reply_limit = state.config.reply_timeout();
+    let mut framed = Framed::new(transport, MessageCodec::default());
     // One wait for shutdown for the connection's whole life: made anew
     // for every request, it would join and leave the watch's waiters
     // (a lock each) every time.
@@ -74,7 +103,7 @@ pub async fn serve(
     let reason = loop {
         let answer = if let Some(asked) = stream.take() {
             let answer = continue_stream(&state, &conn, asked).await;
-            if !client_connected(&framed.get_ref().0) {
+            if !client_connected(framed.get_ref().tcp()) {
                 break "closed by client";
             }
             answer
@@ -103,18 +132,143 @@ pub async fn serve(
                 reply
             }
         };
-        if let Err(e) = framed.send(reply).await {
-            tracing::debug!(conn = conn.id, "write failed: {e}");
-            break "write failed";
+        // The next request is read only once this reply is sent, so a
+        // client that stops reading holds one reply, not a queue of them.
+        let sent = match reply_limit {
+            Some(limit) => tokio::time::timeout(limit, framed.send(reply)).await,
+            None => Ok(framed.send(reply).await),
+        };
+        match sent {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(conn = conn.id, "write failed: {e}");
+                break "write failed";
+            }
+            Err(_) => {
+                if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
+                    tracing::warn!(
+                        conn = conn.id,
+                        %peer,
+                        suppressed,
+                        "reply unread after {:?}, closing",
+                        reply_limit.unwrap_or_default()
+                    );
+                }
+                break "reply timed out";
+            }
         }
     };
     tracing::info!(conn = conn.id, %peer, reason, "connection closed");
 }
 
+/// Looks at the connection's first bytes and, by `--tls-mode`, goes on
+/// in plain text, shakes hands in TLS (giving the verified client
+/// certificate's subject), or says why the connection ends.
+async fn open_transport(
+    socket: SharedSocket,
+    peer: SocketAddr,
+    tls: Option<&TlsSetup>,
+    stop: &mut watch::Receiver<bool>,
+    partial_limit: Option<Duration>,
+) -> Result<(Transport, Option<String>), &'static str> {
+    let limit = partial_limit.unwrap_or(HANDSHAKE_TIMEOUT);
+    let opening = tokio::select! {
+        _ = stop.changed() => return Err("server shutting down"),
+        opening = first_bytes(&socket.0, limit) => opening?,
+    };
+    let Some(tls) = tls else {
+        if opening == Opening::Tls {
+            if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
+                tracing::warn!(
+                    %peer,
+                    suppressed,
+                    "TLS handshake on a port without TLS (--tls-mode disabled), closing"
+                );
+            }
+            return Err("TLS handshake without --tls-mode");
+        }
+        return Ok((Transport::Plain(socket), None));
+    };
+    if opening != Opening::Tls {
+        if tls.mode == TlsMode::RequireTls {
+            if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
+                tracing::warn!(
+                    %peer,
+                    suppressed,
+                    "plain connection refused: --tls-mode requireTLS, closing"
+                );
+            }
+            return Err("plain connection with requireTLS");
+        }
+        return Ok((Transport::Plain(socket), None));
+    }
+    let handshake = tokio::time::timeout(limit, tls.acceptor().accept(socket));
+    let stream = match handshake.await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
+                tracing::warn!(%peer, suppressed, "TLS handshake failed, closing: {e}");
+            }
+            return Err("TLS handshake failed");
+        }
+        Err(_) => {
+            if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
+                tracing::warn!(%peer, suppressed, "TLS handshake incomplete after {limit:?}, closing");
+            }
+            return Err("TLS handshake timed out");
+        }
+    };
+    let subject = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(|cert| tls::subject_rfc2253(cert));
+    Ok((Transport::Tls(Box::new(stream)), subject))
+}
+
+/// How long a TLS handshake, or the first bytes after the first one,
+/// may take when `--partial-message-timeout-secs` is 0.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits, as long as it takes, for the client's first byte, then up to
+/// `limit` for enough to tell TLS from plain text; the bytes stay in the
+/// socket for whoever reads next.
+async fn first_bytes(socket: &TcpStream, limit: Duration) -> Result<Opening, &'static str> {
+    let mut started = None;
+    loop {
+        socket.readable().await.map_err(|_| "read failed")?;
+        let mut first = [0u8; 3];
+        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+        match rustix::net::recv(socket, &mut first[..], flags) {
+            // Closed before a byte: the plain path says so as usual.
+            Ok((0, _)) => return Ok(Opening::Plain),
+            Ok((n, _)) => match tls::opening(&first[..n]) {
+                Opening::Unknown => {}
+                known => return Ok(known),
+            },
+            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => {
+                // Stale readiness: clear it and wait for the next.
+                let _ = socket.try_io(Interest::READABLE, || {
+                    Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+                });
+                continue;
+            }
+            Err(_) => return Err("read failed"),
+        }
+        // Some bytes, too few to tell; the rest must come in time.
+        let since = *started.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() > limit {
+            return Err("first bytes timed out");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Reads the next message, waiting as long as it takes for one to
 /// begin; `Err` says why the connection ends instead.
 async fn read_message<F: std::future::Future>(
-    framed: &mut Framed<SharedSocket, MessageCodec>,
+    framed: &mut Framed<Transport, MessageCodec>,
     mut stopping: Pin<&mut F>,
     partial_limit: Option<Duration>,
     conn: &ConnectionInfo,
@@ -125,7 +279,7 @@ async fn read_message<F: std::future::Future>(
             // Idle: wait as long as it takes for the next message to begin.
             tokio::select! {
                 _ = &mut stopping => return Err("server shutting down"),
-                ready = framed.get_ref().0.readable() => if ready.is_err() {
+                ready = framed.get_mut().readable() => if ready.is_err() {
                     return Err("read failed");
                 },
             }
@@ -165,6 +319,17 @@ async fn read_message<F: std::future::Future>(
     };
     match next {
         None => Err("closed by client"),
+        // A client that hangs up between messages without TLS's
+        // `close_notify` (most do), or with data of ours unread (a reset),
+        // has simply left.
+        Some(Err(WireError::Io(e)))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+            ) && framed.read_buffer().is_empty() =>
+        {
+            Err("closed by client")
+        }
         Some(Err(e)) => {
             if let Some(suppressed) = BAD_MESSAGE_WARNINGS.admit() {
                 tracing::warn!(conn = conn.id, %peer, suppressed, "bad message, closing: {e}");
@@ -266,24 +431,105 @@ fn streamed(mut reply: Reply, next: Option<Document>) -> Answer {
     Answer::Reply(reply, Some(stream))
 }
 
-/// Over `--max-connections`: answers the connection's first message with
+/// Over `--max-connections` (or `--max-connections-per-address`): answers the connection's first message with
 /// an error, then closes it. mongod only closes such a connection; an
 /// answer tells the client why instead of leaving it to guess. A client
 /// that sends nothing within `wait` is closed without one.
-pub async fn refuse(socket: TcpStream, open: usize, wait: Duration) {
+pub async fn refuse(socket: TcpStream, why: String, wait: Duration) {
+    // A TLS client cannot read a plain answer: it is closed without one.
+    let mut first = [0u8; 3];
+    if let Ok(Ok(n)) = tokio::time::timeout(wait, socket.peek(&mut first)).await {
+        if tls::opening(&first[..n]) != Opening::Plain {
+            return;
+        }
+    }
     let mut framed = Framed::new(socket, MessageCodec::default());
     let Ok(Some(Ok(message))) = tokio::time::timeout(wait, framed.next()).await else {
         return;
     };
-    let error = Error::new(
-        ErrorCode::HostUnreachable,
-        format!("connection refused because too many open connections: {open}"),
-    );
+    let error = Error::new(ErrorCode::HostUnreachable, why);
     let Some(body) = encode(&commands::error_document(&error)) else {
         return;
     };
     let reply = Reply::to(&message, body);
     let _ = tokio::time::timeout(wait, framed.send(reply)).await;
+}
+
+/// What a connection's messages travel over: the socket itself, or TLS
+/// over it.
+enum Transport {
+    Plain(SharedSocket),
+    Tls(Box<tokio_rustls::server::TlsStream<SharedSocket>>),
+}
+
+impl Transport {
+    /// The TCP socket underneath, for [`client_connected`].
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Transport::Plain(socket) => &socket.0,
+            Transport::Tls(tls) => &tls.get_ref().0 .0,
+        }
+    }
+
+    /// Waits until a read would find something: bytes on the socket, or
+    /// (under TLS) text already decrypted from records read earlier.
+    async fn readable(&mut self) -> io::Result<()> {
+        match self {
+            Transport::Plain(socket) => socket.0.readable().await,
+            Transport::Tls(tls) => {
+                let (socket, session) = tls.get_mut();
+                match session.process_new_packets() {
+                    // A bad record or a peer's close: the read says so.
+                    Err(_) => return Ok(()),
+                    Ok(io) if io.plaintext_bytes_to_read() > 0 || io.peer_has_closed() => {
+                        return Ok(())
+                    }
+                    Ok(_) => {}
+                }
+                socket.0.readable().await
+            }
+        }
+    }
+}
+
+impl AsyncRead for Transport {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Plain(socket) => Pin::new(socket).poll_read(cx, buf),
+            Transport::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Transport {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Transport::Plain(socket) => Pin::new(socket).poll_write(cx, buf),
+            Transport::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Plain(socket) => Pin::new(socket).poll_flush(cx),
+            Transport::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Plain(socket) => Pin::new(socket).poll_shutdown(cx),
+            Transport::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 /// The connection's socket, shared with the probe its operations ask

@@ -10,8 +10,11 @@
 mod connection;
 mod heat;
 mod http;
+mod tls;
 mod ui;
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,13 +52,16 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
             router.request_split(&coll.ns);
         }
     }
+    let tls = tls::TlsSetup::from_config(&config)?;
     let state = ServerState::new(router.clone(), config.clone());
     let listener = TcpListener::bind(config.bind).await?;
     tracing::info!(
         bind = %config.bind,
         data_dir = %config.data_dir.display(),
+        tls = ?config.tls_mode,
         "shardgate listening"
     );
+    let tls_reloader = tls.clone().map(|tls| tokio::spawn(tls.reload_on_hangup()));
 
     // The side port comes up once the wire port accepts: from then on
     // the server is ready.
@@ -78,6 +84,7 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
 
     let stop_rx = state.topology.stopping();
     let limit = Arc::new(Semaphore::new(config.max_connections));
+    let per_address = Arc::new(PerAddress::new(config.max_connections_per_address));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let cursor_reaper = {
         let (state, stop) = (state.clone(), stop_rx.clone());
@@ -93,38 +100,54 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((socket, peer)) => match limit.clone().try_acquire_owned() {
-                Ok(permit) => {
-                    let _ = socket.set_nodelay(true);
-                    let state = state.clone();
-                    let stop = stop_rx.clone();
-                    connections.spawn(async move {
-                        connection::serve(socket, peer, state, stop).await;
-                        drop(permit);
+            Ok((socket, peer)) => {
+                let admitted = per_address
+                    .admit(peer.ip())
+                    .ok_or_else(|| {
+                        format!(
+                            "connection refused because too many open connections from {}: {}",
+                            peer.ip(),
+                            config.max_connections_per_address
+                        )
+                    })
+                    .and_then(|from_address| {
+                        let permit = limit.clone().try_acquire_owned().map_err(|_| {
+                            format!(
+                                "connection refused because too many open connections: {}",
+                                config.max_connections
+                            )
+                        })?;
+                        Ok((permit, from_address))
                     });
-                }
-                Err(_) => {
-                    state
-                        .counters
-                        .connections_rejected
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let open = config.max_connections;
-                    if let Some(suppressed) = REFUSED_WARNINGS.admit() {
-                        tracing::warn!(
-                            %peer,
-                            suppressed,
-                            "connection refused because too many open connections: {open}"
-                        );
-                    }
-                    // Refusals are bounded too: past them, just close.
-                    if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                match admitted {
+                    Ok(permits) => {
+                        let _ = socket.set_nodelay(true);
+                        let state = state.clone();
+                        let stop = stop_rx.clone();
+                        let tls = tls.clone();
                         connections.spawn(async move {
-                            connection::refuse(socket, open, REFUSAL_WAIT).await;
-                            drop(permit);
+                            connection::serve(socket, peer, state, stop, tls).await;
+                            drop(permits);
                         });
                     }
+                    Err(why) => {
+                        state
+                            .counters
+                            .connections_rejected
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if let Some(suppressed) = REFUSED_WARNINGS.admit() {
+                            tracing::warn!(%peer, suppressed, "{why}");
+                        }
+                        // Refusals are bounded too: past them, just close.
+                        if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                            connections.spawn(async move {
+                                connection::refuse(socket, why, REFUSAL_WAIT).await;
+                                drop(permit);
+                            });
+                        }
+                    }
                 }
-            },
+            }
             Err(e) => {
                 // Out of file descriptors and the like: back off, keep serving.
                 if let Some(suppressed) = ACCEPT_WARNINGS.admit() {
@@ -146,6 +169,9 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
         tracing::warn!("connections still busy after 30 s; closing them");
     }
     cursor_reaper.abort();
+    if let Some(tls_reloader) = tls_reloader {
+        tls_reloader.abort();
+    }
     if let Some(side_port) = side_port {
         side_port.abort();
     }
@@ -161,6 +187,58 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
 const MAX_REFUSALS: usize = 64;
 /// How long a refused connection has to send its first message.
 const REFUSAL_WAIT: Duration = Duration::from_secs(2);
+
+/// Open connections per client address, against
+/// `--max-connections-per-address` (0: no limit).
+struct PerAddress {
+    limit: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection counted against its address; dropping it uncounts it.
+struct AddressPermit {
+    counts: Arc<PerAddress>,
+    ip: IpAddr,
+}
+
+impl PerAddress {
+    fn new(limit: usize) -> PerAddress {
+        PerAddress {
+            limit,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Counts one more connection from `ip`, unless it already has the
+    /// most it may.
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Option<AddressPermit>> {
+        if self.limit == 0 {
+            return Some(None);
+        }
+        let mut open = self.open.lock();
+        let count = open.entry(ip).or_insert(0);
+        if *count >= self.limit {
+            return None;
+        }
+        *count += 1;
+        Some(Some(AddressPermit {
+            counts: self.clone(),
+            ip,
+        }))
+    }
+}
+
+impl Drop for AddressPermit {
+    fn drop(&mut self) {
+        let mut open = self.counts.open.lock();
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
 
 static REFUSED_WARNINGS: WarnLimit = WarnLimit::new();
 static ACCEPT_WARNINGS: WarnLimit = WarnLimit::new();
@@ -264,6 +342,22 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connections_are_counted_per_address_until_they_close() {
+        let counts = Arc::new(PerAddress::new(2));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let first = counts.admit(a).unwrap();
+        let _second = counts.admit(a).unwrap();
+        assert!(counts.admit(a).is_none());
+        assert!(counts.admit(b).is_some());
+        drop(first);
+        assert!(counts.admit(a).is_some());
+        let unlimited = Arc::new(PerAddress::new(0));
+        assert!((0..10).all(|_| unlimited.admit(a).is_some()));
+        assert!(unlimited.open.lock().is_empty());
+    }
 
     #[test]
     fn warnings_are_limited_per_second_and_the_rest_counted() {
