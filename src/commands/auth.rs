@@ -6,10 +6,12 @@
 //!
 //! A connection's privileges are resolved once, from its user's roles,
 //! and kept on the connection until a user or role changes on this
-//! gateway ([`super::state::Security::generation`]), so a command pays
-//! only for comparing what it needs with what is held.
+//! gateway ([`super::state::Security::generation`]), or for at most
+//! [`HELD_FOR`] (a change made through another gateway of a fleet), so a
+//! command pays only for comparing what it needs with what is held.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
 
@@ -89,6 +91,11 @@ fn redacted(body: &Document) -> Document {
     shown
 }
 
+/// How long a connection keeps its resolved privileges when nothing
+/// changed on this gateway: how late it sees a change made through
+/// another gateway of the fleet.
+pub const HELD_FOR: Duration = Duration::from_secs(10);
+
 /// The logged-in user's privileges, resolved again when users or roles
 /// changed since; `None` when no one is logged in.
 async fn held_privileges(
@@ -102,7 +109,7 @@ async fn held_privileges(
             return Ok(None);
         };
         if let Some(held) = &auth.privileges {
-            if held.generation == generation {
+            if held.generation == generation && held.resolved_at.elapsed() < HELD_FOR {
                 return Ok(Some(held.resolved.clone()));
             }
         }
@@ -118,6 +125,7 @@ async fn held_privileges(
     if auth.user.as_ref() == Some(&user) {
         auth.privileges = Some(HeldPrivileges {
             generation,
+            resolved_at: Instant::now(),
             resolved: resolved.clone(),
         });
     }

@@ -364,6 +364,7 @@ pub struct Resolved {
 /// generation they were resolved at ([`Security::generation`]).
 pub struct HeldPrivileges {
     pub generation: u64,
+    pub resolved_at: Instant,
     pub resolved: Arc<Resolved>,
 }
 
