@@ -726,8 +726,8 @@ async fn roles_grant_what_they_should_and_denials_change_nothing() {
     }
     let before = snapshot(&root).await;
 
-    /// Each command and whether each user may run it, in `users` order:
-    /// reader, writer, dbadmin, useradmin, monitor, inserter.
+    // Each command and whether each user may run it, in `users` order:
+    // reader, writer, dbadmin, useradmin, monitor, inserter.
     let matrix: Vec<(Document, [bool; 6])> = vec![
         (
             doc! {"find": "orders", "filter": {}},
