@@ -786,6 +786,36 @@ async fn roles_grant_what_they_should_and_denials_change_nothing() {
             assert_eq!(snapshot(&root).await, before, "{user}: {cmd} changed data");
         }
     }
+    // userAdmin of shop hands out shop's roles, not another database's.
+    let ua = login(&srv, "useradmin", "pw", "shop", None).await;
+    let ua_shop = ua.database("shop");
+    run(
+        &ua_shop,
+        doc! {"createUser": "made", "pwd": "x", "roles": ["read"]},
+    )
+    .await;
+    expect_command_error(
+        &ua_shop,
+        doc! {"createUser": "made2", "pwd": "x", "roles": [{"role": "readWrite", "db": "other"}]},
+        13,
+        "Unauthorized",
+    )
+    .await;
+    expect_command_error(
+        &ua_shop,
+        doc! {"grantRolesToUser": "made", "roles": [{"role": "root", "db": "admin"}]},
+        13,
+        "Unauthorized",
+    )
+    .await;
+    let made = run(&shop, doc! {"usersInfo": ["made", "made2"]}).await;
+    let made = made.get_array("users").unwrap();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(
+        made[0].as_document().unwrap().get_array("roles").unwrap(),
+        &vec![Bson::Document(doc! {"role": "read", "db": "shop"})]
+    );
+
     // Then what each may do, on fresh data where it writes.
     for (cmd, allowed) in &matrix {
         for (i, (user, _)) in users.iter().enumerate() {

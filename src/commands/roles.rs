@@ -17,7 +17,7 @@ use bson::{doc, Bson, Document};
 use super::args;
 use super::request::Request;
 use super::state::{Resolved, UserName};
-use crate::auth::privileges::{self, Privilege};
+use crate::auth::privileges::{self, Action, Privilege, Resource};
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
@@ -185,6 +185,52 @@ fn privileges_of(stored: &Document) -> Vec<Privilege> {
 
 fn is_builtin(name: &UserName) -> bool {
     privileges::builtin_role(&name.name, &name.db).is_some()
+}
+
+/// Under `--auth`, fails with 13 unless the logged-in user may grant
+/// (`GrantRole`) or revoke (`RevokeRole`) roles of each role's database,
+/// as mongod checks a command that hands out roles. The dispatch checked
+/// the command's own database; roles may come from others.
+pub fn check_may_grant(req: &Request<'_>, roles: &[UserName], action: Action) -> Result<()> {
+    if !req.state.security.enabled || roles.is_empty() {
+        return Ok(());
+    }
+    let held = {
+        let auth = req.conn.auth.lock();
+        if auth.user.is_none() {
+            // The localhost exception: no user yet.
+            return Ok(());
+        }
+        auth.privileges.as_ref().map(|h| h.resolved.clone())
+    };
+    let needed: Vec<(Resource, Action)> = roles
+        .iter()
+        .map(|r| {
+            let db = Resource::Namespace {
+                db: r.db.clone(),
+                collection: String::new(),
+            };
+            (db, action)
+        })
+        .collect();
+    match held {
+        Some(held) if privileges::authorized(&held.privileges, &needed) => Ok(()),
+        _ => {
+            bail!(
+            Unauthorized,
+            "not authorized on {} to execute command {}: {} of {} needs {} on the role's database",
+            req.db,
+            req.name,
+            if action == Action::GrantRole { "granting" } else { "revoking" },
+            roles
+                .iter()
+                .map(UserName::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            action.name()
+        )
+        }
+    }
 }
 
 /// Fails with 31 `RoleNotFound` unless every role exists, built in or
@@ -365,6 +411,7 @@ pub async fn create_role(req: &Request<'_>) -> Result<Document> {
     refuse_builtin(&name)?;
     let privileges = parse_privileges(&req.name, required(req, "privileges")?, &name)?;
     let roles = parse_role_names(&req.name, "roles", required(req, "roles")?, &req.db)?;
+    check_may_grant(req, &roles, Action::GrantRole)?;
     let router = &req.state.router;
     check_roles_exist(router, &roles).await?;
     let stored = doc! {
@@ -405,6 +452,7 @@ pub async fn update_role(req: &Request<'_>) -> Result<Document> {
         set.insert("privileges", privileges_to_bson(&p));
     }
     if let Some(r) = roles {
+        check_may_grant(req, &r, Action::GrantRole)?;
         check_roles_exist(router, &r).await?;
         refuse_cycle(&name, &r, &custom_roles(router).await?)?;
         set.insert("roles", role_names_to_bson(&r));
@@ -501,6 +549,12 @@ pub async fn change_inherited(req: &Request<'_>) -> Result<Document> {
     let changes = parse_role_names(&req.name, "roles", required(req, "roles")?, &req.db)?;
     let router = &req.state.router;
     let stored = stored_role(router, &name).await?;
+    let action = if req.name == "grantRolesToRole" {
+        Action::GrantRole
+    } else {
+        Action::RevokeRole
+    };
+    check_may_grant(req, &changes, action)?;
     check_roles_exist(router, &changes).await?;
     let mut roles = role_names_of(&stored);
     if req.name == "grantRolesToRole" {

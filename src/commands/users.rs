@@ -14,6 +14,7 @@ use super::args;
 use super::request::Request;
 use super::roles::{self, stored_id, users_ns};
 use super::state::UserName;
+use crate::auth::privileges::Action;
 use crate::auth::scram::{Credentials, Mechanism};
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
@@ -172,6 +173,7 @@ pub async fn create_user(req: &Request<'_>) -> Result<Document> {
     let roles = roles::parse_role_names(&req.name, "roles", roles_value, &req.db)?;
     let mechs = parse_mechanisms(req)?;
     let custom = custom_data(req)?;
+    roles::check_may_grant(req, &roles, Action::GrantRole)?;
     let router = &req.state.router;
     roles::check_roles_exist(router, &roles).await?;
     let mut stored = doc! {
@@ -266,6 +268,7 @@ pub async fn update_user(req: &Request<'_>) -> Result<Document> {
         (None, false) => {}
     }
     if let Some(roles) = roles {
+        roles::check_may_grant(req, &roles, Action::GrantRole)?;
         roles::check_roles_exist(router, &roles).await?;
         set.insert("roles", roles::role_names_to_bson(&roles));
     }
@@ -312,6 +315,12 @@ pub async fn change_roles(req: &Request<'_>) -> Result<Document> {
     let changes = roles::parse_role_names(&req.name, "roles", value, &req.db)?;
     let router = &req.state.router;
     let stored = stored_user(router, &name).await?;
+    let action = if req.name == "grantRolesToUser" {
+        Action::GrantRole
+    } else {
+        Action::RevokeRole
+    };
+    roles::check_may_grant(req, &changes, action)?;
     roles::check_roles_exist(router, &changes).await?;
     let mut held = roles_of(&stored);
     if req.name == "grantRolesToUser" {
