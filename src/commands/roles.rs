@@ -686,7 +686,7 @@ mod tests {
                 "roles": [{"role": "reader", "db": "shop"}],
             },
         );
-        let resolved = resolve_with(&[boss.clone()], &custom);
+        let resolved = resolve_with(std::slice::from_ref(&boss), &custom);
         assert_eq!(
             resolved.roles,
             vec![boss, UserName::new("gone", "shop"), reader]
