@@ -292,6 +292,18 @@ pub struct Config {
     #[arg(long)]
     pub enable_test_commands: bool,
 
+    /// Require clients to authenticate (SCRAM-SHA-256 or SCRAM-SHA-1)
+    /// and check every command against the user's roles, as `mongod
+    /// --auth`. While there is no user, a client on the loopback
+    /// interface may create the first one, in `admin`.
+    #[arg(long)]
+    pub auth: bool,
+
+    /// Failed authentications one client address may make in a second;
+    /// further attempts from it that second are refused (0: no limit).
+    #[arg(long, default_value_t = 5)]
+    pub auth_failures_per_second: u32,
+
     /// Server-side JavaScript (`$where`, `$function`, `$accumulator`,
     /// `mapReduce`); `off` refuses them as `mongod --noscripting` does.
     #[arg(long, value_enum, default_value_t = Switch::On)]

@@ -123,12 +123,6 @@ pub async fn server_status(req: &Request<'_>) -> Result<Document> {
     })
 }
 
-pub async fn connection_status(_req: &Request<'_>) -> Result<Document> {
-    Ok(doc! {
-        "authInfo": {"authenticatedUsers": [], "authenticatedUserRoles": []},
-    })
-}
-
 pub async fn get_cmd_line_opts(req: &Request<'_>) -> Result<Document> {
     let c = &req.state.config;
     let mut parsed = doc! {

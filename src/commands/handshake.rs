@@ -23,6 +23,7 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};
 
 use super::args;
+use super::auth;
 use super::request::Request;
 use super::state::{ConnectionInfo, Topology};
 use crate::error::{Error, ErrorCode, Result};
@@ -76,8 +77,15 @@ pub async fn hello(req: &Request<'_>) -> Result<Document> {
     if matches!(req.body.get("helloOk"), Some(bson::Bson::Boolean(true))) {
         reply.insert("helloOk", true);
     }
-    if req.body.contains_key("saslSupportedMechs") {
-        reply.insert("saslSupportedMechs", Vec::<bson::Bson>::new());
+    if let Some(asked) = req.body.get("saslSupportedMechs") {
+        if let Some(mechs) = auth::supported_mechanisms(req.state, asked).await? {
+            reply.insert("saslSupportedMechs", mechs);
+        }
+    }
+    if let Some(spec) = req.body.get("speculativeAuthenticate") {
+        if let Some(first) = auth::speculative(req.state, req.conn, spec).await {
+            reply.insert("speculativeAuthenticate", first);
+        }
     }
     let agreed = match offered {
         Some(names) => {

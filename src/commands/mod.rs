@@ -9,7 +9,8 @@
 //!
 //! The files import each other in one direction, top to bottom: this
 //! file's dispatch, then the registry, then the handlers (`explain` may
-//! ask `find`, `count` and `aggregate` how they parse a query), then the
+//! ask `find`, `count` and `aggregate` how they parse a query; `handshake`
+//! asks `auth`, which asks `users`, which asks `roles`), then the
 //! pieces below them: `explain_render` (shared by `explain` and
 //! `aggregate`), `args`, `write_concern`, `request`, `state`, `activity`, `retry` and
 //! `version`. Nothing imports a file above it; `tests/layering.rs` checks
@@ -19,6 +20,7 @@ pub mod activity;
 pub mod admin;
 pub mod aggregate;
 pub mod args;
+pub mod auth;
 pub mod capped;
 pub mod catalog;
 pub mod coll_mod;
@@ -44,10 +46,12 @@ pub mod registry;
 pub mod request;
 pub mod request_statistics;
 pub mod retry;
+pub mod roles;
 pub mod sharding;
 pub mod state;
 pub mod timeseries;
 pub mod update;
+pub mod users;
 pub mod version;
 pub mod views;
 pub mod write_concern;
@@ -403,6 +407,9 @@ async fn run(
             ErrorCode::CommandNotFound,
             format!("no such command: '{name}'"),
         ));
+    }
+    if state.security.enabled {
+        auth::authorize(state, conn, &name, &db, &body).await?;
     }
     generic_args::check(&name, &body)?;
     if entry.admin_only && db != "admin" {

@@ -6,9 +6,9 @@ use bson::{doc, Document};
 
 use super::request::{CommandReply, Handler, Request};
 use super::{
-    admin, aggregate, capped, catalog, coll_mod, count, current_op, custom_action, delete,
+    admin, aggregate, auth, capped, catalog, coll_mod, count, current_op, custom_action, delete,
     distinct, explain, find, find_and_modify, handshake, indexes, insert, map_reduce, parameters,
-    profile, request_statistics, sharding, update,
+    profile, request_statistics, roles, sharding, update, users,
 };
 use crate::error::Result;
 
@@ -50,6 +50,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         aggregate::run,
         false,
         "run an aggregation pipeline"
+    ),
+    command!(
+        "authenticate",
+        auth::authenticate,
+        false,
+        "log in without a SASL conversation"
     ),
     command!(
         "balancerStatus",
@@ -96,7 +102,7 @@ pub static COMMANDS: &[CommandEntry] = &[
     ),
     command!(
         "connectionStatus",
-        admin::connection_status,
+        auth::connection_status,
         false,
         "authenticated users"
     ),
@@ -114,6 +120,8 @@ pub static COMMANDS: &[CommandEntry] = &[
         false,
         "create indexes"
     ),
+    command!("createRole", roles::create_role, false, "create a role"),
+    command!("createUser", users::create_user, false, "create a user"),
     command!(
         "currentOp",
         current_op::current_op,
@@ -136,12 +144,26 @@ pub static COMMANDS: &[CommandEntry] = &[
     ),
     command!("drop", catalog::drop, false, "drop a collection"),
     command!(
+        "dropAllRolesFromDatabase",
+        roles::drop_all_roles_from_database,
+        false,
+        "drop the database's roles"
+    ),
+    command!(
+        "dropAllUsersFromDatabase",
+        users::drop_all_users_from_database,
+        false,
+        "drop the database's users"
+    ),
+    command!(
         "dropDatabase",
         catalog::drop_database,
         false,
         "drop a database"
     ),
     command!("dropIndexes", indexes::drop_indexes, false, "drop indexes"),
+    command!("dropRole", roles::drop_role, false, "drop a role"),
+    command!("dropUser", users::drop_user, false, "drop a user"),
     command!(
         "enableSharding",
         sharding::enable_sharding,
@@ -194,6 +216,24 @@ pub static COMMANDS: &[CommandEntry] = &[
         true,
         "server parameters"
     ),
+    command!(
+        "grantPrivilegesToRole",
+        roles::change_privileges,
+        false,
+        "add privileges to a role"
+    ),
+    command!(
+        "grantRolesToRole",
+        roles::change_inherited,
+        false,
+        "make a role inherit roles"
+    ),
+    command!(
+        "grantRolesToUser",
+        users::change_roles,
+        false,
+        "grant roles to a user"
+    ),
     command!("hello", handshake::hello, false, "handshake"),
     command!("hostInfo", admin::host_info, false, "host information"),
     command!("insert", insert::run, false, "insert documents"),
@@ -227,7 +267,7 @@ pub static COMMANDS: &[CommandEntry] = &[
         true,
         "list partitions as shards"
     ),
-    command!("logout", admin::ok, false, "log out"),
+    command!("logout", auth::logout, false, "log out"),
     command!(
         "mapReduce",
         map_reduce::run,
@@ -267,6 +307,37 @@ pub static COMMANDS: &[CommandEntry] = &[
         true,
         "rename a collection"
     ),
+    command!(
+        "revokePrivilegesFromRole",
+        roles::change_privileges,
+        false,
+        "remove privileges from a role"
+    ),
+    command!(
+        "revokeRolesFromRole",
+        roles::change_inherited,
+        false,
+        "stop a role inheriting roles"
+    ),
+    command!(
+        "revokeRolesFromUser",
+        users::change_roles,
+        false,
+        "revoke roles from a user"
+    ),
+    command!("rolesInfo", roles::roles_info, false, "describe roles"),
+    command!(
+        "saslContinue",
+        auth::sasl_continue,
+        false,
+        "next step of a SASL login"
+    ),
+    command!(
+        "saslStart",
+        auth::sasl_start_command,
+        false,
+        "first step of a SASL login"
+    ),
     command!("serverStatus", admin::server_status, false, "server status"),
     command!(
         "setParameter",
@@ -288,6 +359,19 @@ pub static COMMANDS: &[CommandEntry] = &[
     ),
     command!("top", current_op::top, true, "time per collection"),
     command!("update", update::run, false, "update documents"),
+    command!(
+        "updateRole",
+        roles::update_role,
+        false,
+        "replace a role's privileges or roles"
+    ),
+    command!(
+        "updateUser",
+        users::update_user,
+        false,
+        "change a user's password, roles or data"
+    ),
+    command!("usersInfo", users::users_info, false, "describe users"),
     command!(
         "validate",
         indexes::validate,

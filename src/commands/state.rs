@@ -3,7 +3,7 @@
 //! clock; and the connection a command arrived on. Below every handler
 //! and the dispatch in `mod.rs`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -44,6 +44,8 @@ pub struct StateInner {
     pub profiler: super::activity::Profiler,
     /// Time per collection and kind of operation (`top`).
     pub top: super::activity::Top,
+    /// Authentication and authorization (`--auth`).
+    pub security: Security,
     cluster_time: AtomicU64,
 }
 
@@ -151,6 +153,7 @@ impl ServerState {
             .http_bind
             .0
             .map(|_| super::metrics::CommandMetrics::default());
+        let (config_auth, failures_per_second) = (config.auth, config.auth_failures_per_second);
         ServerState(Arc::new(StateInner {
             router,
             cursors: CursorRegistry::new(config.cursor_limits()),
@@ -164,6 +167,7 @@ impl ServerState {
             topology: Topology::new(),
             metrics,
             top: super::activity::Top::default(),
+            security: Security::new(config_auth, failures_per_second),
             cluster_time: AtomicU64::new(0),
         }))
     }
@@ -262,6 +266,148 @@ impl Topology {
     }
 }
 
+/// Authentication and authorization, shared by every connection.
+pub struct Security {
+    /// `--auth`: clients must log in, and commands are checked against
+    /// their privileges. Off, nothing here is consulted.
+    pub enabled: bool,
+    /// Moves on whenever a user or role changes here, so connections
+    /// resolve their privileges again before their next command.
+    generation: AtomicU64,
+    /// Failed authentications per client address in the current second.
+    failures: parking_lot::Mutex<std::collections::HashMap<IpAddr, (u64, u32)>>,
+    failures_per_second: u32,
+}
+
+impl Security {
+    fn new(enabled: bool, failures_per_second: u32) -> Security {
+        Security {
+            enabled,
+            generation: AtomicU64::new(0),
+            failures: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            failures_per_second,
+        }
+    }
+
+    /// The users-and-roles generation (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Notes that users or roles changed.
+    pub fn users_changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn second() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    }
+
+    /// Whether `addr` failed to authenticate too often this second.
+    pub fn throttled(&self, addr: IpAddr) -> bool {
+        if self.failures_per_second == 0 {
+            return false;
+        }
+        let now = Security::second();
+        matches!(
+            self.failures.lock().get(&addr),
+            Some(&(second, n)) if second == now && n >= self.failures_per_second
+        )
+    }
+
+    /// Counts a failed authentication from `addr`.
+    pub fn failed(&self, addr: IpAddr) {
+        if self.failures_per_second == 0 {
+            return;
+        }
+        let now = Security::second();
+        let mut failures = self.failures.lock();
+        // Forget past seconds, so the map holds only this second's
+        // addresses.
+        if failures.len() > 1024 {
+            failures.retain(|_, (second, _)| *second == now);
+        }
+        let entry = failures.entry(addr).or_insert((now, 0));
+        if entry.0 != now {
+            *entry = (now, 0);
+        }
+        entry.1 = entry.1.saturating_add(1);
+    }
+}
+
+/// Who is logged in on a connection, and a login under way.
+#[derive(Default)]
+pub struct Authentication {
+    /// The authenticated user, as `user@db` names it; one at a time, as
+    /// in MongoDB 7.0.
+    pub user: Option<UserName>,
+    /// A SCRAM conversation between `saslStart` and its last
+    /// `saslContinue`.
+    pub conversation: Option<SaslConversation>,
+    /// The user's privileges, once resolved.
+    pub privileges: Option<HeldPrivileges>,
+}
+
+/// What a set of roles grants: every role reached through them and the
+/// privileges of all of those.
+#[derive(Debug, Clone, Default)]
+pub struct Resolved {
+    /// The roles given and those they inherit, sorted.
+    pub roles: Vec<UserName>,
+    pub privileges: Vec<crate::auth::privileges::Privilege>,
+}
+
+/// A connection's resolved privileges, and the users-and-roles
+/// generation they were resolved at ([`Security::generation`]).
+pub struct HeldPrivileges {
+    pub generation: u64,
+    pub resolved_at: Instant,
+    pub resolved: Arc<Resolved>,
+}
+
+/// A user or role name: `name` defined on database `db`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UserName {
+    pub name: String,
+    pub db: String,
+}
+
+impl UserName {
+    pub fn new(name: impl Into<String>, db: impl Into<String>) -> UserName {
+        UserName {
+            name: name.into(),
+            db: db.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for UserName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.name, self.db)
+    }
+}
+
+/// One SCRAM conversation in progress.
+pub struct SaslConversation {
+    pub id: i32,
+    pub user: UserName,
+    pub step: SaslStep,
+    /// The client asked to skip SCRAM's empty last exchange
+    /// (`options: {skipEmptyExchange: true}`).
+    pub skip_empty: bool,
+}
+
+pub enum SaslStep {
+    /// The server sent its first message; the client's proof is next.
+    Proof(crate::auth::scram::Conversation),
+    /// The proof checked and the server sent its signature; the client's
+    /// empty last message is next.
+    Verified,
+}
+
 /// The connection a command arrived on.
 pub struct ConnectionInfo {
     pub id: u64,
@@ -282,6 +428,8 @@ pub struct ConnectionInfo {
     /// Set when the connection is to close instead of replying (the
     /// `failCommand` fail point's `closeConnection`).
     closing: std::sync::atomic::AtomicBool,
+    /// Who is logged in (`--auth`).
+    pub auth: parking_lot::Mutex<Authentication>,
     state: ServerState,
 }
 
@@ -300,6 +448,7 @@ impl ConnectionInfo {
             compressors: AtomicU16::new(0),
             app_name: std::sync::OnceLock::new(),
             closing: std::sync::atomic::AtomicBool::new(false),
+            auth: parking_lot::Mutex::new(Authentication::default()),
             state: state.clone(),
         }
     }

@@ -62,6 +62,14 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
         "shardgate listening"
     );
     let tls_reloader = tls.clone().map(|tls| tokio::spawn(tls.reload_on_hangup()));
+    if !config.auth && !config.bind.ip().is_loopback() {
+        tracing::warn!(
+            bind = %config.bind,
+            "ACCESS CONTROL IS OFF: anyone who can reach {} may read, change and drop \
+             every database. Start with --auth, create a user, and connect with it.",
+            config.bind
+        );
+    }
 
     // The side port comes up once the wire port accepts: from then on
     // the server is ready.
