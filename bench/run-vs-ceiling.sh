@@ -15,7 +15,10 @@
 # before/after comparison), URI_OPTIONS (appended to both servers' URIs, e.g.
 # `&w=1&journal=false` for writes acknowledged before the journal sync),
 # SHARDGATE_ARGS (extra server flags), SHARDGATE_LOG_LEVEL (the server's --log-level,
-# default warn).
+# default warn), AUTH_USER (start Shardgate with --auth, create this user with
+# the password AUTH_PASSWORD, default the same, and role root through the
+# localhost exception, and log every benchmark connection in as it with
+# SCRAM-SHA-256; needs mongosh in node_modules).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,15 +47,26 @@ ceiling_pid=$!
 pids+=("$ceiling_pid")
 echo "== starting shardgate on 127.0.0.1:$shardgate_port, data in $data_dir"
 "${SHARDGATE_BIN:-$repo/target/release/shardgate}" --bind "127.0.0.1:$shardgate_port" --data-dir "$data_dir" \
-    --log-level "${SHARDGATE_LOG_LEVEL:-warn}" ${SHARDGATE_ARGS:-} >/tmp/shardgate-bench-server.log 2>&1 &
+    --log-level "${SHARDGATE_LOG_LEVEL:-warn}" ${AUTH_USER:+--auth} ${SHARDGATE_ARGS:-} >/tmp/shardgate-bench-server.log 2>&1 &
 shardgate_pid=$!
 pids+=("$shardgate_pid")
 wait_for_port "$ceiling_port" ceiling "$ceiling_pid"
 wait_for_port "$shardgate_port" shardgate "$shardgate_pid"
 
+credentials=""
+if [[ -n "${AUTH_USER:-}" ]]; then
+    password="${AUTH_PASSWORD:-$AUTH_USER}"
+    echo "== creating user $AUTH_USER (root) through the localhost exception"
+    "$repo/node_modules/.bin/mongosh" --quiet --norc \
+        "mongodb://127.0.0.1:$shardgate_port/admin?directConnection=true" \
+        --eval "db.createUser({user: '$AUTH_USER', pwd: '$password', roles: ['root']})" >/dev/null
+    credentials="$AUTH_USER:$password@"
+    auth_options="&authSource=admin&authMechanism=SCRAM-SHA-256"
+fi
+
 echo "== benchmark (output also in $log)"
 "$repo/target/release/shardgate-bench" \
-    --uri "mongodb://127.0.0.1:$shardgate_port/?directConnection=true${URI_OPTIONS:-}" \
+    --uri "mongodb://${credentials}127.0.0.1:$shardgate_port/?directConnection=true${URI_OPTIONS:-}${auth_options:-}" \
     --compare-uri "mongodb://127.0.0.1:$ceiling_port/?directConnection=true${URI_OPTIONS:-}" \
     --concurrency "$concurrency" \
     --rss-pid "$shardgate_pid" \
