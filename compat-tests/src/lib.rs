@@ -73,6 +73,8 @@ pub struct TestServer {
     more: Vec<Gateway>,
     /// This test's schema on the PostgreSQL fleet, when it runs on one.
     fleet: Option<FleetSchema>,
+    /// Environment variables every process of this server starts with.
+    env: Vec<(String, String)>,
 }
 
 /// A further gateway process in front of the same fleet.
@@ -267,6 +269,26 @@ impl TestServer {
     /// processes on the fleet whatever [`gateways`] says (one without a
     /// fleet).
     pub async fn start_gateways(extra: &[&str], gateways: Option<usize>) -> TestServer {
+        Self::start_inner(extra, &[], gateways).await
+    }
+
+    /// Like [`TestServer::start_with_args`], the server's processes also
+    /// getting the environment variables `env` (kept for restarts). The
+    /// test process's own environment is shared by every test in it, so a
+    /// test gives a server its variables here rather than setting them.
+    pub async fn start_with_env(env: &[(&str, &str)], extra: &[&str]) -> TestServer {
+        Self::start_inner(extra, env, None).await
+    }
+
+    async fn start_inner(
+        extra: &[&str],
+        env: &[(&str, &str)],
+        gateways: Option<usize>,
+    ) -> TestServer {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let root = tempfile::Builder::new()
             .prefix("shardgate-test-")
             .tempdir()
@@ -309,7 +331,7 @@ impl TestServer {
         for _attempt in 0..4 {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
             let data_dir = root.path().join("data");
-            match launch(&child, &data_dir, &log_path, addr, &args).await {
+            match launch(&child, &data_dir, &log_path, addr, &args, &env).await {
                 Ok(client) => {
                     let mut srv = TestServer {
                         pinned: client.clone(),
@@ -321,6 +343,7 @@ impl TestServer {
                         watchdog: Some(watchdog),
                         more,
                         fleet,
+                        env,
                     };
                     // One after the other: the first has set up the schema
                     // by the time the next starts.
@@ -358,7 +381,7 @@ impl TestServer {
             let mut started = None;
             for port in ports {
                 let addr = SocketAddr::from(([127, 0, 0, 1], port));
-                match launch(&g.child, &g.data_dir, &g.log_path, addr, args).await {
+                match launch(&g.child, &g.data_dir, &g.log_path, addr, args, &self.env).await {
                     Ok(_) => {
                         started = Some(addr);
                         break;
@@ -523,7 +546,16 @@ impl TestServer {
         for port in ports {
             let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
             let data_dir = self.data_dir();
-            match launch(&self.child, &data_dir, &self.log_path, addr, &args).await {
+            match launch(
+                &self.child,
+                &data_dir,
+                &self.log_path,
+                addr,
+                &args,
+                &self.env,
+            )
+            .await
+            {
                 Ok(client) => {
                     self.pinned = client.clone();
                     self.client = client;
@@ -596,6 +628,7 @@ async fn launch(
     log_path: &Path,
     addr: SocketAddr,
     extra: &[String],
+    env: &[(String, String)],
 ) -> Result<Client, String> {
     let log = OpenOptions::new()
         .create(true)
@@ -625,6 +658,7 @@ async fn launch(
         .args(side_port_off)
         .args(extra)
         .env("NO_COLOR", "1")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log2))
