@@ -75,6 +75,8 @@ pub struct TestServer {
     fleet: Option<FleetSchema>,
     /// Environment variables every process of this server starts with.
     env: Vec<(String, String)>,
+    /// Counts this server while it lives (see [`alone`]).
+    _running: Running,
 }
 
 /// A further gateway process in front of the same fleet.
@@ -285,6 +287,7 @@ impl TestServer {
         env: &[(&str, &str)],
         gateways: Option<usize>,
     ) -> TestServer {
+        let running = Running::new();
         let env: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -344,6 +347,7 @@ impl TestServer {
                         more,
                         fleet,
                         env,
+                        _running: running,
                     };
                     // One after the other: the first has set up the schema
                     // by the time the next starts.
@@ -1238,4 +1242,70 @@ pub async fn config_chunks(client: &Client, ns: &str) -> Vec<Chunk> {
         );
     }
     chunks
+}
+
+/// Who runs: how many [`TestServer`]s are up, and whether a test that must
+/// run alone (see [`alone`]) is running, on which thread.
+struct Gate {
+    servers: usize,
+    alone: Option<std::thread::ThreadId>,
+}
+
+static GATE: Mutex<Gate> = Mutex::new(Gate {
+    servers: 0,
+    alone: None,
+});
+static GATE_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
+
+fn gate() -> std::sync::MutexGuard<'static, Gate> {
+    GATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One [`TestServer`] counted while it lives. Starting one waits while a
+/// test on another thread runs [`alone`].
+struct Running;
+
+impl Running {
+    fn new() -> Running {
+        let me = std::thread::current().id();
+        let mut g = gate();
+        while g.alone.is_some_and(|t| t != me) {
+            g = GATE_CHANGED.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        g.servers += 1;
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        gate().servers -= 1;
+        GATE_CHANGED.notify_all();
+    }
+}
+
+/// Held by a test that must run alone in the test process: one whose
+/// timings should measure its own server, not the cores shared with
+/// another test's. Taken before the test starts its servers (from the
+/// test's own thread, as `#[tokio::test]`'s body runs), it waits until no
+/// other test's server is up, and until it is dropped other tests' servers
+/// wait to start.
+pub struct Alone;
+
+/// Waits until this test runs alone (see [`Alone`]).
+pub fn alone() -> Alone {
+    let me = std::thread::current().id();
+    let mut g = gate();
+    while g.alone.is_some() || g.servers > 0 {
+        g = GATE_CHANGED.wait(g).unwrap_or_else(|e| e.into_inner());
+    }
+    g.alone = Some(me);
+    Alone
+}
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        gate().alone = None;
+        GATE_CHANGED.notify_all();
+    }
 }
