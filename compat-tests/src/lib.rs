@@ -10,6 +10,12 @@
 //! file beside the data directory; when a test panics, the log is printed so
 //! the failure can be read together with what the server said.
 //!
+//! The driver tests are one test binary (`tests/compat/`, a module per
+//! area), so every test shares one process: a test gives its server
+//! environment variables through [`TestServer::start_with_env`] instead of
+//! setting its own, and one whose timings must not share the cores with
+//! another test's server takes [`alone`].
+//!
 //! The binary is `$SHARDGATE_BIN`, else `<workspace>/target/release/shardgate`,
 //! else `<workspace>/target/debug/shardgate` (`$CARGO_TARGET_DIR` is honoured).
 //!
