@@ -10,6 +10,12 @@
 //! file beside the data directory; when a test panics, the log is printed so
 //! the failure can be read together with what the server said.
 //!
+//! The driver tests are one test binary (`tests/compat/`, a module per
+//! area), so every test shares one process: a test gives its server
+//! environment variables through [`TestServer::start_with_env`] instead of
+//! setting its own, and one whose timings must not share the cores with
+//! another test's server takes [`alone`].
+//!
 //! The binary is `$SHARDGATE_BIN`, else `<workspace>/target/release/shardgate`,
 //! else `<workspace>/target/debug/shardgate` (`$CARGO_TARGET_DIR` is honoured).
 //!
@@ -73,6 +79,10 @@ pub struct TestServer {
     more: Vec<Gateway>,
     /// This test's schema on the PostgreSQL fleet, when it runs on one.
     fleet: Option<FleetSchema>,
+    /// Environment variables every process of this server starts with.
+    env: Vec<(String, String)>,
+    /// Counts this server while it lives (see [`alone`]).
+    _running: Running,
 }
 
 /// A further gateway process in front of the same fleet.
@@ -267,6 +277,27 @@ impl TestServer {
     /// processes on the fleet whatever [`gateways`] says (one without a
     /// fleet).
     pub async fn start_gateways(extra: &[&str], gateways: Option<usize>) -> TestServer {
+        Self::start_inner(extra, &[], gateways).await
+    }
+
+    /// Like [`TestServer::start_with_args`], the server's processes also
+    /// getting the environment variables `env` (kept for restarts). The
+    /// test process's own environment is shared by every test in it, so a
+    /// test gives a server its variables here rather than setting them.
+    pub async fn start_with_env(env: &[(&str, &str)], extra: &[&str]) -> TestServer {
+        Self::start_inner(extra, env, None).await
+    }
+
+    async fn start_inner(
+        extra: &[&str],
+        env: &[(&str, &str)],
+        gateways: Option<usize>,
+    ) -> TestServer {
+        let running = Running::new();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let root = tempfile::Builder::new()
             .prefix("shardgate-test-")
             .tempdir()
@@ -309,7 +340,7 @@ impl TestServer {
         for _attempt in 0..4 {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
             let data_dir = root.path().join("data");
-            match launch(&child, &data_dir, &log_path, addr, &args).await {
+            match launch(&child, &data_dir, &log_path, addr, &args, &env).await {
                 Ok(client) => {
                     let mut srv = TestServer {
                         pinned: client.clone(),
@@ -321,6 +352,8 @@ impl TestServer {
                         watchdog: Some(watchdog),
                         more,
                         fleet,
+                        env,
+                        _running: running,
                     };
                     // One after the other: the first has set up the schema
                     // by the time the next starts.
@@ -358,7 +391,7 @@ impl TestServer {
             let mut started = None;
             for port in ports {
                 let addr = SocketAddr::from(([127, 0, 0, 1], port));
-                match launch(&g.child, &g.data_dir, &g.log_path, addr, args).await {
+                match launch(&g.child, &g.data_dir, &g.log_path, addr, args, &self.env).await {
                     Ok(_) => {
                         started = Some(addr);
                         break;
@@ -523,7 +556,16 @@ impl TestServer {
         for port in ports {
             let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
             let data_dir = self.data_dir();
-            match launch(&self.child, &data_dir, &self.log_path, addr, &args).await {
+            match launch(
+                &self.child,
+                &data_dir,
+                &self.log_path,
+                addr,
+                &args,
+                &self.env,
+            )
+            .await
+            {
                 Ok(client) => {
                     self.pinned = client.clone();
                     self.client = client;
@@ -596,6 +638,7 @@ async fn launch(
     log_path: &Path,
     addr: SocketAddr,
     extra: &[String],
+    env: &[(String, String)],
 ) -> Result<Client, String> {
     let log = OpenOptions::new()
         .create(true)
@@ -625,6 +668,7 @@ async fn launch(
         .args(side_port_off)
         .args(extra)
         .env("NO_COLOR", "1")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log2))
@@ -1204,4 +1248,70 @@ pub async fn config_chunks(client: &Client, ns: &str) -> Vec<Chunk> {
         );
     }
     chunks
+}
+
+/// Who runs: how many [`TestServer`]s are up, and whether a test that must
+/// run alone (see [`alone`]) is running, on which thread.
+struct Gate {
+    servers: usize,
+    alone: Option<std::thread::ThreadId>,
+}
+
+static GATE: Mutex<Gate> = Mutex::new(Gate {
+    servers: 0,
+    alone: None,
+});
+static GATE_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
+
+fn gate() -> std::sync::MutexGuard<'static, Gate> {
+    GATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One [`TestServer`] counted while it lives. Starting one waits while a
+/// test on another thread runs [`alone`].
+struct Running;
+
+impl Running {
+    fn new() -> Running {
+        let me = std::thread::current().id();
+        let mut g = gate();
+        while g.alone.is_some_and(|t| t != me) {
+            g = GATE_CHANGED.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        g.servers += 1;
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        gate().servers -= 1;
+        GATE_CHANGED.notify_all();
+    }
+}
+
+/// Held by a test that must run alone in the test process: one whose
+/// timings should measure its own server, not the cores shared with
+/// another test's. Taken before the test starts its servers (from the
+/// test's own thread, as `#[tokio::test]`'s body runs), it waits until no
+/// other test's server is up, and until it is dropped other tests' servers
+/// wait to start.
+pub struct Alone;
+
+/// Waits until this test runs alone (see [`Alone`]).
+pub fn alone() -> Alone {
+    let me = std::thread::current().id();
+    let mut g = gate();
+    while g.alone.is_some() || g.servers > 0 {
+        g = GATE_CHANGED.wait(g).unwrap_or_else(|e| e.into_inner());
+    }
+    g.alone = Some(me);
+    Alone
+}
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        gate().alone = None;
+        GATE_CHANGED.notify_all();
+    }
 }

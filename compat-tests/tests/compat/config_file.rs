@@ -1,8 +1,6 @@
 //! Settings from a `--config` TOML file and `SHARDGATE_<FLAG>`
 //! environment variables, with the precedence flag > environment > file >
 //! default, as `getCmdLineOpts` reports them and as the server behaves.
-//! One test alone in this binary: it sets the environment the server
-//! inherits.
 
 use compat_tests::{
     bson::{doc, Document},
@@ -18,17 +16,19 @@ async fn flags_beat_the_environment_which_beats_the_file() {
         "max-connections = 300\ninitial-partitions = 3\njavascript = \"off\"\n",
     )
     .unwrap();
-    std::env::set_var("SHARDGATE_MAX_CONNECTIONS", "400");
-    std::env::set_var("SHARDGATE_INITIAL_PARTITIONS", "6");
-    let srv = TestServer::start_with_args(&[
-        "--config",
-        file.to_str().unwrap(),
-        "--max-connections",
-        "250",
-    ])
+    let srv = TestServer::start_with_env(
+        &[
+            ("SHARDGATE_MAX_CONNECTIONS", "400"),
+            ("SHARDGATE_INITIAL_PARTITIONS", "6"),
+        ],
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--max-connections",
+            "250",
+        ],
+    )
     .await;
-    std::env::remove_var("SHARDGATE_MAX_CONNECTIONS");
-    std::env::remove_var("SHARDGATE_INITIAL_PARTITIONS");
 
     let opts = srv
         .db("admin")

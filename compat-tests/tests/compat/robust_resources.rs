@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use compat_tests::{
+    alone,
     bson::{doc, Bson, Document},
     failure, num,
     wire::{self, Outcome},
@@ -77,10 +78,6 @@ fn ticks_per_second() -> f64 {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(100.0)
 }
-
-/// One test at a time: each loads its server hard, and a ping's latency
-/// should measure that server, not the two cores shared with another.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Pings the server and samples its memory until stopped.
 struct Watch {
@@ -365,7 +362,10 @@ fn doubling(range: i32, initial: Bson, step: &str) -> Document {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expression_results_and_replies_are_bounded() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    // Alone in the test process: each test loads its server hard, and a
+    // ping's latency should measure that server, not the two cores shared
+    // with another test's.
+    let _alone = alone();
     let srv = TestServer::start().await;
     let mut watch = Watch::start(&srv).await;
 
@@ -430,7 +430,10 @@ async fn expression_results_and_replies_are_bounded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_sorted_cursors_stay_small() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    // Alone in the test process: each test loads its server hard, and a
+    // ping's latency should measure that server, not the two cores shared
+    // with another test's.
+    let _alone = alone();
     const DOCS: i32 = 100_000;
     const CURSORS: usize = 200;
     let srv = TestServer::start().await;
@@ -500,7 +503,10 @@ async fn two_hundred_sorted_cursors_stay_small() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unwind_of_100000_elements() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    // Alone in the test process: each test loads its server hard, and a
+    // ping's latency should measure that server, not the two cores shared
+    // with another test's.
+    let _alone = alone();
     let srv = TestServer::start().await;
     let coll = srv.db("test").collection::<Document>("arr");
     let items: Vec<Bson> = (0..100_000).map(Bson::Int32).collect();
@@ -557,7 +563,10 @@ fn heavy_pipeline() -> Vec<Document> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_time_ms_and_disconnects_stop_work() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    // Alone in the test process: each test loads its server hard, and a
+    // ping's latency should measure that server, not the two cores shared
+    // with another test's.
+    let _alone = alone();
     let srv = TestServer::start().await;
     let mut watch = Watch::start(&srv).await;
     watch
@@ -606,7 +615,10 @@ async fn max_time_ms_and_disconnects_stop_work() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_and_write_abuse_is_refused() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    // Alone in the test process: each test loads its server hard, and a
+    // ping's latency should measure that server, not the two cores shared
+    // with another test's.
+    let _alone = alone();
     let srv = TestServer::start_with_args(&["--max-connections", "24"]).await;
     let addr = srv.addr;
     let mut watch = Watch::start(&srv).await;
