@@ -204,6 +204,19 @@ async fn unsharded_collections_read_and_write_through_the_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_reports_its_progress_to_current_op() {
+    let engine = MemoryEngine::new();
+    let router = sharded(&engine, 40).await;
+    let operation = crate::query::interrupt::Operation::new(None, None);
+    let _entered = crate::query::interrupt::enter(Some(operation.clone()));
+    router.split_oversized(&ns("s")).unwrap();
+    let progress = operation.progress().expect("no progress reported");
+    assert_eq!(progress.message, super::sharding::SPLIT_PROGRESS);
+    assert!(progress.total > 0, "{progress:?}");
+    assert!(progress.done <= progress.total, "{progress:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_reads_find_each_document_once_across_a_split() {
     let engine = MemoryEngine::new();
     let router = sharded(&engine, 40).await;
