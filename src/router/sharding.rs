@@ -287,7 +287,10 @@ impl Router {
                 break;
             }
         }
-        let Some(at) = at.filter(|&h| h > part.min) else {
+        // Both halves must hold data: a partition of one shard-key hash
+        // (one logical partition) stays whole.
+        let lowest = entries.first().map(|(hash, _)| *hash);
+        let Some(at) = at.filter(|&h| h > part.min && lowest.is_some_and(|l| l < h)) else {
             return Ok(None);
         };
         self.split_at(coll, sharding, part, at)
