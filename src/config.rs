@@ -184,6 +184,11 @@ pub struct Config {
     #[arg(long, hide = true)]
     pub test_disk_full_after_bytes: Option<u64>,
 
+    /// Test hook: storage takes this many more milliseconds to open, so
+    /// a test sees the side port while the server starts.
+    #[arg(long, hide = true)]
+    pub test_storage_open_delay_ms: Option<u64>,
+
     /// Block cache of the embedded engine, in MiB. By default half of the
     /// memory less 1 GiB, at least 256 MiB, as mongod sizes its cache.
     #[arg(long)]
@@ -328,6 +333,9 @@ impl Config {
     /// Opens the chosen backend and the router over it: the one place
     /// that names a backend.
     pub fn open_router(&self) -> crate::error::Result<crate::router::Router> {
+        if let Some(ms) = self.test_storage_open_delay_ms {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
         crate::router::Router::open_with(self.open_store()?, self.partition_options())
     }
 

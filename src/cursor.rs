@@ -36,6 +36,7 @@ use parking_lot::Mutex;
 use crate::aggregate::spill::held_bytes;
 use crate::aggregate::DocStream;
 use crate::base::limits::{MAX_BSON_OBJECT_SIZE, MAX_INTERNAL_OBJECT_SIZE};
+use crate::base::UserName;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::size::document_size;
 use crate::router::capped::Tail;
@@ -118,11 +119,19 @@ pub const DEFAULT_MAX_OPEN_CURSORS: usize = 50_000;
 /// Default of `--max-cursor-memory-bytes` (1 GiB).
 pub const DEFAULT_MAX_CURSOR_MEMORY_BYTES: usize = 1 << 30;
 
+/// Who opened a cursor: the connection, whose cap it counts against,
+/// and under `--auth` the user logged in on it, the only one that may
+/// read on or close it (from any connection: drivers pool them).
+#[derive(Clone, Debug)]
+pub struct Opener {
+    pub conn: u64,
+    pub user: Option<UserName>,
+}
+
 pub struct OpenCursor {
     /// The namespace it reads (`db.coll`), for `getMore` checks.
     pub ns: String,
-    /// The connection that opened it, whose cap it counts against.
-    owner: u64,
+    owner: Opener,
     stream: CursorStream,
     last_used: Instant,
 }
@@ -297,6 +306,14 @@ fn fill<T>(
     }
 }
 
+/// mongod's answer to a user that reads on or closes another's cursor.
+fn not_the_opener(id: i64) -> Error {
+    Error::new(
+        ErrorCode::Unauthorized,
+        format!("cursor id {id} was not created by the authenticated user"),
+    )
+}
+
 fn cap_error(message: String) -> Error {
     Error::new(ErrorCode::ExceededMemoryLimit, message)
 }
@@ -340,13 +357,14 @@ impl CursorRegistry {
         Ok(())
     }
 
-    /// Keeps `stream` open for connection `conn` and returns the new
-    /// cursor's id, or fails (dropping the stream) past a cap.
-    pub fn open(&self, ns: String, stream: CursorStream, conn: u64) -> Result<i64> {
+    /// Keeps `stream` open for `owner` and returns the new cursor's id,
+    /// or fails (dropping the stream) past a cap.
+    pub fn open(&self, ns: String, stream: CursorStream, owner: Opener) -> Result<i64> {
+        let conn = owner.conn;
         self.admit(conn)?;
         let cursor = Arc::new(Mutex::new(OpenCursor {
             ns,
-            owner: conn,
+            owner,
             stream,
             last_used: Instant::now(),
         }));
@@ -369,7 +387,7 @@ impl CursorRegistry {
         let Some((_, cursor)) = self.cursors.remove(&id) else {
             return false;
         };
-        let owner = cursor.lock().owner;
+        let owner = cursor.lock().owner.conn;
         if let dashmap::mapref::entry::Entry::Occupied(mut n) = self.per_connection.entry(owner) {
             *n.get_mut() = n.get().saturating_sub(1);
             if *n.get() == 0 {
@@ -396,11 +414,13 @@ impl CursorRegistry {
         self.timed_out.load(Ordering::Relaxed)
     }
 
-    /// Runs `f` on the cursor, then closes it if `f` says it is exhausted.
+    /// Runs `f` on the cursor for `user` (who must be the one that
+    /// opened it), then closes it if `f` says it is exhausted.
     pub fn with_cursor<T>(
         &self,
         id: i64,
         ns: &str,
+        user: Option<&UserName>,
         f: impl FnOnce(&mut CursorStream) -> Result<(T, bool)>,
     ) -> Result<T> {
         let Some(cursor) = self.cursors.get(&id).map(|c| c.clone()) else {
@@ -410,6 +430,9 @@ impl CursorRegistry {
             ));
         };
         let mut open = cursor.lock();
+        if open.owner.user.as_ref() != user {
+            return Err(not_the_opener(id));
+        }
         if open.ns != ns {
             return Err(Error::new(
                 ErrorCode::Unauthorized,
@@ -432,9 +455,16 @@ impl CursorRegistry {
         result.map(|(t, _)| t)
     }
 
-    /// Closes a cursor; true if it was open.
-    pub fn kill(&self, id: i64) -> bool {
-        self.remove(id)
+    /// Closes a cursor for `user` (who must be the one that opened it);
+    /// false if it was not open.
+    pub fn kill(&self, id: i64, user: Option<&UserName>) -> Result<bool> {
+        let Some(cursor) = self.cursors.get(&id).map(|c| c.clone()) else {
+            return Ok(false);
+        };
+        if cursor.lock().owner.user.as_ref() != user {
+            return Err(not_the_opener(id));
+        }
+        Ok(self.remove(id))
     }
 
     pub fn len(&self) -> usize {
@@ -531,10 +561,10 @@ pub fn cursor_batch_size(cmd: &str, body: &Document) -> Result<Option<usize>> {
 }
 
 /// Answers with a cursor over `docs`: the first batch now, the rest
-/// through `getMore` on connection `conn_id`.
+/// through `getMore` by `opener`.
 pub fn reply_with_cursor(
     cursors: &CursorRegistry,
-    conn_id: u64,
+    opener: Opener,
     ns: String,
     docs: Vec<Document>,
     batch_size: Option<usize>,
@@ -545,7 +575,7 @@ pub fn reply_with_cursor(
     let id = if batch.exhausted {
         0
     } else {
-        cursors.open(ns.clone(), stream, conn_id)?
+        cursors.open(ns.clone(), stream, opener)?
     };
     Ok(first_batch_reply(id, &ns, batch.docs.into_documents()?))
 }
@@ -695,14 +725,55 @@ mod tests {
         );
     }
 
+    /// An opener on connection `n`, without access control.
+    fn conn(n: u64) -> Opener {
+        Opener {
+            conn: n,
+            user: None,
+        }
+    }
+
+    #[test]
+    fn only_the_user_that_opened_a_cursor_reads_on_or_closes_it() {
+        let reg = CursorRegistry::default();
+        let alice = UserName::new("alice", "admin");
+        let bob = UserName::new("bob", "admin");
+        let opener = Opener {
+            conn: 1,
+            user: Some(alice.clone()),
+        };
+        let id = reg.open("t.c".into(), stream(5), opener).unwrap();
+        for user in [Some(&bob), None] {
+            let e = reg
+                .with_cursor(id, "t.c", user, |_| Ok(((), false)))
+                .unwrap_err();
+            assert_eq!(e.code, ErrorCode::Unauthorized);
+            assert_eq!(
+                e.message,
+                format!("cursor id {id} was not created by the authenticated user")
+            );
+            assert_eq!(
+                reg.kill(id, user).unwrap_err().code,
+                ErrorCode::Unauthorized
+            );
+        }
+        // Alice reads on from another connection, and closes it.
+        reg.with_cursor(id, "t.c", Some(&alice), |s| {
+            Ok((s.next_batch(Some(1))?.docs.len(), false))
+        })
+        .unwrap();
+        assert!(reg.kill(id, Some(&alice)).unwrap());
+        assert!(reg.is_empty());
+    }
+
     #[test]
     fn batches_follow_the_size_and_close_when_done() {
         let reg = CursorRegistry::default();
-        let id = reg.open("t.c".into(), stream(25), 1).unwrap();
+        let id = reg.open("t.c".into(), stream(25), conn(1)).unwrap();
         let mut seen = 0;
         loop {
             let (n, exhausted) = reg
-                .with_cursor(id, "t.c", |s| {
+                .with_cursor(id, "t.c", None, |s| {
                     let b = s.next_batch(Some(10))?;
                     Ok(((b.docs.len(), b.exhausted), b.exhausted))
                 })
@@ -714,7 +785,9 @@ mod tests {
         }
         assert_eq!(seen, 25);
         assert!(reg.is_empty());
-        let e = reg.with_cursor(id, "t.c", |_| Ok(((), false))).unwrap_err();
+        let e = reg
+            .with_cursor(id, "t.c", None, |_| Ok(((), false)))
+            .unwrap_err();
         assert_eq!(e.code, ErrorCode::CursorNotFound);
     }
 
@@ -736,14 +809,14 @@ mod tests {
     #[test]
     fn idle_cursors_are_reaped_and_wrong_namespace_refused() {
         let reg = CursorRegistry::default();
-        let id = reg.open("t.c".into(), stream(5), 1).unwrap();
+        let id = reg.open("t.c".into(), stream(5), conn(1)).unwrap();
         let e = reg
-            .with_cursor(id, "t.other", |_| Ok(((), false)))
+            .with_cursor(id, "t.other", None, |_| Ok(((), false)))
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::Unauthorized);
         assert_eq!(reg.reap(Duration::from_secs(600)), 0);
         assert_eq!(reg.reap(Duration::ZERO), 1);
-        assert!(!reg.kill(id));
+        assert!(!reg.kill(id, None).unwrap());
     }
 
     fn big(n: usize, mib: usize) -> CursorStream {
@@ -787,19 +860,19 @@ mod tests {
             total: 3,
             memory_bytes: usize::MAX,
         });
-        let a = reg.open("t.c".into(), stream(5), 1).unwrap();
-        reg.open("t.c".into(), stream(5), 1).unwrap();
-        let e = reg.open("t.c".into(), stream(5), 1).unwrap_err();
+        let a = reg.open("t.c".into(), stream(5), conn(1)).unwrap();
+        reg.open("t.c".into(), stream(5), conn(1)).unwrap();
+        let e = reg.open("t.c".into(), stream(5), conn(1)).unwrap_err();
         assert_eq!(e.code.number(), 146);
         assert!(e.message.contains("--max-cursors-per-connection"));
         // Another connection is not held back by the first one's cap …
-        reg.open("t.c".into(), stream(5), 2).unwrap();
+        reg.open("t.c".into(), stream(5), conn(2)).unwrap();
         // … but by the total.
         let e = reg.admit(3).unwrap_err();
         assert!(e.message.contains("--max-open-cursors"));
         // Closing one gives its connection (and the server) room again.
-        assert!(reg.kill(a));
-        reg.open("t.c".into(), stream(5), 1).unwrap();
+        assert!(reg.kill(a, None).unwrap());
+        reg.open("t.c".into(), stream(5), conn(1)).unwrap();
         assert_eq!(reg.len(), 3);
         assert_eq!(reg.reap(Duration::ZERO), 3);
         assert!(reg.per_connection.is_empty());
@@ -814,7 +887,7 @@ mod tests {
             ..CursorLimits::default()
         });
         let _held = crate::aggregate::spill::Held::new(1);
-        let e = reg.open("t.c".into(), stream(5), 1).unwrap_err();
+        let e = reg.open("t.c".into(), stream(5), conn(1)).unwrap_err();
         assert_eq!(e.code, ErrorCode::ExceededMemoryLimit);
         assert!(e.message.contains("--max-cursor-memory-bytes"));
         assert!(reg.is_empty());

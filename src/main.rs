@@ -55,6 +55,8 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    // The side port answers "starting" while storage opens.
+    let side_port = runtime.block_on(server::start_side_port(&config));
     let router = match server::secure_data_dir(&config.data_dir)
         .map_err(|e| e.to_string())
         .and_then(|()| config.open_router().map_err(|e| e.to_string()))
@@ -65,7 +67,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(server::run(config, router)) {
+    match runtime.block_on(server::run(config, router, side_port)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("shardgate stopped: {e}");

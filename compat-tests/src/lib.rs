@@ -818,6 +818,16 @@ pub fn failure(e: &Error) -> Option<Failure> {
     }
 }
 
+/// The server's code behind a driver's authentication error, which the
+/// driver wraps as the source of its own.
+pub fn auth_error_code(e: &Error) -> Option<i32> {
+    let source = std::error::Error::source(e)?;
+    let source = source
+        .downcast_ref::<Error>()
+        .or_else(|| source.downcast_ref::<Box<Error>>().map(|b| &**b))?;
+    failure(source).map(|f| f.code)
+}
+
 /// Asserts that `r` failed on the server with `code` (and `code_name`, if
 /// not empty) and returns the failure.
 #[track_caller]

@@ -354,7 +354,9 @@ pub(crate) async fn run_parsed(
     let id = if batch.exhausted {
         0
     } else {
-        req.state.cursors.open(full.clone(), stream, req.conn.id)?
+        req.state
+            .cursors
+            .open(full.clone(), stream, req.cursor_opener())?
     };
     Ok(first_batch_reply(id, &full, batch.docs.into_documents()?))
 }

@@ -1,5 +1,7 @@
 //! Logging in and what a login may do: `saslStart`, `saslContinue`
-//! (SCRAM-SHA-1 and SCRAM-SHA-256), `authenticate`, `logout`,
+//! (SCRAM-SHA-1 and SCRAM-SHA-256), `authenticate` (MONGODB-X509: the
+//! verified client certificate's subject names a user of `$external`),
+//! `logout`,
 //! `connectionStatus`, the `hello` fields drivers log in with
 //! (`saslSupportedMechs`, `speculativeAuthenticate`), and the check the
 //! dispatch makes before every command under `--auth` ([`authorize`]).
@@ -22,10 +24,11 @@ use super::state::{
     ConnectionInfo, HeldPrivileges, Resolved, SaslConversation, SaslStep, ServerState, UserName,
 };
 use super::users;
-use crate::auth::privileges;
+use crate::auth::privileges::{self, Action, Privilege, Resource};
 use crate::auth::scram::{self, Conversation, Mechanism};
 use crate::bail;
-use crate::error::{Error, ErrorCode, Result};
+use crate::base::EXTERNAL_DB;
+use crate::error::{ErrorCode, Result};
 
 /// Commands a client may run before it logs in: those whose
 /// `requiresAuth()` is false in mongod. Sorted.
@@ -70,7 +73,9 @@ pub async fn authorize(
         bail!(Unauthorized, "command {name} requires authentication");
     };
     let needed = privileges::required(db, body);
-    if privileges::authorized(&held.privileges, &needed) {
+    if privileges::authorized(&held.privileges, &needed)
+        || own_account(conn, &held.privileges, name, db, body)
+    {
         return Ok(());
     }
     bail!(
@@ -78,6 +83,58 @@ pub async fn authorize(
         "not authorized on {db} to execute command {}",
         redacted(body)
     )
+}
+
+/// What a user may do to its own account without the privileges the
+/// command needs for others, as mongod allows: `usersInfo` about
+/// itself, and `updateUser` of its own password or custom data with
+/// `changeOwnPassword` / `changeOwnCustomData`.
+fn own_account(
+    conn: &ConnectionInfo,
+    held: &[Privilege],
+    name: &str,
+    db: &str,
+    body: &Document,
+) -> bool {
+    let Some(me) = conn.auth.lock().user.clone() else {
+        return false;
+    };
+    match name {
+        "usersInfo" => asks_only_about(&me, db, body.get("usersInfo")),
+        "updateUser" => {
+            let mine = body.get_str("updateUser").ok() == Some(me.name.as_str()) && db == me.db;
+            if !mine || body.contains_key("roles") {
+                return false;
+            }
+            let on = Resource::database(db);
+            let mut needed = Vec::new();
+            if body.contains_key("pwd") || body.contains_key("mechanisms") {
+                needed.push((on.clone(), Action::ChangeOwnPassword));
+            }
+            if body.contains_key("customData") {
+                needed.push((on, Action::ChangeOwnCustomData));
+            }
+            privileges::authorized(held, &needed)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `usersInfo`'s argument names `me` and no one else.
+fn asks_only_about(me: &UserName, db: &str, asked: Option<&Bson>) -> bool {
+    let is_me = |item: &Bson| match item {
+        Bson::String(user) => *user == me.name && db == me.db,
+        Bson::Document(d) => {
+            d.get_str("user").ok() == Some(me.name.as_str())
+                && d.get_str("db").ok() == Some(me.db.as_str())
+        }
+        _ => false,
+    };
+    match asked {
+        Some(Bson::Array(items)) => !items.is_empty() && items.iter().all(is_me),
+        Some(item) => is_me(item),
+        None => false,
+    }
 }
 
 /// The command as an error message shows it, without passwords.
@@ -276,14 +333,80 @@ pub async fn sasl_continue(req: &Request<'_>) -> Result<Document> {
     Ok(doc! {"conversationId": id.unwrap_or(1) as i32, "done": true, "payload": binary(last)})
 }
 
-/// `authenticate` serves mechanisms without a SASL conversation
-/// (MONGODB-X509 in mongod); SCRAM runs through `saslStart`.
+/// The mechanism `authenticate` serves; SCRAM runs through `saslStart`.
+const X509: &str = "MONGODB-X509";
+
+/// `authenticate`: a login without a conversation, by MONGODB-X509.
+/// Other fields are ignored, as mongod ignores them (one official
+/// driver sends the user as `username`).
 pub async fn authenticate(req: &Request<'_>) -> Result<Document> {
-    let mechanism = req.body.get_str("mechanism").unwrap_or("");
-    Err(Error::new(
-        ErrorCode::MechanismUnavailable,
-        format!("Unsupported mechanism '{mechanism}' on authenticate command; use saslStart with SCRAM-SHA-256 or SCRAM-SHA-1"),
-    ))
+    let mechanism = args::opt_str(&req.name, &req.body, "mechanism")?.unwrap_or("");
+    let asked = args::opt_str(&req.name, &req.body, "user")?;
+    let user = x509_login(req.state, req.conn, &req.db, mechanism, asked, false).await?;
+    Ok(doc! {"dbname": &user.db, "user": &user.name})
+}
+
+/// Logs the connection in as the `$external` user its verified client
+/// certificate's subject (RFC 2253, as mongod writes it) names. A
+/// client may name the user too, and then it must be that subject.
+/// Failures are 18 with mongod's one message; the reason goes to the
+/// log.
+async fn x509_login(
+    state: &ServerState,
+    conn: &ConnectionInfo,
+    db: &str,
+    mechanism: &str,
+    asked: Option<&str>,
+    speculative: bool,
+) -> Result<UserName> {
+    if mechanism != X509 {
+        bail!(
+            MechanismUnavailable,
+            "Unsupported mechanism '{mechanism}' on authenticate command; use {X509}, or saslStart for SCRAM-SHA-256 and SCRAM-SHA-1"
+        );
+    }
+    if db != EXTERNAL_DB {
+        bail!(
+            ProtocolError,
+            "X.509 authentication must always use the $external database."
+        );
+    }
+    let addr = conn.peer.ip();
+    if state.security.throttled(addr) {
+        bail!(
+            AuthenticationFailed,
+            "Authentication failed: too many failed attempts from {addr}; try again in a second."
+        );
+    }
+    let refused = |why: &str| {
+        // A speculative attempt that fails is made again with
+        // `authenticate`: one attempt, counted once.
+        if !speculative {
+            state.security.failed(addr);
+        }
+        tracing::info!(
+            conn = conn.id,
+            mechanism = X509,
+            "authentication failed: {why}"
+        );
+        Err(scram::authentication_failed())
+    };
+    let Some(subject) = conn.tls_peer_subject.as_deref() else {
+        return refused("no verified client certificate on this connection");
+    };
+    if asked.is_some_and(|asked| asked != subject) {
+        return refused("the user named is not the client certificate's subject");
+    }
+    let user = UserName::new(subject, EXTERNAL_DB);
+    if users::find_user(&state.router, &user).await?.is_none() {
+        return refused(&format!("no user {user}"));
+    }
+    tracing::info!(conn = conn.id, user = %user, mechanism = X509, "authenticated");
+    let mut auth = conn.auth.lock();
+    auth.user = Some(user.clone());
+    auth.privileges = None;
+    auth.conversation = None;
+    Ok(user)
 }
 
 pub async fn logout(req: &Request<'_>) -> Result<Document> {
@@ -352,9 +475,10 @@ pub async fn supported_mechanisms(state: &ServerState, asked: &Bson) -> Result<O
     Ok(stored.map(|s| users::mechanisms(&s).into_iter().map(Bson::from).collect()))
 }
 
-/// `hello`'s `speculativeAuthenticate`: the first step of SCRAM in the
-/// handshake. A failure leaves the field out of the reply, as in mongod:
-/// the driver then logs in with `saslStart` and sees the error there.
+/// `hello`'s `speculativeAuthenticate`: the first step of SCRAM, or the
+/// whole of MONGODB-X509, in the handshake. A failure leaves the field
+/// out of the reply, as in mongod: the driver then logs in with
+/// `saslStart` or `authenticate` and sees the error there.
 pub async fn speculative(
     state: &ServerState,
     conn: &ConnectionInfo,
@@ -363,11 +487,19 @@ pub async fn speculative(
     let Bson::Document(spec) = spec else {
         return None;
     };
-    if !spec.contains_key("saslStart") {
-        return None;
-    }
     let db = spec.get_str("db").unwrap_or("admin");
-    sasl_start(state, conn, db, spec, true).await.ok()
+    if spec.contains_key("saslStart") {
+        return sasl_start(state, conn, db, spec, true).await.ok();
+    }
+    if spec.contains_key("authenticate") {
+        let mechanism = spec.get_str("mechanism").unwrap_or("");
+        let asked = spec.get_str("user").ok();
+        let user = x509_login(state, conn, db, mechanism, asked, true)
+            .await
+            .ok()?;
+        return Some(doc! {"dbname": &user.db, "user": &user.name});
+    }
+    None
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ pub async fn list_collections(req: &Request<'_>) -> Result<Document> {
         }
     }
     let ns = format!("{}.$cmd.listCollections", req.db);
-    reply_with_cursor(&req.state.cursors, req.conn.id, ns, out, batch_size)
+    reply_with_cursor(&req.state.cursors, req.cursor_opener(), ns, out, batch_size)
 }
 
 pub async fn create(req: &Request<'_>) -> Result<Document> {

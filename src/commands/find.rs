@@ -205,7 +205,9 @@ pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
     let id = if batch.exhausted || f.single_batch {
         0
     } else {
-        req.state.cursors.open(ns.clone(), stream, req.conn.id)?
+        req.state
+            .cursors
+            .open(ns.clone(), stream, req.cursor_opener())?
     };
     batch_reply(FIRST_BATCH, id, &ns, batch.docs)
 }
@@ -231,7 +233,10 @@ async fn tail(req: &Request<'_>, f: Find) -> Result<CommandReply> {
         None => (BatchDocs::Documents(Vec::new()), 0),
         Some((batch, _, false)) => (batch.docs, 0),
         Some((batch, stream, true)) => {
-            let id = req.state.cursors.open(ns.clone(), stream, req.conn.id)?;
+            let id = req
+                .state
+                .cursors
+                .open(ns.clone(), stream, req.cursor_opener())?;
             (batch.docs, id)
         }
     };
@@ -310,6 +315,7 @@ pub async fn get_more(req: &Request<'_>) -> Result<CommandReply> {
         .fetch_add(1, Ordering::Relaxed);
     let max_time_ms = opt_non_negative("getMore", b, "maxTimeMS")?;
     let state = req.state;
+    let user = req.user();
     // A tailable `awaitData` cursor that finds nothing new waits for an
     // insert, up to `maxTimeMS` (one second by default), as mongod does.
     let deadline = Instant::now() + Duration::from_millis(max_time_ms.unwrap_or(1000));
@@ -317,7 +323,7 @@ pub async fn get_more(req: &Request<'_>) -> Result<CommandReply> {
         let (batch, awaits) = state
             .router
             .read_on(|| {
-                state.cursors.with_cursor(id, &ns, |stream| {
+                state.cursors.with_cursor(id, &ns, user.as_ref(), |stream| {
                     let awaits = stream.awaits();
                     if max_time_ms.is_some() && awaits.is_none() {
                         return Err(Error::bad_value(
@@ -354,6 +360,7 @@ pub async fn kill_cursors(req: &Request<'_>) -> Result<Document> {
             "BSON field 'killCursors.cursors' is missing but a required field",
         ));
     };
+    let user = req.user();
     let mut killed = Vec::new();
     let mut not_found = Vec::new();
     for id in ids {
@@ -362,7 +369,7 @@ pub async fn kill_cursors(req: &Request<'_>) -> Result<Document> {
                 "killCursors.cursors must be an array of longs",
             ));
         };
-        if req.state.cursors.kill(n) {
+        if req.state.cursors.kill(n, user.as_ref())? {
             killed.push(Bson::Int64(n));
         } else {
             not_found.push(Bson::Int64(n));

@@ -70,7 +70,7 @@ pub async fn list_indexes(req: &Request<'_>) -> Result<Document> {
     specs.extend(coll.indexes().iter().map(|i| i.spec()));
     reply_with_cursor(
         &req.state.cursors,
-        req.conn.id,
+        req.cursor_opener(),
         ns.full(),
         specs,
         batch_size,

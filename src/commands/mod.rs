@@ -394,7 +394,9 @@ async fn run(
             ))
         }
     };
-    crate::router::catalog::validate_db_name(&db)?;
+    if db != crate::base::EXTERNAL_DB {
+        crate::router::catalog::validate_db_name(&db)?;
+    }
     refuse_transactions(&body)?;
     let Some(entry) = registry::lookup(&name) else {
         return Err(Error::new(

@@ -5,7 +5,8 @@ use bson::{Document, RawDocumentBuf};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 
-use super::state::{ConnectionInfo, ServerState};
+use super::state::{ConnectionInfo, ServerState, UserName};
+use crate::cursor::Opener;
 use crate::error::Result;
 
 /// One command to run.
@@ -26,6 +27,24 @@ pub struct Request<'a> {
 }
 
 impl Request<'_> {
+    /// The user logged in on the connection under `--auth`; `None`
+    /// without access control.
+    pub fn user(&self) -> Option<UserName> {
+        if !self.state.security.enabled {
+            return None;
+        }
+        self.conn.auth.lock().user.clone()
+    }
+
+    /// Who opens a cursor this command leaves open: the connection, and
+    /// under `--auth` its user, the only one that may read on.
+    pub fn cursor_opener(&self) -> Opener {
+        Opener {
+            conn: self.conn.id,
+            user: self.user(),
+        }
+    }
+
     /// The raw documents of a sequence, if the client sent one by that name.
     pub fn sequence(&self, name: &str) -> Option<&[Bytes]> {
         self.sequences

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use super::retry;
 use crate::base::CompressorList;
+pub use crate::base::UserName;
 use crate::config::Config;
 use crate::cursor::CursorRegistry;
 use crate::query::interrupt::Probe;
@@ -366,28 +367,6 @@ pub struct HeldPrivileges {
     pub generation: u64,
     pub resolved_at: Instant,
     pub resolved: Arc<Resolved>,
-}
-
-/// A user or role name: `name` defined on database `db`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct UserName {
-    pub name: String,
-    pub db: String,
-}
-
-impl UserName {
-    pub fn new(name: impl Into<String>, db: impl Into<String>) -> UserName {
-        UserName {
-            name: name.into(),
-            db: db.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for UserName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}@{}", self.name, self.db)
-    }
 }
 
 /// One SCRAM conversation in progress.

@@ -17,6 +17,7 @@ use super::state::UserName;
 use crate::auth::privileges::Action;
 use crate::auth::scram::{Credentials, Mechanism};
 use crate::bail;
+use crate::base::EXTERNAL_DB;
 use crate::error::{Error, ErrorCode, Result};
 use crate::router::Router;
 
@@ -45,8 +46,15 @@ pub fn credentials(stored: &Document, mech: Mechanism) -> Option<Credentials> {
     )
 }
 
-/// The mechanisms a stored user has credentials for.
+/// The mechanisms a stored user has credentials for; `external` for a
+/// user of `$external`, as mongod lists it.
 pub fn mechanisms(stored: &Document) -> Vec<&'static str> {
+    let external = stored
+        .get_document("credentials")
+        .is_ok_and(|c| c.get_bool("external").ok() == Some(true));
+    if external {
+        return vec!["external"];
+    }
     Mechanism::ALL
         .into_iter()
         .filter(|m| credentials(stored, *m).is_some())
@@ -80,11 +88,13 @@ fn user_name_arg(req: &Request<'_>) -> Result<UserName> {
     }
 }
 
-fn refuse_external(db: &str) -> Result<()> {
-    if db == "$external" {
+fn refuse_external_password(name: &UserName, req: &Request<'_>) -> Result<()> {
+    if name.db == EXTERNAL_DB
+        && (req.body.contains_key("pwd") || req.body.contains_key("mechanisms"))
+    {
         bail!(
             BadValue,
-            "Users on $external (x.509, LDAP, Kerberos) are not supported by this server"
+            "Cannot set the password or mechanisms of users defined on the '$external' database"
         );
     }
     Ok(())
@@ -160,10 +170,11 @@ const USER_FIELDS: &[&str] = &[
 pub async fn create_user(req: &Request<'_>) -> Result<Document> {
     args::check_fields(req, USER_FIELDS)?;
     let name = user_name_arg(req)?;
-    refuse_external(&name.db)?;
-    let pwd = parse_password(req)?.ok_or_else(|| {
-        Error::new(ErrorCode::BadValue, "Must provide a 'pwd' field for all user documents, except those with '$external' as the user's source db")
-    })?;
+    refuse_external_password(&name, req)?;
+    let pwd = parse_password(req)?;
+    if pwd.is_none() && name.db != EXTERNAL_DB {
+        bail!(BadValue, "Must provide a 'pwd' field for all user documents, except those with '$external' as the user's source db");
+    }
     let roles_value = req.body.get("roles").ok_or_else(|| {
         Error::new(
             ErrorCode::MissingField,
@@ -171,7 +182,10 @@ pub async fn create_user(req: &Request<'_>) -> Result<Document> {
         )
     })?;
     let roles = roles::parse_role_names(&req.name, "roles", roles_value, &req.db)?;
-    let mechs = parse_mechanisms(req)?;
+    let credentials = match pwd {
+        Some(pwd) => make_credentials(&name, pwd, &parse_mechanisms(req)?)?,
+        None => doc! {"external": true},
+    };
     let custom = custom_data(req)?;
     roles::check_may_grant(req, &roles, Action::GrantRole)?;
     let router = &req.state.router;
@@ -181,7 +195,7 @@ pub async fn create_user(req: &Request<'_>) -> Result<Document> {
         "userId": bson::Binary::from_uuid(bson::Uuid::new()),
         "user": &name.name,
         "db": &name.db,
-        "credentials": make_credentials(&name, pwd, &mechs)?,
+        "credentials": credentials,
         "roles": roles::role_names_to_bson(&roles),
     };
     if let Some(custom) = custom {
@@ -225,6 +239,7 @@ async fn set_fields(router: &Router, name: &UserName, set: Document) -> Result<(
 pub async fn update_user(req: &Request<'_>) -> Result<Document> {
     args::check_fields(req, USER_FIELDS)?;
     let name = user_name_arg(req)?;
+    refuse_external_password(&name, req)?;
     let pwd = parse_password(req)?;
     let roles = match req.body.get("roles") {
         Some(v) => Some(roles::parse_role_names(&req.name, "roles", v, &req.db)?),

@@ -43,6 +43,11 @@ const COPY_BATCH: usize = 1000;
 
 /// A redistribution's `currentOp` message.
 const COPY_PROGRESS: &str = "shardCollection: copying documents";
+/// What a partition split reports to `currentOp`: the secondary-index
+/// entries of the partition it has looked at (the upper half's move).
+pub(crate) const SPLIT_PROGRESS: &str = "Partition split: moving index entries";
+/// Index entries between two progress reports of a split.
+const SPLIT_PROGRESS_EVERY: u64 = 256;
 
 /// The outcome of `shardCollection`.
 pub enum Sharded {
@@ -282,7 +287,10 @@ impl Router {
                 break;
             }
         }
-        let Some(at) = at.filter(|&h| h > part.min) else {
+        // Both halves must hold data: a partition of one shard-key hash
+        // (one logical partition) stays whole.
+        let lowest = entries.first().map(|(hash, _)| *hash);
+        let Some(at) = at.filter(|&h| h > part.min && lowest.is_some_and(|l| l < h)) else {
             return Ok(None);
         };
         self.split_at(coll, sharding, part, at)
@@ -384,10 +392,20 @@ impl Router {
         }
         // The entries of the upper half move under its own start, in the
         // batch that publishes the map.
-        for index in coll.indexes().iter() {
+        let indexes = coll.indexes();
+        let documents = halves[0].count + halves[1].count;
+        let total = documents.saturating_mul(indexes.len() as u64);
+        let mut done = 0u64;
+        interrupt::report_progress(SPLIT_PROGRESS, 0, total);
+        for index in indexes.iter() {
             let scan = IndexScan::all(coll.id, index.number, Some(part.min));
             for item in blocking::iter(live.scan_index(scan)) {
                 let (entry, value) = item?;
+                done += 1;
+                if done.is_multiple_of(SPLIT_PROGRESS_EVERY) {
+                    // Multikey indexes hold more entries than documents.
+                    interrupt::report_progress(SPLIT_PROGRESS, done, total.max(done));
+                }
                 let hash = crate::index::entry_hash(&value)
                     .ok_or_else(|| Error::internal("corrupt index entry"))?;
                 if hash < at {
@@ -401,6 +419,7 @@ impl Router {
                 batch.push(WriteOp::PutIndexEntry(moved, value));
             }
         }
+        interrupt::report_progress(SPLIT_PROGRESS, done, total.max(done));
         let readers = sharding.view_lock.write();
         sharding.set_map(new);
         let written = self

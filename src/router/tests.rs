@@ -204,6 +204,42 @@ async fn unsharded_collections_read_and_write_through_the_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_logical_partition_over_the_split_size_stays_whole() {
+    let engine = MemoryEngine::new();
+    let router = open(&engine);
+    shard_on_k(&router);
+    let docs = (1..=40)
+        .map(|i| raw(doc! {"_id": i, "k": 7, "pad": "x".repeat(50)}))
+        .collect();
+    let outcome = router
+        .insert(&ns("s"), docs, true, DocumentValidation::Enforce)
+        .await
+        .unwrap();
+    assert!(outcome.errors.is_empty());
+    let partitions = |router: &Router| {
+        let coll = router.catalog.get(&ns("s")).unwrap();
+        coll.sharding.clone().unwrap().map().partitions.clone()
+    };
+    let before = partitions(&router);
+    router.split_oversized(&ns("s")).unwrap();
+    assert_eq!(partitions(&router), before, "split without a second hash");
+    assert_consistent(&router, &engine);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_reports_its_progress_to_current_op() {
+    let engine = MemoryEngine::new();
+    let router = sharded(&engine, 40).await;
+    let operation = crate::query::interrupt::Operation::new(None, None);
+    let _entered = crate::query::interrupt::enter(Some(operation.clone()));
+    router.split_oversized(&ns("s")).unwrap();
+    let progress = operation.progress().expect("no progress reported");
+    assert_eq!(progress.message, super::sharding::SPLIT_PROGRESS);
+    assert!(progress.total > 0, "{progress:?}");
+    assert!(progress.done <= progress.total, "{progress:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_reads_find_each_document_once_across_a_split() {
     let engine = MemoryEngine::new();
     let router = sharded(&engine, 40).await;

@@ -2,9 +2,10 @@
 //! deployer's tools ask of a running server, beside the wire port and
 //! never in its way.
 //!
-//! - `/livez`: the process answers.
-//! - `/readyz`: storage is open and the wire port accepts clients (the
-//!   side port starts only then); 503 once shutdown has begun.
+//! - `/livez`: the process answers, from before storage opens
+//!   ([`Starting`]).
+//! - `/readyz`: storage is open and the wire port accepts clients; 503
+//!   while storage opens and once shutdown has begun.
 //! - `/metrics`: Prometheus's text format (OpenMetrics). Commands by name
 //!   and outcome with their latency (counted as they run, see
 //!   `commands::metrics`), and figures read when scraped: connections,
@@ -43,6 +44,53 @@ use crate::router::PRIMARY_PARTITION;
 
 /// The content type of Prometheus's OpenMetrics text.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The side port while storage opens, which may take a while after a
+/// crash: `/livez` answers and everything else is 503, so a probe sees a
+/// process that is starting rather than none (and a liveness check does
+/// not kill it for recovering). [`Starting::into_listener`] hands the
+/// bound socket to [`serve`], so no request is refused in between.
+pub struct Starting {
+    listener: std::net::TcpListener,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Starting {
+    /// Binds `addr` and answers on it until [`Starting::into_listener`].
+    pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<Starting> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let serving = TcpListener::from_std(listener.try_clone()?)?;
+        let app = axum::Router::new()
+            .route("/livez", get(|| async { "ok\n" }))
+            .fallback(|| async { (StatusCode::SERVICE_UNAVAILABLE, "starting\n") });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            if let Err(e) = axum::serve(serving, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::warn!("the HTTP side port stopped while starting: {e}");
+            }
+        });
+        Ok(Starting {
+            listener,
+            stop,
+            task,
+        })
+    }
+
+    /// Stops answering "starting" and gives the socket for [`serve`].
+    pub async fn into_listener(self) -> std::io::Result<TcpListener> {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+        TcpListener::from_std(self.listener)
+    }
+}
 
 /// Serves the side port, and samples the page's heat history, until the
 /// task is aborted.

@@ -28,9 +28,36 @@ use crate::commands::ServerState;
 use crate::config::Config;
 use crate::router::Router;
 
+pub use http::Starting as StartingSidePort;
+
+/// Binds the side port (`--http-bind`, unless off) before storage opens,
+/// answering that the server is starting; `None` when it is off or
+/// cannot be bound (logged).
+pub async fn start_side_port(config: &Config) -> Option<StartingSidePort> {
+    let addr = config.http_bind.0?;
+    match StartingSidePort::bind(addr).await {
+        Ok(starting) => {
+            tracing::info!(bind = %addr, "HTTP side port listening");
+            Some(starting)
+        }
+        Err(e) => {
+            tracing::warn!(
+                bind = %addr,
+                "HTTP side port not started: {e}; give another --http-bind, or off"
+            );
+            None
+        }
+    }
+}
+
 /// Runs the server over `router` (opened by the caller on the backend it
-/// chose) until a shutdown signal.
-pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::error::Error>> {
+/// chose) until a shutdown signal; `side_port` is the side port bound
+/// while storage opened ([`start_side_port`]).
+pub async fn run(
+    config: Config,
+    router: Router,
+    side_port: Option<StartingSidePort>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let mut router = router;
     // What only the side port shows is recorded only when there is one,
     // from before the first split or request.
@@ -71,20 +98,14 @@ pub async fn run(config: Config, router: Router) -> Result<(), Box<dyn std::erro
         );
     }
 
-    // The side port comes up once the wire port accepts: from then on
-    // the server is ready.
-    let side_port = match config.http_bind.0 {
+    // The side port serves in full once the wire port accepts: from then
+    // on the server is ready.
+    let side_port = match side_port {
         None => None,
-        Some(addr) => match TcpListener::bind(addr).await {
-            Ok(http) => {
-                tracing::info!(bind = %addr, "HTTP side port listening");
-                Some(tokio::spawn(http::serve(http, state.clone())))
-            }
+        Some(starting) => match starting.into_listener().await {
+            Ok(http) => Some(tokio::spawn(http::serve(http, state.clone()))),
             Err(e) => {
-                tracing::warn!(
-                    bind = %addr,
-                    "HTTP side port not started: {e}; give another --http-bind, or off"
-                );
+                tracing::warn!("HTTP side port stopped: {e}");
                 None
             }
         },

@@ -8,7 +8,7 @@
 //! and changes nothing.
 
 use compat_tests::{
-    assert_ok,
+    assert_ok, auth_error_code,
     bson::{doc, Bson, Document},
     expect_command_error, failure,
     mongodb::{
@@ -63,16 +63,6 @@ async fn login(
 
 async fn admin(srv: &TestServer) -> Client {
     login(srv, ADMIN_USER, ADMIN_PWD, "admin", None).await
-}
-
-/// The server's code behind a driver's authentication error.
-fn auth_error_code(e: &compat_tests::mongodb::error::Error) -> Option<i32> {
-    use compat_tests::mongodb::error::Error;
-    let source = std::error::Error::source(e)?;
-    let source = source
-        .downcast_ref::<Error>()
-        .or_else(|| source.downcast_ref::<Box<Error>>().map(|b| &**b))?;
-    failure(source).map(|f| f.code)
 }
 
 #[tokio::test]
@@ -668,6 +658,146 @@ async fn connection_status_and_logout() {
         .unwrap()
         .is_empty());
     expect_command_error(&db, doc! {"find": "orders"}, 13, "Unauthorized").await;
+}
+
+#[tokio::test]
+async fn cursors_belong_to_the_user_that_opened_them() {
+    let srv = secured().await;
+    let root = admin(&srv).await;
+    let shop = root.database("shop");
+    for user in ["alice", "bob"] {
+        run(
+            &shop,
+            doc! {"createUser": user, "pwd": format!("{user}-pw"), "roles": ["readWrite"]},
+        )
+        .await;
+    }
+    let orders = shop.collection::<Document>("orders");
+    orders
+        .insert_many((0..6).map(|i| doc! {"_id": i}).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let alice = login(&srv, "alice", "alice-pw", "shop", None).await;
+    let bob = login(&srv, "bob", "bob-pw", "shop", None).await;
+    let first = run(
+        &alice.database("shop"),
+        doc! {"find": "orders", "batchSize": 2},
+    )
+    .await;
+    let id = first.get_document("cursor").unwrap().get_i64("id").unwrap();
+    assert_ne!(id, 0);
+    let f = expect_command_error(
+        &bob.database("shop"),
+        doc! {"getMore": id, "collection": "orders", "batchSize": 2},
+        13,
+        "Unauthorized",
+    )
+    .await;
+    assert_eq!(
+        f.message,
+        format!("cursor id {id} was not created by the authenticated user")
+    );
+    expect_command_error(
+        &bob.database("shop"),
+        doc! {"killCursors": "orders", "cursors": [id]},
+        13,
+        "Unauthorized",
+    )
+    .await;
+    // Alice reads on, from whichever of her pool's connections, and the
+    // cursor survived Bob's attempts.
+    let next = run(
+        &alice.database("shop"),
+        doc! {"getMore": id, "collection": "orders", "batchSize": 2},
+    )
+    .await;
+    let batch = next
+        .get_document("cursor")
+        .unwrap()
+        .get_array("nextBatch")
+        .unwrap();
+    assert_eq!(batch.len(), 2);
+    let killed = run(
+        &alice.database("shop"),
+        doc! {"killCursors": "orders", "cursors": [id]},
+    )
+    .await;
+    assert_eq!(
+        killed.get_array("cursorsKilled").unwrap(),
+        &vec![Bson::Int64(id)]
+    );
+}
+
+#[tokio::test]
+async fn users_see_themselves_and_change_their_own_password_only_when_granted() {
+    let srv = secured().await;
+    let root = admin(&srv).await;
+    let shop = root.database("shop");
+    run(
+        &shop,
+        doc! {"createRole": "selfService", "roles": [], "privileges": [
+            {"resource": {"db": "shop", "collection": ""}, "actions": ["changeOwnPassword", "changeOwnCustomData"]},
+        ]},
+    )
+    .await;
+    run(
+        &shop,
+        doc! {"createUser": "carol", "pwd": "carol-pw", "roles": ["read", "selfService"]},
+    )
+    .await;
+    run(
+        &shop,
+        doc! {"createUser": "dave", "pwd": "dave-pw", "roles": ["read"]},
+    )
+    .await;
+    let carol = login(&srv, "carol", "carol-pw", "shop", None).await;
+    let mine = carol.database("shop");
+    // usersInfo about oneself needs no viewUser; about another it does.
+    let me = run(&mine, doc! {"usersInfo": "carol"}).await;
+    let users = me.get_array("users").unwrap();
+    assert_eq!(users.len(), 1);
+    let me = run(&mine, doc! {"usersInfo": {"user": "carol", "db": "shop"}}).await;
+    assert_eq!(me.get_array("users").unwrap().len(), 1);
+    expect_command_error(&mine, doc! {"usersInfo": "dave"}, 13, "Unauthorized").await;
+    expect_command_error(&mine, doc! {"usersInfo": 1}, 13, "Unauthorized").await;
+    // Her own password and custom data, through changeOwn…; not Dave's,
+    // and not her roles.
+    run(&mine, doc! {"updateUser": "carol", "pwd": "carol-new"}).await;
+    run(
+        &mine,
+        doc! {"updateUser": "carol", "customData": {"team": "ops"}},
+    )
+    .await;
+    expect_command_error(
+        &mine,
+        doc! {"updateUser": "dave", "pwd": "stolen"},
+        13,
+        "Unauthorized",
+    )
+    .await;
+    expect_command_error(
+        &mine,
+        doc! {"updateUser": "carol", "roles": ["readWrite"]},
+        13,
+        "Unauthorized",
+    )
+    .await;
+    let again = login(&srv, "carol", "carol-new", "shop", None).await;
+    let status = run(&again.database("shop"), doc! {"usersInfo": "carol"}).await;
+    let user = status.get_array("users").unwrap()[0].as_document().unwrap();
+    assert_eq!(
+        user.get_document("customData").unwrap(),
+        &doc! {"team": "ops"}
+    );
+    // Without changeOwnPassword, Dave cannot change even his own.
+    let dave = login(&srv, "dave", "dave-pw", "shop", None).await;
+    expect_command_error(
+        &dave.database("shop"),
+        doc! {"updateUser": "dave", "pwd": "dave-new"},
+        13,
+        "Unauthorized",
+    )
+    .await;
 }
 
 /// The data every matrix check looks at after a denial.

@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 
 use compat_tests::{
     bson::{doc, Document},
+    expect_command_error,
     mongodb::{
-        options::{ClientOptions, Tls, TlsOptions},
+        error::ErrorKind,
+        options::{AuthMechanism, ClientOptions, Credential, Tls, TlsOptions},
         Client,
     },
     server_binary, wire, TestServer,
@@ -96,6 +98,11 @@ impl Pki {
             (DnType::CommonName, "test client"),
         ];
         let (client, _) = ca.sign(&[], &client_subject, ExtendedKeyUsagePurpose::ClientAuth);
+        let (nobody, _) = ca.sign(
+            &[],
+            &[(DnType::CommonName, "nobody")],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
         let (stranger, _) = other.sign(
             &[],
             &[(DnType::CommonName, "stranger")],
@@ -104,6 +111,7 @@ impl Pki {
         std::fs::write(dir.path().join("ca.pem"), &ca.pem).unwrap();
         std::fs::write(dir.path().join("server.pem"), server).unwrap();
         std::fs::write(dir.path().join("client.pem"), client).unwrap();
+        std::fs::write(dir.path().join("nobody.pem"), nobody).unwrap();
         std::fs::write(dir.path().join("stranger.pem"), stranger).unwrap();
         Pki {
             dir,
@@ -121,9 +129,23 @@ impl Pki {
     }
 }
 
+/// The subject of `client.pem`, as mongod writes it (RFC 2253).
+const CLIENT_SUBJECT: &str = "CN=test client,OU=drivers,O=Shardgate Tests,C=US";
+
 /// A driver client over TLS trusting `ca`, presenting `cert` if given;
 /// it gives up on selecting the server after `wait`.
 async fn tls_client(addr: SocketAddr, ca: &Path, cert: Option<&Path>, wait: Duration) -> Client {
+    tls_client_with(addr, ca, cert, wait, None).await
+}
+
+/// [`tls_client`] logging in with `credential`.
+async fn tls_client_with(
+    addr: SocketAddr,
+    ca: &Path,
+    cert: Option<&Path>,
+    wait: Duration,
+    credential: Option<Credential>,
+) -> Client {
     let mut opts = ClientOptions::parse(format!("mongodb://{addr}/?directConnection=true"))
         .await
         .unwrap();
@@ -135,7 +157,16 @@ async fn tls_client(addr: SocketAddr, ca: &Path, cert: Option<&Path>, wait: Dura
             .cert_key_file_path(cert.map(Path::to_path_buf))
             .build(),
     ));
+    opts.credential = credential;
     Client::with_options(opts).unwrap()
+}
+
+/// A MONGODB-X509 credential, naming the user when `user` is given.
+fn x509(user: Option<&str>) -> Credential {
+    Credential::builder()
+        .mechanism(AuthMechanism::MongoDbX509)
+        .username(user.map(str::to_string))
+        .build()
 }
 
 /// A plain driver client that gives up after `wait`.
@@ -373,6 +404,185 @@ async fn client_certificates_are_verified_against_the_ca_file() {
     assert!(ping(&stranger).await.is_err(), "another CA's client got in");
     assert!(srv.log().contains("TLS handshake failed"), "{}", srv.log());
     assert!(ping(&client).await.is_ok());
+}
+
+#[tokio::test]
+async fn x509_logins_map_the_certificate_subject_to_an_external_user() {
+    let pki = Pki::new();
+    // Failed logins are not slowed down here: the test makes many.
+    let srv = TestServer::start_with_args(&[
+        "--auth",
+        "--auth-failures-per-second",
+        "0",
+        "--tls-mode",
+        "allowTLS",
+        "--tls-cert-file",
+        &pki.arg("server.pem"),
+        "--tls-ca-file",
+        &pki.arg("ca.pem"),
+        "--tls-allow-connections-without-certificates",
+    ])
+    .await;
+    // The first user over the localhost exception, then the certificate's
+    // user on $external, with no password.
+    srv.db("admin")
+        .run_command(doc! {"createUser": "boss", "pwd": "boss-pw", "roles": ["root"]})
+        .await
+        .unwrap();
+    let root = srv
+        .client_with(|o| {
+            o.credential = Some(
+                Credential::builder()
+                    .username("boss".to_string())
+                    .password("boss-pw".to_string())
+                    .source("admin".to_string())
+                    .build(),
+            );
+        })
+        .await;
+    let external = root.database("$external");
+    expect_command_error(
+        &external,
+        doc! {"createUser": CLIENT_SUBJECT, "pwd": "x", "roles": []},
+        2,
+        "BadValue",
+    )
+    .await;
+    external
+        .run_command(
+            doc! {"createUser": CLIENT_SUBJECT, "roles": [{"role": "readWrite", "db": "certs"}]},
+        )
+        .await
+        .unwrap();
+    let info = external
+        .run_command(doc! {"usersInfo": CLIENT_SUBJECT})
+        .await
+        .unwrap();
+    let user = info.get_array("users").unwrap()[0].as_document().unwrap();
+    assert_eq!(user.get_str("db"), Ok("$external"));
+    assert_eq!(
+        user.get_array("mechanisms").unwrap(),
+        &vec![compat_tests::bson::Bson::from("external")]
+    );
+
+    let ca = pki.path("ca.pem");
+    let cert = pki.path("client.pem");
+    let wait = Duration::from_secs(3);
+    // Logged in by the certificate, the user named or not.
+    for named in [None, Some(CLIENT_SUBJECT)] {
+        let client = tls_client_with(srv.addr, &ca, Some(&cert), wait, Some(x509(named))).await;
+        let docs = client.database("certs").collection::<Document>("docs");
+        docs.insert_one(doc! {"by": "certificate"})
+            .await
+            .unwrap_or_else(|e| panic!("{named:?}: {e}\n{}", srv.log()));
+        assert_eq!(docs.count_documents(doc! {}).await.unwrap(), 1);
+        docs.delete_many(doc! {}).await.unwrap();
+        let status = client
+            .database("admin")
+            .run_command(doc! {"connectionStatus": 1})
+            .await
+            .unwrap();
+        let users = status
+            .get_document("authInfo")
+            .unwrap()
+            .get_array("authenticatedUsers")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            users,
+            vec![doc! {"user": CLIENT_SUBJECT, "db": "$external"}.into()]
+        );
+        // Its roles hold: readWrite on certs and nothing else.
+        let elsewhere = client
+            .database("other")
+            .collection::<Document>("docs")
+            .insert_one(doc! {})
+            .await
+            .unwrap_err();
+        assert_eq!(compat_tests::failure(&elsewhere).map(|f| f.code), Some(13));
+    }
+
+    // Refused: a certificate no user matches, no certificate at all, and
+    // a plain connection. The driver reports its own authentication
+    // error for MONGODB-X509; the server's code shows by hand (18).
+    let nobody = tls_client_with(
+        srv.addr,
+        &ca,
+        Some(&pki.path("nobody.pem")),
+        wait,
+        Some(x509(None)),
+    )
+    .await;
+    let without = tls_client_with(srv.addr, &ca, None, wait, Some(x509(None))).await;
+    let plain = srv.client_with(|o| o.credential = Some(x509(None))).await;
+    for (what, client) in [
+        ("unknown subject", nobody),
+        ("no certificate", without),
+        ("plain connection", plain),
+    ] {
+        let e = client
+            .database("admin")
+            .run_command(doc! {"ping": 1})
+            .await
+            .expect_err(what);
+        assert!(
+            matches!(*e.kind, ErrorKind::Authentication { .. }),
+            "{what}: {e:?}"
+        );
+    }
+    let by_hand = doc! {"authenticate": 1, "mechanism": "MONGODB-X509"};
+    for client in [
+        tls_client(srv.addr, &ca, Some(&pki.path("nobody.pem")), wait).await,
+        tls_client(srv.addr, &ca, None, wait).await,
+        srv.client.clone(),
+    ] {
+        expect_command_error(
+            &client.database("$external"),
+            by_hand.clone(),
+            18,
+            "AuthenticationFailed",
+        )
+        .await;
+    }
+
+    // By hand: `authenticate` answers the user, and only on $external.
+    let bare = tls_client(srv.addr, &ca, Some(&cert), wait).await;
+    let f = expect_command_error(
+        &bare.database("admin"),
+        doc! {"authenticate": 1, "mechanism": "MONGODB-X509"},
+        17,
+        "ProtocolError",
+    )
+    .await;
+    assert!(f.message.contains("$external"), "{f:?}");
+    let answer = bare
+        .database("$external")
+        .run_command(doc! {"authenticate": 1, "mechanism": "MONGODB-X509"})
+        .await
+        .unwrap();
+    assert_eq!(answer.get_str("user"), Ok(CLIENT_SUBJECT));
+    assert_eq!(answer.get_str("dbname"), Ok("$external"));
+    // A user named must be the certificate's subject.
+    let named = bare
+        .database("$external")
+        .run_command(doc! {"authenticate": 1, "mechanism": "MONGODB-X509", "user": CLIENT_SUBJECT})
+        .await
+        .unwrap();
+    assert_eq!(named.get_str("user"), Ok(CLIENT_SUBJECT));
+    expect_command_error(
+        &bare.database("$external"),
+        doc! {"authenticate": 1, "mechanism": "MONGODB-X509", "user": "CN=someone else"},
+        18,
+        "AuthenticationFailed",
+    )
+    .await;
+    expect_command_error(
+        &bare.database("$external"),
+        doc! {"authenticate": 1, "mechanism": "PLAIN"},
+        334,
+        "MechanismUnavailable",
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -73,6 +73,8 @@ actions! {
     BypassDocumentValidation => "bypassDocumentValidation",
     BypassWriteBlockingMode => "bypassWriteBlockingMode",
     ChangeCustomData => "changeCustomData",
+    ChangeOwnCustomData => "changeOwnCustomData",
+    ChangeOwnPassword => "changeOwnPassword",
     ChangePassword => "changePassword",
     ChangeStream => "changeStream",
     CheckMetadataConsistency => "checkMetadataConsistency",

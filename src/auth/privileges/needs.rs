@@ -111,7 +111,6 @@ const USER_COMMANDS: &[(&str, &[Action])] = &[
     ("revokeRolesFromUser", &[A::RevokeRole]),
     ("rolesInfo", &[A::ViewRole]),
     ("updateRole", &[A::CreateRole, A::DropRole]),
-    ("updateUser", &[A::ChangeCustomData, A::ChangePassword]),
     ("usersInfo", &[A::ViewUser]),
 ];
 
@@ -193,6 +192,7 @@ const OTHER_COMMANDS: &[&str] = &[
     "renameCollection",
     "shardCollection",
     "update",
+    "updateUser",
 ];
 
 /// Whether a client that has not authenticated may run `command`.
@@ -300,6 +300,18 @@ fn command_needs(db: &str, body: &Document, needs: &mut Needs, depth: usize) {
             }
         }
         "insert" => needs.on(ns, &[A::Insert]),
+        "updateUser" => {
+            // What it changes; the roles it grants or revokes are checked
+            // by the command. A user may change its own password and
+            // custom data with the `changeOwn…` actions instead (see
+            // `commands::auth`).
+            if body.contains_key("pwd") || body.contains_key("mechanisms") {
+                needs.on(Resource::database(db), &[A::ChangePassword]);
+            }
+            if body.contains_key("customData") {
+                needs.on(Resource::database(db), &[A::ChangeCustomData]);
+            }
+        }
         "killSessions" => {
             // Killing every session (an empty list) is killing others'.
             if matches!(body.get("killSessions"), Some(Bson::Array(a)) if a.is_empty()) {
@@ -695,6 +707,17 @@ mod tests {
             needs("shop", doc! {"createUser": "u", "pwd": "p", "roles": []}),
             [(Resource::database("shop"), A::CreateUser)]
         );
+        // updateUser needs what it changes; roles are the command's own check.
+        let shop = Resource::database("shop");
+        assert_eq!(
+            needs("shop", doc! {"updateUser": "u", "pwd": "p"}),
+            [(shop.clone(), A::ChangePassword)]
+        );
+        assert_eq!(
+            needs("shop", doc! {"updateUser": "u", "customData": {}}),
+            [(shop, A::ChangeCustomData)]
+        );
+        assert_eq!(needs("shop", doc! {"updateUser": "u", "roles": []}), []);
         assert_eq!(needs("admin", doc! {"hello": 1}), []);
         assert_eq!(
             needs(
