@@ -984,6 +984,8 @@ pub fn cursor_id(reply: &Document) -> i64 {
 // ---------------------------------------------------------------------------
 
 /// Hand-built frames for tests that must send what no driver sends.
+pub mod side_port;
+
 pub mod wire {
     use mongodb::bson::Document;
     use std::time::Duration;

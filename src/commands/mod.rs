@@ -192,7 +192,7 @@ pub async fn handle(state: &ServerState, conn: &ConnectionInfo, cmd: Command) ->
         watched.finish(state, conn, &result, elapsed, &meter).await;
     }
     if let Some(metrics) = &state.metrics {
-        let command = registry::lookup(&name).map_or("unknown", |entry| entry.name);
+        let command = registry::position(&name).map(|(index, entry)| (index, entry.name));
         metrics.record(command, result.is_ok(), elapsed);
     }
     if request_statistics::replaces_last_request(&name) {

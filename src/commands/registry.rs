@@ -387,10 +387,14 @@ pub static COMMANDS: &[CommandEntry] = &[
 ];
 
 pub fn lookup(name: &str) -> Option<&'static CommandEntry> {
-    COMMANDS
-        .binary_search_by(|c| c.name.cmp(name))
-        .ok()
-        .and_then(|i| COMMANDS.get(i))
+    position(name).map(|(_, entry)| entry)
+}
+
+/// The entry of command `name` and its index in the table (which the
+/// command metrics count by).
+pub fn position(name: &str) -> Option<(usize, &'static CommandEntry)> {
+    let index = COMMANDS.binary_search_by(|c| c.name.cmp(name)).ok()?;
+    COMMANDS.get(index).map(|entry| (index, entry))
 }
 
 /// `listCommands`: every command of the table, with its help line.
@@ -418,5 +422,7 @@ mod tests {
             assert!(lookup(c.name).is_some());
         }
         assert!(lookup("noSuchCommand").is_none());
+        // Every command has its own slot in the command metrics.
+        assert!(COMMANDS.len() < super::super::metrics::MAX_COMMANDS);
     }
 }

@@ -19,12 +19,12 @@ use std::time::Duration;
 
 use compat_tests::{
     bson::{doc, Document},
-    free_port, TestServer,
+    free_port,
+    side_port::{get, per_partition, scrape},
+    TestServer,
 };
 use futures::TryStreamExt;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const DB: &str = "shop";
 const HOT: &str = "hot-tenant";
@@ -39,24 +39,6 @@ async fn start(extra: &[&str]) -> (TestServer, SocketAddr) {
     (srv, side)
 }
 
-/// `GET path`: the status code, the head and the body.
-async fn get(side: SocketAddr, path: &str) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(side).await.expect("side port accepts");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {side}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no header end in {response:?}"));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"));
-    (status, head.to_string(), body.to_string())
-}
-
 async fn get_json(side: SocketAddr, path: &str) -> Value {
     let (status, head, body) = get(side, path).await;
     assert_eq!(status, 200, "{path}: {head}\n{body}");
@@ -68,30 +50,6 @@ async fn get_json(side: SocketAddr, path: &str) -> Value {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }
 
-/// One scrape of `/metrics`: each series (name with labels) and its value.
-async fn scrape(side: SocketAddr) -> BTreeMap<String, f64> {
-    let (status, head, body) = get(side, "/metrics").await;
-    assert_eq!(status, 200, "{head}\n{body}");
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (series, value) = l.rsplit_once(' ').unwrap();
-            (series.to_string(), value.parse().unwrap())
-        })
-        .collect()
-}
-
-/// Each partition's value of `metric` for `DB.coll`, by partition name.
-fn per_partition(m: &BTreeMap<String, f64>, metric: &str, coll: &str) -> BTreeMap<String, f64> {
-    let prefix = format!("{metric}{{database=\"{DB}\",collection=\"{coll}\",partition=\"");
-    m.iter()
-        .filter_map(|(series, v)| {
-            let partition = series.strip_prefix(&prefix)?.strip_suffix("\"}")?;
-            Some((partition.to_string(), *v))
-        })
-        .collect()
-}
-
 /// What each partition's `metric` moved by between two scrapes.
 fn moved(
     before: &BTreeMap<String, f64>,
@@ -99,8 +57,8 @@ fn moved(
     metric: &str,
     coll: &str,
 ) -> BTreeMap<String, f64> {
-    let before = per_partition(before, metric, coll);
-    per_partition(after, metric, coll)
+    let before = per_partition(before, metric, DB, coll);
+    per_partition(after, metric, DB, coll)
         .into_iter()
         .map(|(p, v)| {
             let was = before.get(&p).copied().unwrap_or(0.0);
@@ -440,7 +398,7 @@ async fn metrics_count_each_partitions_reads_writes_and_fan_outs() {
         .await
         .unwrap();
     let after = scrape(side).await;
-    let docs = per_partition(&after, "shardgate_partition_documents", "orders");
+    let docs = per_partition(&after, "shardgate_partition_documents", DB, "orders");
     assert_eq!(docs.len(), 8);
     let holding: Vec<&String> = docs
         .iter()

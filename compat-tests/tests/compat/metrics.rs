@@ -10,10 +10,10 @@ use std::net::SocketAddr;
 
 use compat_tests::{
     bson::{doc, Document},
-    free_port, TestServer,
+    free_port,
+    side_port::{get, per_partition, scrape},
+    TestServer,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const DB: &str = "shop";
 
@@ -24,60 +24,12 @@ async fn start() -> (TestServer, SocketAddr) {
     (srv, side)
 }
 
-/// `GET path`: the status code and the body.
-async fn get(side: SocketAddr, path: &str) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(side).await.expect("side port accepts");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {side}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no header end in {response:?}"));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"));
-    (status, head.to_string(), body.to_string())
-}
-
-/// One scrape of `/metrics`: each series (name with labels) and its value.
-async fn scrape(side: SocketAddr) -> BTreeMap<String, f64> {
-    let (status, head, body) = get(side, "/metrics").await;
-    assert_eq!(status, 200, "{head}\n{body}");
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("content-type: application/openmetrics-text"),
-        "{head}"
-    );
-    assert!(body.trim_end().ends_with("# EOF"), "{body}");
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (series, value) = l.rsplit_once(' ').unwrap();
-            (series.to_string(), value.parse().unwrap())
-        })
-        .collect()
-}
-
 fn value(m: &BTreeMap<String, f64>, series: &str) -> f64 {
     m.get(series).copied().unwrap_or(0.0)
 }
 
 fn calls(command: &str, outcome: &str) -> String {
     format!("shardgate_commands_total{{command=\"{command}\",outcome=\"{outcome}\"}}")
-}
-
-/// Each partition's value of `metric` for `DB.coll`, by partition name.
-fn per_partition(m: &BTreeMap<String, f64>, metric: &str, coll: &str) -> BTreeMap<String, f64> {
-    let prefix = format!("{metric}{{database=\"{DB}\",collection=\"{coll}\",partition=\"");
-    m.iter()
-        .filter_map(|(series, v)| {
-            let partition = series.strip_prefix(&prefix)?.strip_suffix("\"}")?;
-            Some((partition.to_string(), *v))
-        })
-        .collect()
 }
 
 #[tokio::test]
@@ -87,6 +39,62 @@ async fn health_endpoints_answer_once_the_server_is_up() {
     let (status, _, body) = get(side, "/readyz").await;
     assert_eq!((status, body.as_str()), (200, "ready\n"));
     assert_eq!(get(side, "/nothing-here").await.0, 404);
+}
+
+#[tokio::test]
+async fn the_side_port_says_starting_while_storage_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let wire: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let side: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    // Storage takes 3 s more to open, so the window can be seen.
+    let mut server = std::process::Command::new(compat_tests::server_binary())
+        .args([
+            "--bind",
+            &wire.to_string(),
+            "--http-bind",
+            &side.to_string(),
+        ])
+        .args(["--test-storage-open-delay-ms", "3000"])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let livez = loop {
+        if let Ok(answer) = compat_tests::side_port::try_get(side, "/livez").await {
+            break answer;
+        }
+        assert!(std::time::Instant::now() < deadline, "no side port");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!((livez.0, livez.2.as_str()), (200, "ok\n"));
+    let (status, _, body) = get(side, "/readyz").await;
+    assert_eq!((status, body.as_str()), (503, "starting\n"));
+    assert_eq!(get(side, "/metrics").await.0, 503);
+    assert!(
+        tokio::net::TcpStream::connect(wire).await.is_err(),
+        "the wire port accepts before storage is open"
+    );
+    // Then ready, on the same port, and the wire port accepts. A probe
+    // caught at the hand-over may find its connection closed unanswered,
+    // which a probe counts as not ready.
+    loop {
+        if let Ok((status, _, body)) = compat_tests::side_port::try_get(side, "/readyz").await {
+            if status == 200 {
+                assert_eq!(body, "ready\n");
+                break;
+            }
+            assert_eq!(status, 503);
+        }
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(tokio::net::TcpStream::connect(wire).await.is_ok());
+    assert!(scrape(side).await.contains_key("shardgate_connections"));
+    let _ = server.kill();
+    let _ = server.wait();
 }
 
 #[tokio::test]
@@ -135,7 +143,7 @@ async fn command_counters_move_by_what_ran() {
         assert!(value(&after, "shardgate_storage_disk_bytes") > 0.0);
     }
     // The unsharded collection is one partition, `primary`.
-    let docs = per_partition(&after, "shardgate_partition_documents", "items");
+    let docs = per_partition(&after, "shardgate_partition_documents", DB, "items");
     assert_eq!(docs, BTreeMap::from([("primary".to_string(), 51.0)]));
 }
 
@@ -158,10 +166,10 @@ async fn every_partition_reports_and_a_targeted_query_charges_only_its_own() {
         .unwrap();
 
     let m = scrape(side).await;
-    let docs = per_partition(&m, "shardgate_partition_documents", "orders");
+    let docs = per_partition(&m, "shardgate_partition_documents", DB, "orders");
     assert_eq!(docs.len(), 8, "{docs:?}");
     assert_eq!(docs.values().sum::<f64>(), 400.0);
-    let bytes = per_partition(&m, "shardgate_partition_bytes", "orders");
+    let bytes = per_partition(&m, "shardgate_partition_bytes", DB, "orders");
     assert_eq!(bytes.len(), 8);
     assert!(bytes.values().all(|b| *b > 0.0), "{bytes:?}");
 
@@ -170,6 +178,7 @@ async fn every_partition_reports_and_a_targeted_query_charges_only_its_own() {
         per_partition(
             m,
             "shardgate_partition_request_units_consumed_total",
+            DB,
             "orders",
         )
     };
