@@ -47,20 +47,22 @@ async fn the_side_port_says_starting_while_storage_opens() {
     let wire: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let side: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     // Storage takes 3 s more to open, so the window can be seen.
-    let mut server = std::process::Command::new(compat_tests::server_binary())
-        .args([
-            "--bind",
-            &wire.to_string(),
-            "--http-bind",
-            &side.to_string(),
-        ])
-        .args(["--test-storage-open-delay-ms", "3000"])
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let _server = KillOnDrop(
+        std::process::Command::new(compat_tests::server_binary())
+            .args([
+                "--bind",
+                &wire.to_string(),
+                "--http-bind",
+                &side.to_string(),
+            ])
+            .args(["--test-storage-open-delay-ms", "3000"])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let livez = loop {
         if let Ok(answer) = compat_tests::side_port::try_get(side, "/livez").await {
@@ -93,8 +95,17 @@ async fn the_side_port_says_starting_while_storage_opens() {
     }
     assert!(tokio::net::TcpStream::connect(wire).await.is_ok());
     assert!(scrape(side).await.contains_key("shardgate_connections"));
-    let _ = server.kill();
-    let _ = server.wait();
+}
+
+/// A server process this file started itself, stopped however the test
+/// ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[tokio::test]
