@@ -28,6 +28,7 @@ pub mod plan;
 pub mod provision;
 pub mod sharding;
 pub mod strict;
+#[cfg(test)]
 mod tests;
 pub mod throttle;
 pub mod timeseries;

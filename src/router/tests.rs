@@ -3,8 +3,6 @@
 //! step, and commits lost before they were durable — after which the
 //! store, reopened, must still be consistent.
 
-#![cfg(test)]
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
