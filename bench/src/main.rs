@@ -30,6 +30,7 @@ mod report;
 mod request_units;
 mod robustness;
 mod scan_filter;
+mod search;
 mod sharded;
 mod workload;
 
@@ -146,6 +147,20 @@ struct Args {
     /// fresh `idx_insert` with single-field indexes on cat, score, a, b, c.
     #[arg(long, value_delimiter = ',', default_value = "0,1,5")]
     index_counts: Vec<usize>,
+    /// geo-near: points in `places`.
+    #[arg(long, default_value_t = 1_000_000)]
+    geo_docs: u64,
+    /// text-search: documents in `articles`, 33 words each.
+    #[arg(long, default_value_t = 100_000)]
+    text_docs: u64,
+    /// collated-eq: user names in `users`.
+    #[arg(long, default_value_t = 200_000)]
+    collation_docs: u64,
+    /// geo-near, text-search, collated-eq: when not 0, their collection is
+    /// sharded on `{_id: "hashed"}` over this many partitions before it is
+    /// loaded, so every query fans out.
+    #[arg(long, default_value_t = 0)]
+    search_partitions: u32,
     /// kind-insert: measurements inserted into each collection kind.
     #[arg(long, default_value_t = 200_000)]
     kind_docs: u64,
@@ -451,6 +466,9 @@ async fn run(args: Args) -> Result<(), String> {
             Workload::IndexRange => indexes::index_range(&args, &targets[0]).await?,
             Workload::IndexInsert => indexes::index_insert(&args, &targets[0]).await?,
             Workload::KindInsert => kinds::kind_insert(&args, &targets).await?,
+            Workload::GeoNear => search::geo_near(&args, &targets[0]).await?,
+            Workload::TextSearch => search::text_search(&args, &targets[0]).await?,
+            Workload::CollatedEq => search::collated_eq(&args, &targets[0]).await?,
             Workload::AggGroup => aggregate::agg_group(&args, &targets[0]).await?,
             Workload::AggTopk => aggregate::agg_topk(&args, &targets[0]).await?,
             Workload::AggWindow => aggregate::agg_window(&args, &targets[0]).await?,

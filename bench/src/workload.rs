@@ -59,6 +59,14 @@ pub enum Workload {
     /// Insert throughput into an ordinary, a capped and a time-series
     /// collection (`kinds`).
     KindInsert,
+    /// `$near` limit 10 over `--geo-docs` points with a 2dsphere index
+    /// (`search`).
+    GeoNear,
+    /// A two-word `$text` search sorted by score, limit 10 (`search`).
+    TextSearch,
+    /// An equality lookup through a unique index with a case-insensitive
+    /// collation (`search`).
+    CollatedEq,
     /// `aggregate([{$match}, {$group: {_id: "$cat"}}])` on a sharded and an
     /// unsharded collection (`aggregate`).
     AggGroup,
@@ -111,6 +119,9 @@ impl Workload {
             Workload::IndexRange => "index-range",
             Workload::IndexInsert => "index-insert",
             Workload::KindInsert => "kind-insert",
+            Workload::GeoNear => "geo-near",
+            Workload::TextSearch => "text-search",
+            Workload::CollatedEq => "collated-eq",
             Workload::AggGroup => "agg-group",
             Workload::AggTopk => "agg-topk",
             Workload::AggWindow => "agg-window",
@@ -135,6 +146,9 @@ impl Workload {
                 | Workload::IndexRange
                 | Workload::IndexInsert
                 | Workload::KindInsert
+                | Workload::GeoNear
+                | Workload::TextSearch
+                | Workload::CollatedEq
                 | Workload::AggGroup
                 | Workload::AggTopk
                 | Workload::AggWindow
