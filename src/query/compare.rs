@@ -19,6 +19,8 @@ use std::cmp::Ordering;
 
 use bson::{Bson, Decimal128, Document, RawBsonRef};
 
+use crate::query::collation::compare_strings;
+
 /// The rank of a value's type in MongoDB's comparison order: values of
 /// different ranks order by rank alone. All numeric types share one rank,
 /// as do strings and symbols, and `null` and `undefined`.
@@ -53,7 +55,7 @@ pub const STRING_RANK: u8 = 15;
 /// for it: scans compare the strings of documents still in BSON form.
 pub fn compare_to_str(value: &Bson, s: &str) -> Ordering {
     match value {
-        Bson::String(x) | Bson::Symbol(x) => x.as_bytes().cmp(s.as_bytes()),
+        Bson::String(x) | Bson::Symbol(x) => compare_strings(x, s),
         other => canonical_type_rank(other).cmp(&STRING_RANK),
     }
 }
@@ -188,7 +190,7 @@ fn compare_same_rank(a: &Bson, b: &Bson) -> Ordering {
             Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_),
         ) => compare_bson_numbers(a, b),
         (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => {
-            x.as_bytes().cmp(y.as_bytes())
+            compare_strings(x, y)
         }
         (Bson::Document(x), Bson::Document(y)) => compare_documents(x, y),
         (Bson::Array(x), Bson::Array(y)) => compare_arrays(x, y),
