@@ -22,20 +22,17 @@
 //!   values, so the index orders, and a unique index compares, by the
 //!   collation.
 
-use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
-use icu_collator::options::{
-    AlternateHandling, CaseLevel, CollatorOptions, MaxVariable, Strength,
-};
+use icu_collator::options::{AlternateHandling, CaseLevel, CollatorOptions, MaxVariable, Strength};
 use icu_collator::preferences::{CollationCaseFirst, CollationNumericOrdering};
 use icu_collator::{CollatorBorrowed, CollatorPreferences};
 use icu_locale_core::Locale;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::query::compare::type_name;
+use crate::query::compare::{has_string_order, type_name, with_string_order, StringOrder};
 
 /// The ICU version MongoDB 7.0 reports in a collation's `version`.
 pub const VERSION: &str = "57.1";
@@ -43,14 +40,117 @@ pub const VERSION: &str = "57.1";
 /// The locales MongoDB 7.0 accepts (its documented list), as written in a
 /// collation document.
 const LOCALES: &[&str] = &[
-    "af", "am", "ar", "as", "az", "be", "bg", "bn", "bo", "bs", "bs_Cyrl", "ca", "chr", "cs", "cy",
-    "da", "de", "de_AT", "dsb", "dz", "ee", "el", "en", "en_US", "en_US_POSIX", "eo", "es", "et",
-    "fa", "fa_AF", "fi", "fi_FI", "fil", "fo", "fr", "fr_CA", "ga", "gl", "gu", "ha", "haw", "he",
-    "hi", "hr", "hsb", "hu", "hy", "id", "ig", "is", "it", "ja", "ka", "kk", "kl", "km", "kn", "ko",
-    "kok", "ky", "lb", "lkt", "ln", "lo", "lt", "lv", "mk", "ml", "mn", "mr", "ms", "mt", "my",
-    "nb", "ne", "nl", "nn", "om", "or", "pa", "pl", "ps", "pt", "ro", "ru", "se", "si", "sk", "sl",
-    "smn", "sq", "sr", "sr_Latn", "sv", "sw", "ta", "te", "th", "to", "tr", "ug", "uk", "ur", "vi",
-    "wae", "yi", "yo", "zh", "zh_Hant", "zu", "root",
+    "af",
+    "am",
+    "ar",
+    "as",
+    "az",
+    "be",
+    "bg",
+    "bn",
+    "bo",
+    "bs",
+    "bs_Cyrl",
+    "ca",
+    "chr",
+    "cs",
+    "cy",
+    "da",
+    "de",
+    "de_AT",
+    "dsb",
+    "dz",
+    "ee",
+    "el",
+    "en",
+    "en_US",
+    "en_US_POSIX",
+    "eo",
+    "es",
+    "et",
+    "fa",
+    "fa_AF",
+    "fi",
+    "fi_FI",
+    "fil",
+    "fo",
+    "fr",
+    "fr_CA",
+    "ga",
+    "gl",
+    "gu",
+    "ha",
+    "haw",
+    "he",
+    "hi",
+    "hr",
+    "hsb",
+    "hu",
+    "hy",
+    "id",
+    "ig",
+    "is",
+    "it",
+    "ja",
+    "ka",
+    "kk",
+    "kl",
+    "km",
+    "kn",
+    "ko",
+    "kok",
+    "ky",
+    "lb",
+    "lkt",
+    "ln",
+    "lo",
+    "lt",
+    "lv",
+    "mk",
+    "ml",
+    "mn",
+    "mr",
+    "ms",
+    "mt",
+    "my",
+    "nb",
+    "ne",
+    "nl",
+    "nn",
+    "om",
+    "or",
+    "pa",
+    "pl",
+    "ps",
+    "pt",
+    "ro",
+    "ru",
+    "se",
+    "si",
+    "sk",
+    "sl",
+    "smn",
+    "sq",
+    "sr",
+    "sr_Latn",
+    "sv",
+    "sw",
+    "ta",
+    "te",
+    "th",
+    "to",
+    "tr",
+    "ug",
+    "uk",
+    "ur",
+    "vi",
+    "wae",
+    "yi",
+    "yo",
+    "zh",
+    "zh_Hant",
+    "zu",
+    "root",
 ];
 
 /// A parsed, non-simple collation.
@@ -230,9 +330,8 @@ impl Collation {
                 "Field 'locale' cannot be the empty string in: {spec}"
             )));
         }
-        let icu_locale = icu_locale(locale).ok_or_else(|| {
-            Error::bad_value(format!("Field 'locale' is invalid in: {spec}"))
-        })?;
+        let icu_locale = icu_locale(locale)
+            .ok_or_else(|| Error::bad_value(format!("Field 'locale' is invalid in: {spec}")))?;
 
         let mut prefs = CollatorPreferences::from(&icu_locale);
         if let Some(cf) = case_first {
@@ -349,7 +448,9 @@ impl Collation {
         match value {
             Bson::String(s) => Bson::String(self.key_string(s)),
             Bson::Symbol(s) => Bson::Symbol(self.key_string(s)),
-            Bson::Array(items) => Bson::Array(items.iter().map(|v| self.collate_value(v)).collect()),
+            Bson::Array(items) => {
+                Bson::Array(items.iter().map(|v| self.collate_value(v)).collect())
+            }
             Bson::Document(d) => Bson::Document(
                 d.iter()
                     .map(|(k, v)| (k.clone(), self.collate_value(v)))
@@ -383,46 +484,29 @@ pub fn has_string(value: &Bson) -> bool {
     }
 }
 
-thread_local! {
-    /// The collation [`scoped`] made current on this thread.
-    static CURRENT: RefCell<Option<Arc<Collation>>> = const { RefCell::new(None) };
+impl StringOrder for Collation {
+    fn compare_strs(&self, a: &str, b: &str) -> Ordering {
+        self.collator.compare(a, b)
+    }
 }
 
 /// Runs `f` with `collation` current on this thread (`None`: simple),
-/// restoring the previous one afterwards. `f` must not await: the scope is
-/// the thread's, not a task's.
+/// restoring the previous one afterwards: every string comparison of
+/// [`crate::query::compare`] inside uses it. `f` must not await: the
+/// scope is the thread's, not a task's.
 pub fn scoped<R>(collation: Option<&Arc<Collation>>, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Arc<Collation>>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let previous = self.0.take();
-            CURRENT.with(|c| *c.borrow_mut() = previous);
-        }
-    }
-    let previous = CURRENT.with(|c| c.replace(collation.cloned()));
-    let _restore = Restore(previous);
-    f()
-}
-
-/// Orders two strings by the current collation, or by bytes.
-pub fn compare_strings(a: &str, b: &str) -> Ordering {
-    if a == b {
-        return Ordering::Equal;
-    }
-    CURRENT.with(|c| match &*c.borrow() {
-        Some(collation) => collation.compare_strs(a, b),
-        None => a.as_bytes().cmp(b.as_bytes()),
-    })
+    with_string_order(collation.map(|c| Arc::clone(c) as Arc<dyn StringOrder>), f)
 }
 
 /// True when a non-simple collation is current on this thread.
 pub fn is_scoped() -> bool {
-    CURRENT.with(|c| c.borrow().is_some())
+    has_string_order()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::query::compare::compare_strings;
 
     fn parse(spec: Document) -> Result<Option<Arc<Collation>>> {
         Collation::parse_document(&spec)
@@ -435,7 +519,9 @@ mod tests {
     #[test]
     fn simple_is_none_and_defaults_are_filled_in() {
         assert!(parse(doc! {"locale": "simple"}).unwrap().is_none());
-        let c = parse(doc! {"locale": "en", "strength": 2}).unwrap().unwrap();
+        let c = parse(doc! {"locale": "en", "strength": 2})
+            .unwrap()
+            .unwrap();
         assert_eq!(
             c.spec(),
             &doc! {
@@ -461,36 +547,49 @@ mod tests {
         assert_eq!(code(doc! {"locale": "en", "strength": "2"}), 14);
         assert_eq!(code(doc! {"locale": "en", "caseFirst": "x"}), 2);
         assert_eq!(code(doc! {"locale": "en", "caseLevel": 1}), 14);
-        assert_eq!(code(doc! {"locale": "en", "caseFirst": "upper", "strength": 2}), 2);
+        assert_eq!(
+            code(doc! {"locale": "en", "caseFirst": "upper", "strength": 2}),
+            2
+        );
         assert_eq!(code(doc! {"locale": "en", "version": "1.0"}), 161);
         assert_eq!(code(doc! {"locale": "simple", "foo": 1}), 40415);
     }
 
     #[test]
     fn strengths_numeric_ordering_and_locales() {
-        let ci = parse(doc! {"locale": "en", "strength": 2}).unwrap().unwrap();
+        let ci = parse(doc! {"locale": "en", "strength": 2})
+            .unwrap()
+            .unwrap();
         assert_eq!(ci.compare_strs("Alice", "alice"), Ordering::Equal);
         assert_eq!(ci.compare_strs("alice", "Bob"), Ordering::Less);
-        let base = parse(doc! {"locale": "en", "strength": 1}).unwrap().unwrap();
+        let base = parse(doc! {"locale": "en", "strength": 1})
+            .unwrap()
+            .unwrap();
         assert_eq!(base.compare_strs("é", "E"), Ordering::Equal);
         let en = parse(doc! {"locale": "en"}).unwrap().unwrap();
         assert_eq!(en.compare_strs("a", "B"), Ordering::Less);
         assert_eq!(en.compare_strs("10", "9"), Ordering::Less);
-        let num = parse(doc! {"locale": "en", "numericOrdering": true}).unwrap().unwrap();
+        let num = parse(doc! {"locale": "en", "numericOrdering": true})
+            .unwrap()
+            .unwrap();
         assert_eq!(num.compare_strs("10", "9"), Ordering::Greater);
         // German puts ä with a; Swedish after z.
         let de = parse(doc! {"locale": "de"}).unwrap().unwrap();
         let sv = parse(doc! {"locale": "sv"}).unwrap().unwrap();
         assert_eq!(de.compare_strs("äb", "z"), Ordering::Less);
         assert_eq!(sv.compare_strs("äb", "z"), Ordering::Greater);
-        let upper = parse(doc! {"locale": "en", "caseFirst": "upper"}).unwrap().unwrap();
+        let upper = parse(doc! {"locale": "en", "caseFirst": "upper"})
+            .unwrap()
+            .unwrap();
         assert_eq!(upper.compare_strs("A", "a"), Ordering::Less);
         assert_eq!(en.compare_strs("A", "a"), Ordering::Greater);
     }
 
     #[test]
     fn key_strings_order_as_the_collation() {
-        let c = parse(doc! {"locale": "en", "strength": 2}).unwrap().unwrap();
+        let c = parse(doc! {"locale": "en", "strength": 2})
+            .unwrap()
+            .unwrap();
         let words = ["b", "A", "a", "B", "ä", "ab", "", "Z"];
         for x in words {
             for y in words {
@@ -509,11 +608,15 @@ mod tests {
 
     #[test]
     fn scoped_comparison_restores_the_previous_collation() {
-        let c = parse(doc! {"locale": "en", "strength": 2}).unwrap().unwrap();
+        let c = parse(doc! {"locale": "en", "strength": 2})
+            .unwrap()
+            .unwrap();
         assert_eq!(compare_strings("A", "a"), Ordering::Less);
         scoped(Some(&c), || {
             assert_eq!(compare_strings("A", "a"), Ordering::Equal);
-            scoped(None, || assert_eq!(compare_strings("A", "a"), Ordering::Less));
+            scoped(None, || {
+                assert_eq!(compare_strings("A", "a"), Ordering::Less)
+            });
             assert!(is_scoped());
         });
         assert!(!is_scoped());

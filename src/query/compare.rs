@@ -17,9 +17,53 @@
 
 use std::cmp::Ordering;
 
+use std::cell::RefCell;
+use std::sync::Arc;
+
 use bson::{Bson, Decimal128, Document, RawBsonRef};
 
-use crate::query::collation::compare_strings;
+/// An order over strings other than by their bytes: a collation
+/// ([`crate::query::collation`]).
+pub trait StringOrder: Send + Sync {
+    fn compare_strs(&self, a: &str, b: &str) -> Ordering;
+}
+
+thread_local! {
+    /// The string order [`with_string_order`] made current on this thread.
+    static STRING_ORDER: RefCell<Option<Arc<dyn StringOrder>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `order` current on this thread (`None`: bytes), then
+/// restores the previous one. `f` must not await: the order is the
+/// thread's, not a task's.
+pub fn with_string_order<R>(order: Option<Arc<dyn StringOrder>>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<dyn StringOrder>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            STRING_ORDER.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let previous = STRING_ORDER.with(|c| c.replace(order));
+    let _restore = Restore(previous);
+    f()
+}
+
+/// True when a string order other than bytes is current on this thread.
+pub fn has_string_order() -> bool {
+    STRING_ORDER.with(|c| c.borrow().is_some())
+}
+
+/// Orders two strings by the current string order, or by bytes.
+pub fn compare_strings(a: &str, b: &str) -> Ordering {
+    if a == b {
+        return Ordering::Equal;
+    }
+    STRING_ORDER.with(|c| match &*c.borrow() {
+        Some(order) => order.compare_strs(a, b),
+        None => a.as_bytes().cmp(b.as_bytes()),
+    })
+}
 
 /// The rank of a value's type in MongoDB's comparison order: values of
 /// different ranks order by rank alone. All numeric types share one rank,
