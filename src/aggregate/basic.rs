@@ -1020,7 +1020,9 @@ fn parse_sort(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
             "$sort stage must have at least one sort key",
         ));
     }
-    Ok(sort(SortSpec::parse(spec)?.with_collation(ctx.collation.clone())))
+    Ok(sort(
+        SortSpec::parse(spec)?.with_collation(ctx.collation.clone()),
+    ))
 }
 
 fn sort_key_document(spec: &SortSpec) -> Document {

@@ -83,8 +83,10 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let vars = super::args::let_variables("delete", &req.body)?;
     for (i, st) in statements.iter().enumerate() {
         req.state.counters.op_delete.fetch_add(1, Ordering::Relaxed);
-        let parsed = super::collation::effective(&req.state.router, &ns, st.collation)
-            .and_then(|c| Filter::parse_collated(&super::args::bind_in_filter(st.q, &vars), c.as_ref()));
+        let parsed =
+            super::collation::effective(&req.state.router, &ns, st.collation).and_then(|c| {
+                Filter::parse_collated(&super::args::bind_in_filter(st.q, &vars), c.as_ref())
+            });
         let result = match parsed {
             Ok(filter) => req.state.router.delete(&ns, &filter, st.multi, None).await,
             Err(e) => Err(e),

@@ -697,8 +697,28 @@ mod tests {
             ErrorCode::CannotCreateIndex
         );
         assert_eq!(
-            code(doc! {"key": {"a": 1}, "name": "x", "collation": {"locale": "fr"}}),
+            code(doc! {"key": {"a": "hashed"}, "name": "x", "collation": {"locale": "fr"}}),
             ErrorCode::CannotCreateIndex
+        );
+        assert_eq!(
+            code(doc! {"key": {"a": 1}, "name": "x", "collation": {"locale": "xx"}}),
+            ErrorCode::BadValue
+        );
+        let collated = index(
+            doc! {"key": {"a": 1}, "name": "x", "unique": true, "collation": {"locale": "en", "strength": 2}},
+        );
+        assert_eq!(
+            collated.encode(&["Alice".into()]),
+            collated.encode(&["aLICE".into()])
+        );
+        assert!(collated.encode(&["alice".into()]) < collated.encode(&["Bob".into()]));
+        assert_eq!(
+            collated
+                .spec()
+                .get_document("collation")
+                .ok()
+                .and_then(|c| c.get_i32("strength").ok()),
+            Some(2)
         );
         assert_eq!(code(doc! {"name": "x"}), ErrorCode::FailedToParse);
     }

@@ -1017,7 +1017,8 @@ mod tests {
         assert!(!covers(&plan, Some(&collated), None, None));
         // A simple query, or one of another collation, does not use it.
         assert!(is_collscan(&[idx.clone()], doc! {"name": "alice"}, None));
-        let fr = crate::query::collation::Collation::parse_document(&doc! {"locale": "fr"}).unwrap();
+        let fr =
+            crate::query::collation::Collation::parse_document(&doc! {"locale": "fr"}).unwrap();
         let other = Filter::parse_collated(&doc! {"name": "alice"}, fr.as_ref()).unwrap();
         assert!(matches!(
             choose(&[idx.clone()], Some(&other), None, None).unwrap(),
@@ -1036,7 +1037,8 @@ mod tests {
             Plan::Collscan
         ));
         // Ranges bound collation keys.
-        let range = Filter::parse_collated(&doc! {"name": {"$gte": "B", "$lt": "c"}}, c.as_ref()).unwrap();
+        let range =
+            Filter::parse_collated(&doc! {"name": {"$gte": "B", "$lt": "c"}}, c.as_ref()).unwrap();
         let Plan::Index(plan) = choose(&[idx], Some(&range), None, None).unwrap() else {
             panic!("a collated range uses the collated index");
         };

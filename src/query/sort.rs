@@ -235,9 +235,18 @@ mod tests {
             assert_eq!(by_doc, by_key, "compare and key_for agree");
             ids(by_doc)
         };
-        assert_eq!(ids(sorted(doc! {"s": 1, "_id": 1}, docs.clone())), [5, 6, 4, 2, 3, 1]);
-        assert_eq!(order(doc! {"locale": "en", "strength": 2}), [5, 6, 3, 4, 1, 2]);
-        assert_eq!(order(doc! {"locale": "en", "numericOrdering": true}), [6, 5, 3, 4, 1, 2]);
+        assert_eq!(
+            ids(sorted(doc! {"s": 1, "_id": 1}, docs.clone())),
+            [5, 6, 4, 2, 3, 1]
+        );
+        assert_eq!(
+            order(doc! {"locale": "en", "strength": 2}),
+            [5, 6, 3, 4, 1, 2]
+        );
+        assert_eq!(
+            order(doc! {"locale": "en", "numericOrdering": true}),
+            [6, 5, 3, 4, 1, 2]
+        );
     }
 
     fn ids(docs: Vec<Document>) -> Vec<i32> {

@@ -74,7 +74,10 @@ async fn find_ids(srv: &TestServer, prefix: &str, filter: Document, extra: Docum
         }
         results.push(found);
     }
-    assert_eq!(results[0], results[1], "unsharded and sharded differ for {filter} {extra}");
+    assert_eq!(
+        results[0], results[1],
+        "unsharded and sharded differ for {filter} {extra}"
+    );
     results.remove(0)
 }
 
@@ -100,8 +103,14 @@ async fn query_operators_compare_by_the_collation() {
     let srv = TestServer::start_with_args(&["--initial-partitions", "8"]).await;
     load(&srv, "q", names()).await;
     let c = doc! {"collation": ci()};
-    assert_eq!(find_ids(&srv, "q", doc! {"name": "alice"}, c.clone()).await, [1, 2, 3]);
-    assert_eq!(find_ids(&srv, "q", doc! {"name": "alice"}, doc! {}).await, [2]);
+    assert_eq!(
+        find_ids(&srv, "q", doc! {"name": "alice"}, c.clone()).await,
+        [1, 2, 3]
+    );
+    assert_eq!(
+        find_ids(&srv, "q", doc! {"name": "alice"}, doc! {}).await,
+        [2]
+    );
     assert_eq!(
         find_ids(&srv, "q", doc! {"name": {"$ne": "ALICE"}}, c.clone()).await,
         [4, 5, 6, 7, 8]
@@ -115,16 +124,34 @@ async fn query_operators_compare_by_the_collation() {
         [1, 2, 3, 4, 6]
     );
     assert_eq!(
-        find_ids(&srv, "q", doc! {"name": {"$in": ["BOB", "ZEBRA"]}}, c.clone()).await,
+        find_ids(
+            &srv,
+            "q",
+            doc! {"name": {"$in": ["BOB", "ZEBRA"]}},
+            c.clone()
+        )
+        .await,
         [4, 5, 8]
     );
     assert_eq!(
-        find_ids(&srv, "q", doc! {"name": {"$nin": ["alice", "bob"]}}, c.clone()).await,
+        find_ids(
+            &srv,
+            "q",
+            doc! {"name": {"$nin": ["alice", "bob"]}},
+            c.clone()
+        )
+        .await,
         [6, 7, 8]
     );
     // Strength 1 also ignores diacritics; `$regex` never uses a collation.
     assert_eq!(
-        find_ids(&srv, "q", doc! {"name": "ZOE"}, doc! {"collation": {"locale": "en", "strength": 1}}).await,
+        find_ids(
+            &srv,
+            "q",
+            doc! {"name": "ZOE"},
+            doc! {"collation": {"locale": "en", "strength": 1}}
+        )
+        .await,
         [6]
     );
     assert_eq!(
@@ -133,24 +160,42 @@ async fn query_operators_compare_by_the_collation() {
     );
     // `{locale: "simple"}` is the byte order.
     assert_eq!(
-        find_ids(&srv, "q", doc! {"name": "alice"}, doc! {"collation": {"locale": "simple"}}).await,
+        find_ids(
+            &srv,
+            "q",
+            doc! {"name": "alice"},
+            doc! {"collation": {"locale": "simple"}}
+        )
+        .await,
         [2]
     );
     for copy in COPIES {
         let coll = format!("q_{copy}");
-        let n = run(&srv, doc! {"count": &coll, "query": {"name": "ALICE"}, "collation": ci()}).await;
+        let n = run(
+            &srv,
+            doc! {"count": &coll, "query": {"name": "ALICE"}, "collation": ci()},
+        )
+        .await;
         assert_eq!(num(&n, "n"), 3, "{copy}");
         let n = run(&srv, doc! {"count": &coll, "query": {"name": "ALICE"}}).await;
         assert_eq!(num(&n, "n"), 1, "{copy}");
         // Values equal under the collation are one distinct value.
-        let d = run(&srv, doc! {"distinct": &coll, "key": "name", "collation": ci()}).await;
+        let d = run(
+            &srv,
+            doc! {"distinct": &coll, "key": "name", "collation": ci()},
+        )
+        .await;
         let values: Vec<String> = d
             .get_array("values")
             .unwrap()
             .iter()
             .map(|v| v.as_str().unwrap().to_lowercase())
             .collect();
-        assert_eq!(values, ["alice", "äpfel", "bob", "zebra", "zoë"], "{copy}: {d}");
+        assert_eq!(
+            values,
+            ["alice", "äpfel", "bob", "zebra", "zoë"],
+            "{copy}: {d}"
+        );
         let d = run(&srv, doc! {"distinct": &coll, "key": "name"}).await;
         assert_eq!(d.get_array("values").unwrap().len(), 8, "{copy}: {d}");
     }
@@ -168,12 +213,24 @@ async fn sorts_follow_locale_strength_and_numeric_ordering() {
     );
     // English, tertiary: letters first, lower case before upper.
     assert_eq!(
-        find_ids(&srv, "s", doc! {}, doc! {"sort": sort.clone(), "collation": {"locale": "en"}}).await,
+        find_ids(
+            &srv,
+            "s",
+            doc! {},
+            doc! {"sort": sort.clone(), "collation": {"locale": "en"}}
+        )
+        .await,
         [2, 1, 3, 7, 5, 4, 8, 6]
     );
     // Secondary: case ties, broken by `_id`.
     assert_eq!(
-        find_ids(&srv, "s", doc! {}, doc! {"sort": sort.clone(), "collation": ci()}).await,
+        find_ids(
+            &srv,
+            "s",
+            doc! {},
+            doc! {"sort": sort.clone(), "collation": ci()}
+        )
+        .await,
         [1, 2, 3, 7, 4, 5, 8, 6]
     );
     // German sorts "ä" with "a", Swedish after "z".
@@ -186,11 +243,23 @@ async fn sorts_follow_locale_strength_and_numeric_ordering() {
     load(&srv, "w", words).await;
     let by_w = doc! {"w": 1};
     assert_eq!(
-        find_ids(&srv, "w", doc! {}, doc! {"sort": by_w.clone(), "collation": {"locale": "de"}}).await,
+        find_ids(
+            &srv,
+            "w",
+            doc! {},
+            doc! {"sort": by_w.clone(), "collation": {"locale": "de"}}
+        )
+        .await,
         [1, 2, 3, 4]
     );
     assert_eq!(
-        find_ids(&srv, "w", doc! {}, doc! {"sort": by_w.clone(), "collation": {"locale": "sv"}}).await,
+        find_ids(
+            &srv,
+            "w",
+            doc! {},
+            doc! {"sort": by_w.clone(), "collation": {"locale": "sv"}}
+        )
+        .await,
         [1, 3, 4, 2]
     );
     let numbers = vec![
@@ -207,11 +276,23 @@ async fn sorts_follow_locale_strength_and_numeric_ordering() {
     );
     let numeric = doc! {"locale": "en", "numericOrdering": true};
     assert_eq!(
-        find_ids(&srv, "n", doc! {}, doc! {"sort": by_v.clone(), "collation": numeric.clone()}).await,
+        find_ids(
+            &srv,
+            "n",
+            doc! {},
+            doc! {"sort": by_v.clone(), "collation": numeric.clone()}
+        )
+        .await,
         [4, 2, 1, 3]
     );
     assert_eq!(
-        find_ids(&srv, "n", doc! {"v": {"$gt": "9"}}, doc! {"collation": numeric}).await,
+        find_ids(
+            &srv,
+            "n",
+            doc! {"v": {"$gt": "9"}},
+            doc! {"collation": numeric}
+        )
+        .await,
         [1, 3]
     );
 }
@@ -282,6 +363,28 @@ async fn writes_take_a_collation_per_statement() {
         assert_eq!(num(&reply, "n"), 3, "{copy}");
         let reply = run(&srv, doc! {"count": &coll, "query": {"exact": true}}).await;
         assert_eq!(num(&reply, "n"), 1, "{copy}");
+        // Update operators that compare use the statement's collation.
+        let reply = run(
+            &srv,
+            doc! {"update": &coll, "updates": [
+                {"q": {"_id": 8}, "u": {"$set": {"tags": ["x", "Y", "z"]}}},
+                {"q": {"_id": 8}, "u": {"$addToSet": {"tags": "X"}, "$max": {"name": "ZEBRA"}}, "collation": ci()},
+                {"q": {"_id": 8}, "u": {"$pull": {"tags": "y"}}, "collation": ci()},
+                {"q": {"_id": 8}, "u": {"$pull": {"tags": "Z"}}},
+            ]},
+        )
+        .await;
+        assert_eq!(num(&reply, "nModified"), 2, "{copy}: {reply}");
+        let reply = run(&srv, doc! {"find": &coll, "filter": {"_id": 8}}).await;
+        let eight = first_batch(&reply).remove(0);
+        assert_eq!(eight.get_str("name").unwrap(), "zebra", "{copy}: {eight}");
+        let tags: Vec<&str> = eight
+            .get_array("tags")
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        assert_eq!(tags, ["x", "z"], "{copy}: {eight}");
 
         let reply = run(
             &srv,
@@ -308,7 +411,11 @@ async fn writes_take_a_collation_per_statement() {
             },
         )
         .await;
-        assert_eq!(num(reply.get_document("value").unwrap(), "_id"), 5, "{copy}: {reply}");
+        assert_eq!(
+            num(reply.get_document("value").unwrap(), "_id"),
+            5,
+            "{copy}: {reply}"
+        );
 
         let reply = run(
             &srv,
@@ -334,14 +441,25 @@ async fn collection_default_collation_applies_and_is_shown() {
     let srv = TestServer::start_with_args(&["--initial-partitions", "8"]).await;
     run(&srv, doc! {"create": "people", "collation": ci()}).await;
     run(&srv, doc! {"insert": "people", "documents": names()}).await;
-    let listed = run(&srv, doc! {"listCollections": 1, "filter": {"name": "people"}}).await;
+    let listed = run(
+        &srv,
+        doc! {"listCollections": 1, "filter": {"name": "people"}},
+    )
+    .await;
     let full = doc! {
         "locale": "en", "caseLevel": false, "caseFirst": "off", "strength": 2,
         "numericOrdering": false, "alternate": "non-ignorable", "maxVariable": "punct",
         "normalization": false, "backwards": false, "version": "57.1",
     };
-    let options = first_batch(&listed)[0].get_document("options").unwrap().clone();
-    assert_eq!(options.get_document("collation").unwrap(), &full, "{listed}");
+    let options = first_batch(&listed)[0]
+        .get_document("options")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        options.get_document("collation").unwrap(),
+        &full,
+        "{listed}"
+    );
     // Operations without a collation use the collection's.
     let reply = run(&srv, doc! {"find": "people", "filter": {"name": "alice"}}).await;
     assert_eq!(first_batch(&reply).len(), 3);
@@ -364,9 +482,19 @@ async fn collection_default_collation_applies_and_is_shown() {
     .await;
     let listed = run(&srv, doc! {"listIndexes": "people"}).await;
     let specs = first_batch(&listed);
-    let by_name = specs.iter().find(|s| s.get_str("name") == Ok("by_name")).unwrap();
-    assert_eq!(by_name.get_document("collation").unwrap(), &full, "{listed}");
-    let bytes = specs.iter().find(|s| s.get_str("name") == Ok("by_name_bytes")).unwrap();
+    let by_name = specs
+        .iter()
+        .find(|s| s.get_str("name") == Ok("by_name"))
+        .unwrap();
+    assert_eq!(
+        by_name.get_document("collation").unwrap(),
+        &full,
+        "{listed}"
+    );
+    let bytes = specs
+        .iter()
+        .find(|s| s.get_str("name") == Ok("by_name_bytes"))
+        .unwrap();
     assert!(!bytes.contains_key("collation"), "{listed}");
     // The shard key index must compare by bytes.
     let db = srv.db("admin");
@@ -390,7 +518,11 @@ async fn collection_default_collation_applies_and_is_shown() {
     )
     .await;
     let reply = run(&srv, doc! {"find": "people", "filter": {"name": "ALICE"}}).await;
-    assert_eq!(first_batch(&reply).len(), 3, "the default still applies once sharded");
+    assert_eq!(
+        first_batch(&reply).len(),
+        3,
+        "the default still applies once sharded"
+    );
 }
 
 #[tokio::test]
@@ -404,9 +536,21 @@ async fn bad_collations_get_mongodb_errors() {
         (doc! {"locale": "xx_YY"}, 2, "BadValue"),
         (doc! {"locale": 7}, 14, "TypeMismatch"),
         (doc! {"locale": "en", "strength": 6}, 51024, "Location51024"),
-        (doc! {"locale": "en", "caseFirst": "sideways"}, 2, "BadValue"),
-        (doc! {"locale": "en", "strength": 1, "caseFirst": "upper"}, 2, "BadValue"),
-        (doc! {"locale": "en", "version": "1.0"}, 161, "IncompatibleCollationVersion"),
+        (
+            doc! {"locale": "en", "caseFirst": "sideways"},
+            2,
+            "BadValue",
+        ),
+        (
+            doc! {"locale": "en", "strength": 1, "caseFirst": "upper"},
+            2,
+            "BadValue",
+        ),
+        (
+            doc! {"locale": "en", "version": "1.0"},
+            161,
+            "IncompatibleCollationVersion",
+        ),
     ];
     for (collation, code, name) in cases {
         expect_command_error(
@@ -424,7 +568,13 @@ async fn bad_collations_get_mongodb_errors() {
         )
         .await;
     }
-    expect_command_error(&db, doc! {"find": "c", "collation": "en"}, 14, "TypeMismatch").await;
+    expect_command_error(
+        &db,
+        doc! {"find": "c", "collation": "en"},
+        14,
+        "TypeMismatch",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -437,19 +587,29 @@ async fn collated_unique_index_refuses_case_insensitive_duplicates() {
         }]},
     )
     .await;
-    run(&srv, doc! {"insert": "users", "documents": [{"_id": 1, "name": "Alice"}]}).await;
+    run(
+        &srv,
+        doc! {"insert": "users", "documents": [{"_id": 1, "name": "Alice"}]},
+    )
+    .await;
     let reply = srv
         .db(DB)
         .run_command(doc! {"insert": "users", "documents": [{"_id": 2, "name": "alice"}]})
         .await
         .unwrap();
-    let errors = reply.get_array("writeErrors").expect("a duplicate key error");
+    let errors = reply
+        .get_array("writeErrors")
+        .expect("a duplicate key error");
     let error = errors[0].as_document().unwrap();
     assert_eq!(num(error, "code"), 11000, "{reply}");
     // Other names, and other diacritics at strength 2, are distinct.
     run(&srv, doc! {"insert": "users", "documents": [{"_id": 3, "name": "Bob"}, {"_id": 4, "name": "Alicé"}]}).await;
     // Building over existing duplicates fails too.
-    run(&srv, doc! {"insert": "dups", "documents": [{"_id": 1, "n": "x"}, {"_id": 2, "n": "X"}]}).await;
+    run(
+        &srv,
+        doc! {"insert": "dups", "documents": [{"_id": 1, "n": "x"}, {"_id": 2, "n": "X"}]},
+    )
+    .await;
     expect_command_error(
         &srv.db(DB),
         doc! {"createIndexes": "dups", "indexes": [{"key": {"n": 1}, "name": "n", "unique": true, "collation": ci()}]},
@@ -512,11 +672,24 @@ async fn an_index_serves_only_queries_of_its_collation() {
             doc! {"createIndexes": &coll, "indexes": [{"key": {"name": 1}, "name": "name_ci", "collation": ci()}]},
         )
         .await;
-        let same = plan_of(&srv, doc! {"find": &coll, "filter": {"name": "alice"}, "collation": ci()}).await;
-        assert!(same.contains(&"index:name_ci".to_string()), "{copy}: {same:?}");
-        assert!(same.contains(&"FETCH".to_string()), "{copy}: collated keys are never covered: {same:?}");
+        let same = plan_of(
+            &srv,
+            doc! {"find": &coll, "filter": {"name": "alice"}, "collation": ci()},
+        )
+        .await;
+        assert!(
+            same.contains(&"index:name_ci".to_string()),
+            "{copy}: {same:?}"
+        );
+        assert!(
+            same.contains(&"FETCH".to_string()),
+            "{copy}: collated keys are never covered: {same:?}"
+        );
         let simple = plan_of(&srv, doc! {"find": &coll, "filter": {"name": "alice"}}).await;
-        assert!(simple.contains(&"COLLSCAN".to_string()), "{copy}: {simple:?}");
+        assert!(
+            simple.contains(&"COLLSCAN".to_string()),
+            "{copy}: {simple:?}"
+        );
         let other = plan_of(
             &srv,
             doc! {"find": &coll, "filter": {"name": "alice"}, "collation": {"locale": "fr"}},
@@ -525,13 +698,19 @@ async fn an_index_serves_only_queries_of_its_collation() {
         assert!(other.contains(&"COLLSCAN".to_string()), "{copy}: {other:?}");
         // Through the index, results are those of the collation.
         assert_eq!(
-            find_ids(&srv, "i", doc! {"name": {"$gte": "B", "$lt": "c"}}, doc! {"collation": ci()}).await,
+            find_ids(
+                &srv,
+                "i",
+                doc! {"name": {"$gte": "B", "$lt": "c"}},
+                doc! {"collation": ci()}
+            )
+            .await,
             [4, 5]
         );
         let projected = run(
             &srv,
             doc! {"find": &coll, "filter": {"name": "ALICE"}, "projection": {"_id": 0, "name": 1},
-                  "sort": {"name": 1}, "collation": ci()},
+            "sort": {"name": 1}, "collation": ci()},
         )
         .await;
         let mut got: Vec<String> = first_batch(&projected)
@@ -567,7 +746,11 @@ async fn a_collated_string_shard_key_query_fans_out() {
         doc! {"explain": {"find": "by_name", "filter": {"name": "alice"}}, "verbosity": "queryPlanner"},
     )
     .await;
-    assert_eq!(shards(&targeted), ("SINGLE_SHARD".to_string(), 1), "{targeted}");
+    assert_eq!(
+        shards(&targeted),
+        ("SINGLE_SHARD".to_string(), 1),
+        "{targeted}"
+    );
     let collated = run(
         &srv,
         doc! {"explain": {"find": "by_name", "filter": {"name": "alice"}, "collation": ci()}, "verbosity": "queryPlanner"},
