@@ -1008,7 +1008,9 @@ mod tests {
         let idx = index(doc! {"key": {"name": 1}, "name": "n", "collation": ci.clone()});
         let c = crate::query::collation::Collation::parse_document(&ci).unwrap();
         let collated = Filter::parse_collated(&doc! {"name": "ALICE"}, c.as_ref()).unwrap();
-        let Plan::Index(plan) = choose(&[idx.clone()], Some(&collated), None, None).unwrap() else {
+        let Plan::Index(plan) =
+            choose(std::slice::from_ref(&idx), Some(&collated), None, None).unwrap()
+        else {
             panic!("the index of the same collation is not used");
         };
         assert!(reads(&plan, &["alice".into()]));
@@ -1016,19 +1018,23 @@ mod tests {
         assert!(!reads(&plan, &["bob".into()]));
         assert!(!covers(&plan, Some(&collated), None, None));
         // A simple query, or one of another collation, does not use it.
-        assert!(is_collscan(&[idx.clone()], doc! {"name": "alice"}, None));
+        assert!(is_collscan(
+            std::slice::from_ref(&idx),
+            doc! {"name": "alice"},
+            None
+        ));
         let fr =
             crate::query::collation::Collation::parse_document(&doc! {"locale": "fr"}).unwrap();
         let other = Filter::parse_collated(&doc! {"name": "alice"}, fr.as_ref()).unwrap();
         assert!(matches!(
-            choose(&[idx.clone()], Some(&other), None, None).unwrap(),
+            choose(std::slice::from_ref(&idx), Some(&other), None, None).unwrap(),
             Plan::Collscan
         ));
         // A simple index does not serve a collated string query, and the
         // collated sort is not its order.
         let plain = index(doc! {"key": {"name": 1}, "name": "p"});
         assert!(matches!(
-            choose(&[plain.clone()], Some(&collated), None, None).unwrap(),
+            choose(std::slice::from_ref(&plain), Some(&collated), None, None).unwrap(),
             Plan::Collscan
         ));
         let collated_sort = sort(doc! {"name": 1}).with_collation(c.clone());
