@@ -154,6 +154,7 @@ error_codes! {
     JSInterpreterFailure = 139,
     ExceededMemoryLimit = 146,
     InvalidSyntax = 150,
+    IncompatibleCollationVersion = 161,
     ViewDepthLimitExceeded = 165,
     CommandNotSupportedOnView = 166,
     OptionNotSupportedOnView = 167,

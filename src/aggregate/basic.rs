@@ -87,7 +87,7 @@ pub fn check_match_clauses(spec: &Document) -> Result<()> {
     Ok(())
 }
 
-fn parse_match(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
+fn parse_match(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
         return Err(loc(
             ErrorCode::MatchNotObject,
@@ -96,7 +96,10 @@ fn parse_match(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
     };
     check_match_clauses(spec)?;
     Ok(Box::new(Match {
-        filter: Arc::new(Filter::parse_in_pipeline(spec)?),
+        filter: Arc::new(Filter::parse_in_pipeline_collated(
+            spec,
+            ctx.collation.as_ref(),
+        )?),
         spec: spec.clone(),
     }))
 }
@@ -1004,7 +1007,7 @@ pub fn sort(spec: SortSpec) -> Box<dyn Stage> {
     Box::new(Sort { spec, limit: None })
 }
 
-fn parse_sort(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
+fn parse_sort(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
     let Bson::Document(spec) = arg else {
         return Err(loc(
             ErrorCode::SortNotObject,
@@ -1017,7 +1020,9 @@ fn parse_sort(arg: &Bson, _: &ParseContext) -> Result<Box<dyn Stage>> {
             "$sort stage must have at least one sort key",
         ));
     }
-    Ok(sort(SortSpec::parse(spec)?))
+    Ok(sort(
+        SortSpec::parse(spec)?.with_collation(ctx.collation.clone()),
+    ))
 }
 
 fn sort_key_document(spec: &SortSpec) -> Document {

@@ -1376,6 +1376,8 @@ struct GroupSpec {
     key: KeyFn,
     accs: Vec<Accumulator>,
     vars: Document,
+    /// Keys equal under the collation are one group (`None`: simple).
+    collation: Option<Arc<crate::query::collation::Collation>>,
 }
 
 struct Group {
@@ -1513,7 +1515,10 @@ impl Groups {
     /// The position of the group of `key`, made when new.
     fn group_of(&mut self, key: Bson) -> usize {
         self.key_bytes.clear();
-        encode_value(&key, &mut self.key_bytes);
+        match &self.spec.collation {
+            Some(c) => encode_value(&c.collate_value(&key), &mut self.key_bytes),
+            None => encode_value(&key, &mut self.key_bytes),
+        }
         if let Some(&at) = self.index.get(self.key_bytes.as_slice()) {
             return at;
         }
@@ -1868,6 +1873,7 @@ fn parse_group(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
             key,
             accs,
             vars: ctx.vars.clone(),
+            collation: ctx.collation.clone(),
         }),
         mode: Mode::Full,
         explain: doc! {"$group": spec.clone()},
@@ -2088,6 +2094,7 @@ fn parse_bucket(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
             },
             accs,
             vars: ctx.vars.clone(),
+            collation: ctx.collation.clone(),
         }),
         mode: Mode::Full,
         explain: doc! {"$bucket": spec.clone()},

@@ -226,6 +226,8 @@ pub struct ParseContext {
     pub in_facet: bool,
     /// True inside a `$lookup` / `$unionWith` sub-pipeline.
     pub nested: bool,
+    /// The collation strings compare by (`None`: simple).
+    pub collation: Option<Arc<crate::query::collation::Collation>>,
 }
 
 /// Every stage table, one per family, each sorted by name.

@@ -119,8 +119,14 @@ pub(crate) fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
         deadline,
         super::args::document_validation("aggregate", &req.body)?,
     );
+    let collation = if agg.collectionless {
+        None
+    } else {
+        super::collation::effective(&router, &agg.ns, req.body.get("collation"))?
+    };
     let parse_ctx = ParseContext {
         vars: agg.vars.clone(),
+        collation,
         ..ParseContext::default()
     };
     // Stages that describe the server make the input of the rest.

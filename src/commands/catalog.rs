@@ -143,6 +143,7 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
             options.insert(k.clone(), v.clone());
         }
     }
+    super::collation::normalise_create_option(&mut options)?;
     let router = &req.state.router;
     if let Some(existing) = router.collection(&ns) {
         // Creating it again with the same options is a no-op, as in 7.0.

@@ -1,11 +1,14 @@
 //! `count`: the number of documents matching `query`, after `skip` and
 //! `limit`.
 
+use std::sync::Arc;
+
 use bson::{doc, Bson, Document};
 
 use super::args::{collection_namespace, opt_document, opt_i64, opt_non_negative};
 use super::request::Request;
 use crate::error::Result;
+use crate::query::collation::Collation;
 use crate::query::filter::Filter;
 use crate::router::{FindSpec, Namespace};
 
@@ -15,11 +18,16 @@ pub(crate) struct Count {
     pub spec: FindSpec,
 }
 
-pub(crate) fn parse(db: &str, b: &Document) -> Result<Count> {
+/// Parses a `count` whose strings compare by `collation` (`None`: simple).
+pub(crate) fn parse_collated(
+    db: &str,
+    b: &Document,
+    collation: Option<&Arc<Collation>>,
+) -> Result<Count> {
     let ns = collection_namespace("count", db, b)?;
     let filter = opt_document("count", b, "query")?
         .filter(|q| !q.is_empty())
-        .map(Filter::parse)
+        .map(|q| Filter::parse_collated(q, collation))
         .transpose()?;
     let skip = opt_non_negative("count", b, "skip")?.unwrap_or(0);
     // A negative limit counts like its absolute value, as in MongoDB.
@@ -42,7 +50,9 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         req,
         &["query", "limit", "skip", "hint", "collation", "fields"],
     )?;
-    let Count { ns, spec } = parse(&req.db, &req.body)?;
+    let ns = collection_namespace("count", &req.db, &req.body)?;
+    let collation = super::collation::effective(&req.state.router, &ns, req.body.get("collation"))?;
+    let Count { ns, spec } = parse_collated(&req.db, &req.body, collation.as_ref())?;
     let router = req.state.router.clone();
     if let Some(view) = super::views::resolve(&router, &ns).await? {
         let mut stages = Vec::new();

@@ -16,6 +16,7 @@ use crate::query::filter::Filter;
 struct Statement<'a> {
     q: &'a Document,
     multi: bool,
+    collation: Option<&'a Bson>,
 }
 
 fn check_statement(entry: &Document) -> Result<Statement<'_>> {
@@ -62,6 +63,7 @@ fn check_statement(entry: &Document) -> Result<Statement<'_>> {
     Ok(Statement {
         q,
         multi: limit == 0,
+        collation: entry.get("collation"),
     })
 }
 
@@ -81,7 +83,11 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let vars = super::args::let_variables("delete", &req.body)?;
     for (i, st) in statements.iter().enumerate() {
         req.state.counters.op_delete.fetch_add(1, Ordering::Relaxed);
-        let result = match Filter::parse(&super::args::bind_in_filter(st.q, &vars)) {
+        let parsed =
+            super::collation::effective(&req.state.router, &ns, st.collation).and_then(|c| {
+                Filter::parse_collated(&super::args::bind_in_filter(st.q, &vars), c.as_ref())
+            });
+        let result = match parsed {
             Ok(filter) => req.state.router.delete(&ns, &filter, st.multi, None).await,
             Err(e) => Err(e),
         };

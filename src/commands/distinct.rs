@@ -50,9 +50,10 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         return Err(Error::bad_value("distinct key cannot be empty"));
     }
     let path: Vec<&str> = key.split('.').collect();
+    let collation = super::collation::effective(&req.state.router, &ns, b.get("collation"))?;
     let filter = opt_document("distinct", b, "query")?
         .filter(|q| !q.is_empty())
-        .map(Filter::parse)
+        .map(|q| Filter::parse_collated(q, collation.as_ref()))
         .transpose()?;
     let spec = FindSpec {
         filter,
@@ -69,8 +70,13 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
                 .await?
         }
         None => {
+            // Values equal under the collation are one value.
             router
-                .find(&ns, spec, |found| distinct_values(found.documents(), &path))
+                .find(&ns, spec, |found| {
+                    crate::query::collation::scoped(collation.as_ref(), || {
+                        distinct_values(found.documents(), &path)
+                    })
+                })
                 .await?
         }
     };

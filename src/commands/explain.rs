@@ -37,25 +37,37 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
             "BSON field 'explain.verbosity' is the wrong type, expected type 'string'"
         ),
     };
-    let explain = parse_explained(&req.db, inner)?;
+    let explain = parse_explained(&req.state.router, &req.db, inner)?;
     explain_render::explain(req, explain, verbosity).await
 }
 
 /// The read the explained command would run, parsed as that command
 /// parses it.
-fn parse_explained(db: &str, inner: Document) -> Result<Explain> {
+fn parse_explained(
+    router: &crate::router::SharedRouter,
+    db: &str,
+    inner: Document,
+) -> Result<Explain> {
     let name = inner
         .keys()
         .next()
         .cloned()
         .ok_or_else(|| err!(FailedToParse, "explain needs a command to explain"))?;
+    // The collation the explained command would compare strings by.
+    let collation = match name.as_str() {
+        "find" | "count" | "distinct" => {
+            let ns = collection_namespace(&name, db, &inner)?;
+            super::collation::effective(router, &ns, inner.get("collation"))?
+        }
+        _ => None,
+    };
     let (kind, ns, spec) = match name.as_str() {
         "find" => {
-            let f = find::parse(db, &inner)?;
+            let f = find::parse_collated(db, &inner, collation.as_ref())?;
             (Kind::Find, f.ns, f.spec)
         }
         "count" => {
-            let c = count::parse(db, &inner)?;
+            let c = count::parse_collated(db, &inner, collation.as_ref())?;
             (Kind::Count, c.ns, c.spec)
         }
         "distinct" => (
@@ -64,7 +76,7 @@ fn parse_explained(db: &str, inner: Document) -> Result<Explain> {
             FindSpec {
                 filter: opt_document("distinct", &inner, "query")?
                     .filter(|q| !q.is_empty())
-                    .map(Filter::parse)
+                    .map(|q| Filter::parse_collated(q, collation.as_ref()))
                     .transpose()?,
                 ..FindSpec::default()
             },

@@ -1,6 +1,7 @@
 //! `find`, `getMore` and `killCursors`.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bson::raw::CStr;
@@ -14,6 +15,7 @@ use crate::cursor::{
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::plan::Hint;
+use crate::query::collation::Collation;
 use crate::query::filter::Filter;
 use crate::query::projection::Projection;
 use crate::query::sort::SortSpec;
@@ -33,11 +35,16 @@ pub(crate) struct Find {
     await_data: bool,
 }
 
-pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
+/// Parses a `find` whose strings compare by `collation` (`None`: simple).
+pub(crate) fn parse_collated(
+    db: &str,
+    b: &Document,
+    collation: Option<&Arc<Collation>>,
+) -> Result<Find> {
     let ns = collection_namespace("find", db, b)?;
     let vars = args::let_variables("find", b)?;
     let filter = opt_document("find", b, "filter")?
-        .map(|f| Filter::parse(&args::bind_in_filter(f, &vars)))
+        .map(|f| Filter::parse_collated(&args::bind_in_filter(f, &vars), collation))
         .transpose()?;
     let mut natural = None;
     let sort = match opt_document("find", b, "sort")? {
@@ -46,7 +53,7 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
             natural = Some(Hint::parse(&Bson::Document(s.clone()))?);
             None
         }
-        Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
+        Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?.with_collation(collation.cloned())),
         _ => None,
     };
     let projection = match opt_document("find", b, "projection")? {
@@ -86,7 +93,6 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Find> {
     }
     let key_bounds = key_bounds(b, hint.as_ref())?;
     // comment, readConcern … are accepted and do not change the result.
-    opt_document("find", b, "collation")?;
     Ok(Find {
         ns,
         spec: FindSpec {
@@ -166,7 +172,9 @@ pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
             "includeQueryStatsMetrics",
         ],
     )?;
-    let mut f = parse(&req.db, &req.body)?;
+    let ns = collection_namespace("find", &req.db, &req.body)?;
+    let collation = super::collation::effective(&req.state.router, &ns, req.body.get("collation"))?;
+    let mut f = parse_collated(&req.db, &req.body, collation.as_ref())?;
     req.state.counters.op_query.fetch_add(1, Ordering::Relaxed);
     if let Some(view) = super::views::resolve(&req.state.router, &f.ns).await? {
         return super::aggregate::find_on_view(req, &view)

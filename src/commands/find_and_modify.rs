@@ -45,9 +45,13 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     }
     let vars = super::args::let_variables(cmd, b)?;
     let b = &super::args::bind_in_statement(b, &vars, "query", "update");
-    let filter = Filter::parse(opt_document(cmd, b, "query")?.unwrap_or(&Document::new()))?;
+    let collation = super::collation::effective(&req.state.router, &ns, b.get("collation"))?;
+    let filter = Filter::parse_collated(
+        opt_document(cmd, b, "query")?.unwrap_or(&Document::new()),
+        collation.as_ref(),
+    )?;
     let sort = match opt_document(cmd, b, "sort")? {
-        Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
+        Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?.with_collation(collation.clone())),
         _ => None,
     };
     let fields = match opt_document(cmd, b, "fields")? {

@@ -22,6 +22,13 @@ pub async fn create_indexes(req: &Request<'_>) -> Result<Document> {
         bail!(BadValue, "Must specify at least one index to create");
     }
     let router = &req.state.router;
+    // An index without its own collation takes the collection's default.
+    let mut specs = specs;
+    if let Some(default) = super::collation::collection_default(router, &ns)? {
+        for spec in specs.iter_mut().filter(|s| !s.contains_key("collation")) {
+            spec.insert("collation", default.spec().clone());
+        }
+    }
     let created = router.create_indexes(&ns, &specs).await?;
     router.durable(created.seq).await?;
     let mut reply = doc! {

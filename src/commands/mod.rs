@@ -24,6 +24,7 @@ pub mod auth;
 pub mod capped;
 pub mod catalog;
 pub mod coll_mod;
+pub mod collation;
 pub mod count;
 pub mod current_op;
 pub mod custom_action;

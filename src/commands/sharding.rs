@@ -101,6 +101,7 @@ pub async fn shard_collection(req: &Request<'_>) -> Result<Document> {
         },
     };
     let router = req.state.router.clone();
+    shard_key_collation(&router, &ns, b)?;
     time_series_key(req, &ns, &key.path).await?;
     let outcome = router.shard_collection(&ns, key, partitions).await?;
     let (coll, seq) = match outcome {
@@ -113,6 +114,37 @@ pub async fn shard_collection(req: &Request<'_>) -> Result<Document> {
         "collectionsharded": ns.full(),
         "collectionUUID": coll.uuid.clone(),
     })
+}
+
+/// The shard key index compares by bytes: MongoDB requires
+/// `collation: {locale: "simple"}` when the collection's default is
+/// another, and refuses any other `collation`.
+fn shard_key_collation(
+    router: &crate::router::SharedRouter,
+    ns: &Namespace,
+    b: &Document,
+) -> Result<()> {
+    let given = match b.get("collation") {
+        None => None,
+        Some(value) => Some(crate::query::collation::Collation::parse(value)?),
+    };
+    if let Some(Some(c)) = &given {
+        bail!(
+            BadValue,
+            "The collation for shardCollection must be {{locale: 'simple'}}, but found: {}",
+            c.spec()
+        );
+    }
+    if given.is_none() {
+        if let Some(default) = super::collation::collection_default(router, ns)? {
+            bail!(
+                BadValue,
+                "Collection has default collation: {}. Must specify collation {{locale: 'simple'}}.",
+                default.spec()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// For a time-series collection (or one `shardCollection` creates with

@@ -137,10 +137,18 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         };
         let entry = &statement_with_variables(entry, &vars)?;
         let result = match checked.and_then(|()| parse_statement(entry)) {
-            Ok(stmt) => {
-                let stmt = UpdateStatement { validation, ..stmt };
-                req.state.router.update(&ns, &stmt).await
-            }
+            Ok(stmt) => match collated_filter(req, &ns, entry) {
+                Ok(filter) => {
+                    let filter = filter.unwrap_or(stmt.filter);
+                    let stmt = UpdateStatement {
+                        validation,
+                        filter,
+                        ..stmt
+                    };
+                    req.state.router.update(&ns, &stmt).await
+                }
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         match result {
@@ -168,6 +176,20 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         reply.insert("writeErrors", errors);
     }
     Ok(reply)
+}
+
+/// The statement's filter under its collation (or its collection's
+/// default), when that is not the simple one.
+fn collated_filter(
+    req: &Request<'_>,
+    ns: &crate::router::Namespace,
+    entry: &Document,
+) -> Result<Option<Filter>> {
+    let collation = super::collation::effective(&req.state.router, ns, entry.get("collation"))?;
+    match (collation, entry.get("q")) {
+        (Some(c), Some(Bson::Document(q))) => Ok(Some(Filter::parse_collated(q, Some(&c))?)),
+        _ => Ok(None),
+    }
 }
 
 /// The fields of an update statement MongoDB 7.0 knows.

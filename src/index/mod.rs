@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bson::{doc, Bson, Document, RawDocument};
 
 use crate::error::{Error, ErrorCode, Result};
+use std::sync::Arc;
+
+use crate::query::collation::Collation;
 use crate::query::filter::Filter;
 use crate::query::hash;
 use crate::query::keystring;
@@ -68,6 +71,9 @@ pub struct Index {
     pub partial: Option<(Document, Filter)>,
     pub expire_after_secs: Option<i64>,
     pub hidden: bool,
+    /// The collation its string keys order by (`None`: simple); see
+    /// [`Index::encode`].
+    pub collation: Option<Arc<Collation>>,
     /// Options a client gave that change nothing here (`background`,
     /// `storageEngine`), kept so `listIndexes` shows them as MongoDB does.
     pub kept: Document,
@@ -125,6 +131,7 @@ impl Index {
             partial: None,
             expire_after_secs: None,
             hidden: false,
+            collation: None,
             kept: Document::new(),
             multikey: AtomicBool::new(false),
         };
@@ -156,10 +163,7 @@ impl Index {
                 "expireAfterSeconds" => {
                     index.expire_after_secs = Some(parse_expire_after(value)?);
                 }
-                "collation" => bail!(
-                    CannotCreateIndex,
-                    "Index option 'collation' is not supported: indexes compare strings by their bytes (simple collation). Specification: {spec}"
-                ),
+                "collation" => index.collation = Collation::parse(value)?,
                 other => bail!(
                     InvalidIndexSpecificationOption,
                     "The field '{other}' is not valid for an index specification. Specification: {spec}"
@@ -176,6 +180,12 @@ impl Index {
             bail!(
                 InvalidIndexSpecificationOption,
                 "The _id index takes no options. Specification: {spec}"
+            );
+        }
+        if index.is_hashed() && index.collation.is_some() {
+            bail!(
+                CannotCreateIndex,
+                "A hashed index with a non-simple collation is not supported. Specification: {spec}"
             );
         }
         if index.fields.iter().any(|f| f.kind == KeyKind::Hashed) && index.unique {
@@ -238,6 +248,9 @@ impl Index {
         if self.hidden {
             d.insert("hidden", true);
         }
+        if let Some(c) = &self.collation {
+            d.insert("collation", c.spec().clone());
+        }
         d
     }
 
@@ -275,6 +288,7 @@ impl Index {
             partial: self.partial.clone(),
             expire_after_secs,
             hidden,
+            collation: self.collation.clone(),
             kept: self.kept.clone(),
             multikey: AtomicBool::new(self.is_multikey()),
         }
@@ -288,6 +302,7 @@ impl Index {
             && self.partial.as_ref().map(|p| &p.0) == other.partial.as_ref().map(|p| &p.0)
             && self.expire_after_secs == other.expire_after_secs
             && self.hidden == other.hidden
+            && crate::query::collation::same(self.collation.as_ref(), other.collation.as_ref())
     }
 
     pub fn same_key(&self, other: &Index) -> bool {
@@ -377,8 +392,18 @@ impl Index {
         }
     }
 
-    /// The keystring of one key, one value per field.
+    /// The keystring of one key, one value per field. Under a collation
+    /// each string is encoded as its collation key, so the index orders
+    /// (and a unique index compares) strings by the collation.
     pub fn encode(&self, values: &[Bson]) -> Vec<u8> {
+        if let Some(c) = &self.collation {
+            let collated: Vec<Bson> = values.iter().map(|v| c.collate_value(v)).collect();
+            return self.encode_keys(&collated);
+        }
+        self.encode_keys(values)
+    }
+
+    fn encode_keys(&self, values: &[Bson]) -> Vec<u8> {
         let parts: Vec<(&Bson, bool)> = values
             .iter()
             .zip(&self.fields)
@@ -672,8 +697,28 @@ mod tests {
             ErrorCode::CannotCreateIndex
         );
         assert_eq!(
-            code(doc! {"key": {"a": 1}, "name": "x", "collation": {"locale": "fr"}}),
+            code(doc! {"key": {"a": "hashed"}, "name": "x", "collation": {"locale": "fr"}}),
             ErrorCode::CannotCreateIndex
+        );
+        assert_eq!(
+            code(doc! {"key": {"a": 1}, "name": "x", "collation": {"locale": "xx"}}),
+            ErrorCode::BadValue
+        );
+        let collated = index(
+            doc! {"key": {"a": 1}, "name": "x", "unique": true, "collation": {"locale": "en", "strength": 2}},
+        );
+        assert_eq!(
+            collated.encode(&["Alice".into()]),
+            collated.encode(&["aLICE".into()])
+        );
+        assert!(collated.encode(&["alice".into()]) < collated.encode(&["Bob".into()]));
+        assert_eq!(
+            collated
+                .spec()
+                .get_document("collation")
+                .ok()
+                .and_then(|c| c.get_i32("strength").ok()),
+            Some(2)
         );
         assert_eq!(code(doc! {"name": "x"}), ErrorCode::FailedToParse);
     }

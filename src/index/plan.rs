@@ -26,6 +26,7 @@ use bson::{Bson, Document};
 use super::{Index, KeyKind, ID_INDEX_NAME};
 use crate::err;
 use crate::error::Result;
+use crate::query::collation;
 use crate::query::compare::{canonical_type_rank, compare, values_equal, Number};
 use crate::query::filter::Filter;
 use crate::query::hash;
@@ -159,9 +160,14 @@ pub fn choose(
             Candidate::analyse(index, filter, sort).into_plan(),
         ));
     }
+    let query_collation = filter
+        .collation()
+        .or_else(|| sort.and_then(SortSpec::collation));
     let mut best: Option<Candidate> = None;
     for index in indexes.iter().filter(|i| !i.hidden) {
-        if !partial_allows(index, filter) {
+        if !partial_allows(index, filter)
+            || !collation::same(index.collation.as_ref(), query_collation)
+        {
             continue;
         }
         let candidate = Candidate::analyse(index, filter, sort);
@@ -193,7 +199,8 @@ pub fn covers(
     sort: Option<&SortSpec>,
 ) -> bool {
     let index = &plan.index;
-    if index.is_multikey() {
+    // Collated string keys are collation keys, not the strings.
+    if index.is_multikey() || index.collation.is_some() {
         return false;
     }
     let indexed = |path: &str| {
@@ -560,6 +567,25 @@ struct Candidate {
 
 impl Candidate {
     fn analyse(index: &Arc<Index>, filter: &Filter, sort: Option<&SortSpec>) -> Candidate {
+        // The index serves the query's string conditions and sort only
+        // under the same collation: otherwise it is read whole.
+        let query_collation = filter
+            .collation()
+            .or_else(|| sort.and_then(SortSpec::collation));
+        if !collation::same(index.collation.as_ref(), query_collation) {
+            return Candidate::analyse_simple(index, &Filter::match_all(), None);
+        }
+        match &index.collation {
+            Some(_) => Candidate::analyse_simple(index, &filter.without_collation(), sort),
+            None => Candidate::analyse_simple(index, filter, sort),
+        }
+    }
+
+    fn analyse_simple(index: &Arc<Index>, filter: &Filter, sort: Option<&SortSpec>) -> Candidate {
+        let collate = |v: &Bson| match &index.collation {
+            Some(c) => c.collate_value(v),
+            None => v.clone(),
+        };
         let multikey = index.is_multikey();
         let mut fields = Vec::with_capacity(index.fields.len());
         let mut product = 1usize;
@@ -573,7 +599,7 @@ impl Candidate {
                     let key = if field.kind == KeyKind::Hashed {
                         Bson::Int64(hash::hash_value(v))
                     } else {
-                        v.clone()
+                        collate(v)
                     };
                     (encode_field(&key, field.descending()), key)
                 })
@@ -598,6 +624,12 @@ impl Candidate {
                     filter.range_bounds(&field.path)
                 };
                 if let Some((lo, hi)) = range {
+                    let collate_bound = |b: Bound<Bson>| match b {
+                        Bound::Included(v) => Bound::Included(collate(&v)),
+                        Bound::Excluded(v) => Bound::Excluded(collate(&v)),
+                        Bound::Unbounded => Bound::Unbounded,
+                    };
+                    let (lo, hi) = (collate_bound(lo), collate_bound(hi));
                     has_range = true;
                     fields.push(
                         Interval::bracket(&lo, &hi)
@@ -968,6 +1000,58 @@ mod tests {
             "the _id changed the answer"
         );
         hits[0]
+    }
+
+    #[test]
+    fn collated_indexes_serve_only_queries_of_their_collation() {
+        let ci = doc! {"locale": "en", "strength": 2};
+        let idx = index(doc! {"key": {"name": 1}, "name": "n", "collation": ci.clone()});
+        let c = crate::query::collation::Collation::parse_document(&ci).unwrap();
+        let collated = Filter::parse_collated(&doc! {"name": "ALICE"}, c.as_ref()).unwrap();
+        let Plan::Index(plan) =
+            choose(std::slice::from_ref(&idx), Some(&collated), None, None).unwrap()
+        else {
+            panic!("the index of the same collation is not used");
+        };
+        assert!(reads(&plan, &["alice".into()]));
+        assert!(reads(&plan, &["Alice".into()]));
+        assert!(!reads(&plan, &["bob".into()]));
+        assert!(!covers(&plan, Some(&collated), None, None));
+        // A simple query, or one of another collation, does not use it.
+        assert!(is_collscan(
+            std::slice::from_ref(&idx),
+            doc! {"name": "alice"},
+            None
+        ));
+        let fr =
+            crate::query::collation::Collation::parse_document(&doc! {"locale": "fr"}).unwrap();
+        let other = Filter::parse_collated(&doc! {"name": "alice"}, fr.as_ref()).unwrap();
+        assert!(matches!(
+            choose(std::slice::from_ref(&idx), Some(&other), None, None).unwrap(),
+            Plan::Collscan
+        ));
+        // A simple index does not serve a collated string query, and the
+        // collated sort is not its order.
+        let plain = index(doc! {"key": {"name": 1}, "name": "p"});
+        assert!(matches!(
+            choose(std::slice::from_ref(&plain), Some(&collated), None, None).unwrap(),
+            Plan::Collscan
+        ));
+        let collated_sort = sort(doc! {"name": 1}).with_collation(c.clone());
+        assert!(matches!(
+            choose(&[plain], None, Some(&collated_sort), None).unwrap(),
+            Plan::Collscan
+        ));
+        // Ranges bound collation keys.
+        let range =
+            Filter::parse_collated(&doc! {"name": {"$gte": "B", "$lt": "c"}}, c.as_ref()).unwrap();
+        let Plan::Index(plan) = choose(&[idx], Some(&range), None, None).unwrap() else {
+            panic!("a collated range uses the collated index");
+        };
+        assert!(reads(&plan, &["bob".into()]));
+        assert!(reads(&plan, &["BOB".into()]));
+        assert!(!reads(&plan, &["alice".into()]));
+        assert!(!reads(&plan, &["Carl".into()]));
     }
 
     fn assert_ordered(plan: &IndexPlan) {

@@ -17,7 +17,53 @@
 
 use std::cmp::Ordering;
 
+use std::cell::RefCell;
+use std::sync::Arc;
+
 use bson::{Bson, Decimal128, Document, RawBsonRef};
+
+/// An order over strings other than by their bytes: a collation
+/// ([`crate::query::collation`]).
+pub trait StringOrder: Send + Sync {
+    fn compare_strs(&self, a: &str, b: &str) -> Ordering;
+}
+
+thread_local! {
+    /// The string order [`with_string_order`] made current on this thread.
+    static STRING_ORDER: RefCell<Option<Arc<dyn StringOrder>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `order` current on this thread (`None`: bytes), then
+/// restores the previous one. `f` must not await: the order is the
+/// thread's, not a task's.
+pub fn with_string_order<R>(order: Option<Arc<dyn StringOrder>>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<dyn StringOrder>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            STRING_ORDER.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let previous = STRING_ORDER.with(|c| c.replace(order));
+    let _restore = Restore(previous);
+    f()
+}
+
+/// True when a string order other than bytes is current on this thread.
+pub fn has_string_order() -> bool {
+    STRING_ORDER.with(|c| c.borrow().is_some())
+}
+
+/// Orders two strings by the current string order, or by bytes.
+pub fn compare_strings(a: &str, b: &str) -> Ordering {
+    if a == b {
+        return Ordering::Equal;
+    }
+    STRING_ORDER.with(|c| match &*c.borrow() {
+        Some(order) => order.compare_strs(a, b),
+        None => a.as_bytes().cmp(b.as_bytes()),
+    })
+}
 
 /// The rank of a value's type in MongoDB's comparison order: values of
 /// different ranks order by rank alone. All numeric types share one rank,
@@ -53,7 +99,7 @@ pub const STRING_RANK: u8 = 15;
 /// for it: scans compare the strings of documents still in BSON form.
 pub fn compare_to_str(value: &Bson, s: &str) -> Ordering {
     match value {
-        Bson::String(x) | Bson::Symbol(x) => x.as_bytes().cmp(s.as_bytes()),
+        Bson::String(x) | Bson::Symbol(x) => compare_strings(x, s),
         other => canonical_type_rank(other).cmp(&STRING_RANK),
     }
 }
@@ -188,7 +234,7 @@ fn compare_same_rank(a: &Bson, b: &Bson) -> Ordering {
             Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_),
         ) => compare_bson_numbers(a, b),
         (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => {
-            x.as_bytes().cmp(y.as_bytes())
+            compare_strings(x, y)
         }
         (Bson::Document(x), Bson::Document(y)) => compare_documents(x, y),
         (Bson::Array(x), Bson::Array(y)) => compare_arrays(x, y),

@@ -34,6 +34,7 @@ use std::sync::Arc;
 use bson::{Bson, Document, RawDocument};
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::query::collation::{self, Collation};
 use crate::query::compare::{
     canonical_type_rank, compare, f64_fits_i64, is_nan, type_code, values_equal, NotIntegral,
     Number, NUMBER_RANK,
@@ -54,6 +55,8 @@ pub use details::failure_details;
 #[derive(Debug, Clone)]
 pub struct Filter {
     root: Node,
+    /// The collation its comparisons use (`None`: simple, by bytes).
+    collation: Option<Arc<Collation>>,
 }
 
 /// What a successful match found, for the positional `$` operators.
@@ -76,6 +79,7 @@ impl Filter {
         }
         Ok(Filter {
             root: parse_document(filter, Level::Top)?,
+            collation: None,
         })
     }
 
@@ -90,13 +94,50 @@ impl Filter {
         }
         Ok(Filter {
             root: parse_document(filter, Level::Pipeline)?,
+            collation: None,
         })
+    }
+
+    /// Parses a filter whose string comparisons use `collation` (`None`:
+    /// simple): its `$in` lists are ordered by it, and every match runs
+    /// with it current ([`crate::query::collation::scoped`]).
+    pub fn parse_collated(filter: &Document, collation: Option<&Arc<Collation>>) -> Result<Filter> {
+        let mut parsed = collation::scoped(collation, || Filter::parse(filter))?;
+        parsed.collation = collation.cloned();
+        Ok(parsed)
+    }
+
+    /// [`Filter::parse_in_pipeline`] with a collation, as
+    /// [`Filter::parse_collated`].
+    pub fn parse_in_pipeline_collated(
+        filter: &Document,
+        collation: Option<&Arc<Collation>>,
+    ) -> Result<Filter> {
+        let mut parsed = collation::scoped(collation, || Filter::parse_in_pipeline(filter))?;
+        parsed.collation = collation.cloned();
+        Ok(parsed)
+    }
+
+    /// The collation its comparisons use; `None` for the simple one.
+    pub fn collation(&self) -> Option<&Arc<Collation>> {
+        self.collation.as_ref()
+    }
+
+    /// The same conditions read as if under the simple collation, for a
+    /// planner that encodes their values with an index's own (equal)
+    /// collation.
+    pub fn without_collation(&self) -> Filter {
+        Filter {
+            root: self.root.clone(),
+            collation: None,
+        }
     }
 
     /// A filter that matches every document (`{}`).
     pub fn match_all() -> Filter {
         Filter {
             root: Node::And(Vec::new()),
+            collation: None,
         }
     }
 
@@ -138,12 +179,21 @@ impl Filter {
     /// array on a path, a field named twice, a `$expr` that might fail.
     /// Scans decode only the documents that match or stay undecided.
     pub fn matches_raw(&self, doc: &RawDocument) -> Option<bool> {
-        raw::decide(&self.root, doc)
+        if self.collation.is_none() && !collation::is_scoped() {
+            return raw::decide(&self.root, doc);
+        }
+        collation::scoped(self.collation.as_ref(), || raw::decide(&self.root, doc))
     }
 
     pub fn try_matches_with_details(&self, doc: &Document) -> Result<MatchDetails> {
         let mut ctx = MatchContext::default();
-        let matched = ctx.eval(&self.root, Container::Doc(doc), true);
+        let matched = if self.collation.is_none() && !collation::is_scoped() {
+            ctx.eval(&self.root, Container::Doc(doc), true)
+        } else {
+            collation::scoped(self.collation.as_ref(), || {
+                ctx.eval(&self.root, Container::Doc(doc), true)
+            })
+        };
         if let Some(error) = ctx.error {
             return Err(error);
         }
@@ -194,7 +244,15 @@ impl Filter {
     pub fn equality_values(&self, path: &str) -> Option<Vec<Bson>> {
         let mut result: Option<Vec<Bson>> = None;
         collect_equalities(&self.root, path, &mut result);
-        result
+        // Under a collation a string equals others with other bytes:
+        // its bytes pin nothing.
+        result.filter(|values| !self.collated_strings(values))
+    }
+
+    /// True when this filter has a collation and `values` hold a string,
+    /// whose bytes then neither pin a key nor bound a byte range.
+    fn collated_strings(&self, values: &[Bson]) -> bool {
+        self.collation.is_some() && values.iter().any(collation::has_string)
     }
 
     /// The range `path` is confined to by comparisons (`$gt`, `$gte`,
@@ -216,7 +274,9 @@ impl Filter {
                 continue;
             };
             // Arrays match element-wise and regexes by pattern: no range.
-            if matches!(value, Bson::Array(_) | Bson::RegularExpression(_)) {
+            if matches!(value, Bson::Array(_) | Bson::RegularExpression(_))
+                || self.collated_strings(std::slice::from_ref(value))
+            {
                 continue;
             }
             found = true;
@@ -289,6 +349,16 @@ impl Filter {
             .into_iter()
             .filter(|p| p.path.dotted == path)
             .filter_map(|p| comparison_range(&p.pred))
+            .filter(|(lo, hi)| {
+                let values: Vec<Bson> = [lo, hi]
+                    .into_iter()
+                    .filter_map(|b| match b {
+                        Bound::Included(v) | Bound::Excluded(v) => Some(v.clone()),
+                        Bound::Unbounded => None,
+                    })
+                    .collect();
+                !self.collated_strings(&values)
+            })
             .collect()
     }
 
@@ -309,6 +379,7 @@ impl Filter {
                 Pred::In(set) if set.regexes.is_empty() => Some(set.values.clone()),
                 _ => None,
             })
+            .filter(|values| !self.collated_strings(values))
             .collect()
     }
 
@@ -3032,6 +3103,49 @@ mod planner_tests {
 
     fn filter(f: Document) -> Filter {
         Filter::parse(&f).unwrap()
+    }
+
+    #[test]
+    fn collated_filters_compare_strings_by_the_collation() {
+        let ci = crate::query::collation::Collation::parse_document(
+            &doc! {"locale": "en", "strength": 2},
+        )
+        .unwrap();
+        let parse = |f: Document| Filter::parse_collated(&f, ci.as_ref()).unwrap();
+        let alice = doc! {"_id": 1, "name": "Alice", "tags": ["X", "y"], "sub": {"k": "V"}};
+        for (f, by_bytes) in [
+            (doc! {"name": "ALICE"}, false),
+            (doc! {"name": {"$in": ["bob", "alice"]}}, false),
+            (doc! {"name": {"$gte": "alice", "$lt": "B"}}, false),
+            (doc! {"tags": "x"}, false),
+            (doc! {"sub": {"k": "v"}}, false),
+            (doc! {"name": {"$nin": ["bob", "ALICE"]}}, true),
+        ] {
+            assert_eq!(parse(f.clone()).matches(&alice), !by_bytes, "{f}");
+            assert_eq!(Filter::parse(&f).unwrap().matches(&alice), by_bytes, "{f}");
+            let raw = bson::RawDocumentBuf::try_from(&alice).unwrap();
+            let decided = parse(f.clone()).matches_raw(&raw);
+            assert!(decided.is_none_or(|m| m != by_bytes), "{f}");
+        }
+        assert!(!parse(doc! {"name": {"$ne": "alice"}}).matches(&alice));
+        assert!(!parse(doc! {"name": {"$regex": "^a"}}).matches(&alice));
+        // Strings pin neither keys nor byte ranges under a collation;
+        // numbers still do.
+        assert_eq!(parse(doc! {"_id": "a"}).equality_values("_id"), None);
+        assert_eq!(
+            parse(doc! {"_id": 5}).equality_values("_id"),
+            Some(vec![Bson::Int32(5)])
+        );
+        assert_eq!(parse(doc! {"_id": {"$gt": "a"}}).range_bounds("_id"), None);
+        assert!(parse(doc! {"a": {"$in": ["x"]}})
+            .equality_predicates("a")
+            .is_empty());
+        assert_eq!(
+            parse(doc! {"_id": "a"})
+                .without_collation()
+                .equality_values("_id"),
+            Some(vec![Bson::String("a".into())])
+        );
     }
 
     #[test]

@@ -16,7 +16,10 @@ use std::cmp::Ordering;
 
 use bson::{Bson, Document};
 
+use std::sync::Arc;
+
 use crate::error::Result;
+use crate::query::collation::{self, Collation};
 use crate::query::compare::{compare, Number};
 use crate::query::path::{parts, visit_sort_values, Part, SortLeaf};
 
@@ -24,6 +27,8 @@ use crate::query::path::{parts, visit_sort_values, Part, SortLeaf};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SortSpec {
     fields: Vec<SortField>,
+    /// The collation strings order by (`None`: simple, by bytes).
+    collation: Option<Arc<Collation>>,
 }
 
 /// One field of a sort specification.
@@ -81,7 +86,10 @@ impl SortSpec {
                 ascending,
             });
         }
-        Ok(SortSpec { fields })
+        Ok(SortSpec {
+            fields,
+            collation: None,
+        })
     }
 
     /// True for `{}`: results keep their natural order.
@@ -93,8 +101,31 @@ impl SortSpec {
         &self.fields
     }
 
+    /// The same specification ordering strings by `collation`.
+    pub fn with_collation(mut self, collation: Option<Arc<Collation>>) -> SortSpec {
+        self.collation = collation;
+        self
+    }
+
+    /// The collation strings order by; `None` for the simple one.
+    pub fn collation(&self) -> Option<&Arc<Collation>> {
+        self.collation.as_ref()
+    }
+
+    /// Runs `f` with this sort's collation current, when it has one.
+    fn collated<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.collation {
+            None => f(),
+            some => collation::scoped(some.as_ref(), f),
+        }
+    }
+
     /// Orders two documents by the specification.
     pub fn compare(&self, a: &Document, b: &Document) -> Ordering {
+        self.collated(|| self.compare_simple(a, b))
+    }
+
+    fn compare_simple(&self, a: &Document, b: &Document) -> Ordering {
         for field in &self.fields {
             let ord = compare(sort_value(a, field), sort_value(b, field));
             let ord = if field.ascending { ord } else { ord.reverse() };
@@ -108,6 +139,10 @@ impl SortSpec {
     /// The document's sort key, one value per field, for sorting large sets
     /// with [`SortSpec::compare_keys`].
     pub fn key_for(&self, doc: &Document) -> Vec<Bson> {
+        self.collated(|| self.key_for_simple(doc))
+    }
+
+    fn key_for_simple(&self, doc: &Document) -> Vec<Bson> {
         self.fields
             .iter()
             .map(|f| sort_value(doc, f).clone())
@@ -116,6 +151,10 @@ impl SortSpec {
 
     /// Orders two keys from [`SortSpec::key_for`].
     pub fn compare_keys(&self, a: &[Bson], b: &[Bson]) -> Ordering {
+        self.collated(|| self.compare_keys_simple(a, b))
+    }
+
+    fn compare_keys_simple(&self, a: &[Bson], b: &[Bson]) -> Ordering {
         for ((field, x), y) in self.fields.iter().zip(a).zip(b) {
             let ord = compare(x, y);
             let ord = if field.ascending { ord } else { ord.reverse() };
@@ -171,6 +210,43 @@ mod tests {
         let b: Vec<_> = keyed.into_iter().map(|(_, d)| d).collect();
         assert_eq!(a, b, "compare and key_for agree");
         a
+    }
+
+    #[test]
+    fn collated_sorts_order_strings_by_the_collation() {
+        let docs = vec![
+            doc! {"_id": 1, "s": "b"},
+            doc! {"_id": 2, "s": "B"},
+            doc! {"_id": 3, "s": "a"},
+            doc! {"_id": 4, "s": ["c", "A"]},
+            doc! {"_id": 5, "s": "10"},
+            doc! {"_id": 6, "s": "9"},
+        ];
+        let order = |collation: Document| -> Vec<i32> {
+            let c = crate::query::collation::Collation::parse_document(&collation).unwrap();
+            let spec = SortSpec::parse(&doc! {"s": 1, "_id": 1})
+                .unwrap()
+                .with_collation(c);
+            let mut by_doc = docs.clone();
+            by_doc.sort_by(|x, y| spec.compare(x, y));
+            let mut keyed: Vec<_> = docs.iter().map(|d| (spec.key_for(d), d.clone())).collect();
+            keyed.sort_by(|x, y| spec.compare_keys(&x.0, &y.0));
+            let by_key: Vec<Document> = keyed.into_iter().map(|(_, d)| d).collect();
+            assert_eq!(by_doc, by_key, "compare and key_for agree");
+            ids(by_doc)
+        };
+        assert_eq!(
+            ids(sorted(doc! {"s": 1, "_id": 1}, docs.clone())),
+            [5, 6, 4, 2, 3, 1]
+        );
+        assert_eq!(
+            order(doc! {"locale": "en", "strength": 2}),
+            [5, 6, 3, 4, 1, 2]
+        );
+        assert_eq!(
+            order(doc! {"locale": "en", "numericOrdering": true}),
+            [6, 5, 3, 4, 1, 2]
+        );
     }
 
     fn ids(docs: Vec<Document>) -> Vec<i32> {

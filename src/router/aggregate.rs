@@ -421,7 +421,7 @@ impl Router {
                 .collect();
             &bound[..]
         };
-        let (filter, rest) = leading_match(stages)?;
+        let (filter, rest) = leading_match_collated(stages, parse.collation.as_ref())?;
         let sort = leading_sort(rest);
         let (inputs, in_order) = self.partition_inputs(ns, filter.as_ref(), sort.as_ref())?;
         // One input already in the `$sort`'s order needs no sort stage, so
@@ -507,6 +507,14 @@ fn leading_sort(stages: &[Bson]) -> Option<SortSpec> {
 }
 
 pub fn leading_match(stages: &[Bson]) -> Result<(Option<Filter>, &[Bson])> {
+    leading_match_collated(stages, None)
+}
+
+/// [`leading_match`] for a pipeline whose strings compare by `collation`.
+pub fn leading_match_collated<'s>(
+    stages: &'s [Bson],
+    collation: Option<&Arc<crate::query::collation::Collation>>,
+) -> Result<(Option<Filter>, &'s [Bson])> {
     let mut conditions = Vec::new();
     let mut rest = stages;
     while let Some((Bson::Document(first), tail)) = rest.split_first() {
@@ -522,10 +530,13 @@ pub fn leading_match(stages: &[Bson]) -> Result<(Option<Filter>, &[Bson])> {
     let filter = match conditions.len() {
         0 => None,
         1 => match conditions.pop() {
-            Some(Bson::Document(d)) => Some(Filter::parse_in_pipeline(&d)?),
+            Some(Bson::Document(d)) => Some(Filter::parse_in_pipeline_collated(&d, collation)?),
             _ => None,
         },
-        _ => Some(Filter::parse_in_pipeline(&doc! {"$and": conditions})?),
+        _ => Some(Filter::parse_in_pipeline_collated(
+            &doc! {"$and": conditions},
+            collation,
+        )?),
     };
     Ok((filter, rest))
 }

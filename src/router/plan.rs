@@ -839,6 +839,10 @@ fn parent_equalities(filter: &Filter, path: &str) -> Option<Vec<Option<Bson>>> {
 
 /// `Some(ascending)` when the sort is on `_id` alone.
 pub(crate) fn id_sort_direction(sort: &SortSpec) -> Option<bool> {
+    // Records are in `_id` byte order, not a collation's.
+    if sort.collation().is_some() {
+        return None;
+    }
     match sort.fields() {
         [only] if only.path() == "_id" => Some(only.ascending()),
         _ => None,

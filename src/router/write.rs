@@ -1025,16 +1025,20 @@ impl Router {
             Some(Matched::Stored(key, bytes)) => (key, bytes),
         };
         let stored = RawDocument::from_bytes(&bytes).map_err(raw_error)?;
-        let new = match stmt.update.apply_raw(stored)? {
-            RawApplied::Decode => {
-                return Ok(vec![(
-                    super::decode_record(key, &bytes)?,
-                    super::plain_match(),
-                )]);
-            }
-            RawApplied::Unchanged => None,
-            RawApplied::Changed(new) => Some(new),
-        };
+        // Update operators that compare ($addToSet, $pull, $min, $max,
+        // $push with $sort) compare strings by the statement's collation.
+        let collation = stmt.filter.collation();
+        let new =
+            match crate::query::collation::scoped(collation, || stmt.update.apply_raw(stored))? {
+                RawApplied::Decode => {
+                    return Ok(vec![(
+                        super::decode_record(key, &bytes)?,
+                        super::plain_match(),
+                    )]);
+                }
+                RawApplied::Unchanged => None,
+                RawApplied::Changed(new) => Some(new),
+            };
         outcome.matched += 1;
         if let Some(new) = new {
             outcome.modified += 1;
@@ -1068,7 +1072,9 @@ impl Router {
                 details,
                 inserting: false,
             };
-            let mut new_doc = stmt.update.apply(&rec.doc, &ctx)?;
+            let mut new_doc = crate::query::collation::scoped(stmt.filter.collation(), || {
+                stmt.update.apply(&rec.doc, &ctx)
+            })?;
             let changed = !documents_identical(&new_doc, &rec.doc);
             if let (true, Some(rules)) = (changed, &self.options.cosmos_strict) {
                 rules.prepare(&mut new_doc, now)?;

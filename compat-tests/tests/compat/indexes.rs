@@ -470,8 +470,8 @@ async fn create_indexes_rejects_bad_specs() {
         ),
         (
             spec(
-                doc! {"a": 1},
-                "a_1",
+                doc! {"a": "hashed"},
+                "a_hashed",
                 doc! {"collation": {"locale": "fr", "strength": 2}},
             ),
             67,
