@@ -14,6 +14,7 @@
 //! owns: a partition reads its own entries and skips the others, so a
 //! split stays a metadata change, exactly as for records.
 
+pub mod geo;
 pub mod plan;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +39,10 @@ pub enum KeyKind {
     Ascending,
     Descending,
     Hashed,
+    /// `"2dsphere"`: cells of GeoJSON and legacy pairs on the sphere.
+    Geo2dSphere,
+    /// `"2d"`: cells of legacy pairs on a flat plane.
+    Geo2d,
 }
 
 /// One field of a key pattern.
@@ -68,6 +73,8 @@ pub struct Index {
     pub partial: Option<(Document, Filter)>,
     pub expire_after_secs: Option<i64>,
     pub hidden: bool,
+    /// The cell plane of a `2dsphere` or `2d` index.
+    pub geo: Option<geo::GeoOptions>,
     /// Options a client gave that change nothing here (`background`,
     /// `storageEngine`), kept so `listIndexes` shows them as MongoDB does.
     pub kept: Document,
@@ -125,12 +132,15 @@ impl Index {
             partial: None,
             expire_after_secs: None,
             hidden: false,
+            geo: None,
             kept: Document::new(),
             multikey: AtomicBool::new(false),
         };
+        index.geo = geo::parse_options(&index.fields, spec)?;
         for (option, value) in spec {
             match option.as_str() {
                 "key" | "name" | "ns" => {}
+                name if geo::is_geo_option(name) => {}
                 "background" | "storageEngine" => {
                     index.kept.insert(option.clone(), value.clone());
                 }
@@ -223,6 +233,7 @@ impl Index {
     pub fn spec(&self) -> Document {
         let mut d = doc! {"v": 2, "key": self.key.clone(), "name": self.name.clone()};
         d.extend(self.kept.clone());
+        d.extend(geo::shown_options(self));
         if self.unique {
             d.insert("unique", true);
         }
@@ -275,6 +286,7 @@ impl Index {
             partial: self.partial.clone(),
             expire_after_secs,
             hidden,
+            geo: self.geo.clone(),
             kept: self.kept.clone(),
             multikey: AtomicBool::new(self.is_multikey()),
         }
@@ -305,11 +317,22 @@ impl Index {
         let mut per_field: Vec<Vec<Bson>> = Vec::with_capacity(self.fields.len());
         let mut array_fields: Vec<&str> = Vec::new();
         let mut all_missing = true;
+        let mut geo_multikey = false;
         for field in &self.fields {
             let parts: Vec<&str> = field.path.split('.').collect();
             let mut values = Vec::new();
             let mut through_array = false;
             collect_document(doc, &parts, &mut values, &mut through_array);
+            if matches!(field.kind, KeyKind::Geo2d | KeyKind::Geo2dSphere) {
+                // A document without the geo field has no entry.
+                let Some((cells, several)) = geo::field_keys(self, field, doc, &values)? else {
+                    return Ok(DocumentKeys::default());
+                };
+                geo_multikey |= several || through_array;
+                all_missing = false;
+                per_field.push(cells);
+                continue;
+            }
             if through_array {
                 array_fields.push(&field.path);
             }
@@ -350,7 +373,7 @@ impl Index {
         }
         let mut out = DocumentKeys {
             keys: Vec::new(),
-            multikey: !array_fields.is_empty(),
+            multikey: !array_fields.is_empty() || geo_multikey,
         };
         let mut combo: Vec<Bson> = Vec::with_capacity(self.fields.len());
         self.product(&per_field, &mut combo, &mut out.keys);
@@ -463,10 +486,12 @@ pub fn parse_key_pattern(key: &Document) -> Result<Vec<KeyField>> {
                 }
             }
             Bson::String(s) if s == "hashed" => KeyKind::Hashed,
-            Bson::String(s) if matches!(s.as_str(), "text" | "2d" | "2dsphere" | "geoHaystack") => {
+            Bson::String(s) if s == "2dsphere" => KeyKind::Geo2dSphere,
+            Bson::String(s) if s == "2d" => KeyKind::Geo2d,
+            Bson::String(s) if matches!(s.as_str(), "text" | "geoHaystack") => {
                 bail!(
                     CannotCreateIndex,
-                    "'{s}' indexes are not supported; supported kinds are ascending (1), descending (-1) and \"hashed\". Key pattern: {key}"
+                    "'{s}' indexes are not supported; supported kinds are ascending (1), descending (-1), \"hashed\", \"2dsphere\" and \"2d\". Key pattern: {key}"
                 )
             }
             Bson::String(s) => bail!(

@@ -155,12 +155,24 @@ pub fn choose(
                     "planner returned error :: caused by :: hint provided does not correspond to an existing index"
                 )
             })?;
+        if super::geo::is_geo(index) {
+            return Ok(Plan::Index(
+                super::geo::choose(indexes, filter, Some(index))
+                    .unwrap_or_else(|| super::geo::full_scan(index)),
+            ));
+        }
         return Ok(Plan::Index(
             Candidate::analyse(index, filter, sort).into_plan(),
         ));
     }
+    if let Some(scan) = super::geo::choose(indexes, filter, None) {
+        return Ok(Plan::Index(scan));
+    }
     let mut best: Option<Candidate> = None;
-    for index in indexes.iter().filter(|i| !i.hidden) {
+    for index in indexes
+        .iter()
+        .filter(|i| !i.hidden && !super::geo::is_geo(i))
+    {
         if !partial_allows(index, filter) {
             continue;
         }
@@ -193,7 +205,7 @@ pub fn covers(
     sort: Option<&SortSpec>,
 ) -> bool {
     let index = &plan.index;
-    if index.is_multikey() {
+    if index.is_multikey() || super::geo::is_geo(index) {
         return false;
     }
     let indexed = |path: &str| {

@@ -8,6 +8,7 @@ pub mod active;
 pub mod compare;
 pub mod expr;
 pub mod filter;
+pub mod geo;
 pub mod hash;
 pub mod interrupt;
 pub mod js;

@@ -18,7 +18,9 @@ use bson::{Bson, Document};
 
 use crate::error::Result;
 use crate::query::compare::{compare, Number};
+use crate::query::geo::Near;
 use crate::query::path::{parts, visit_sort_values, Part, SortLeaf};
+use std::sync::Arc;
 
 /// A parsed sort specification such as `{a: 1, b: -1}`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -32,6 +34,9 @@ pub struct SortField {
     path: String,
     parts: Vec<Part>,
     ascending: bool,
+    /// A `$near` order: the field sorts by its distance from this point
+    /// (the path is then not a document path and names no index field).
+    distance: Option<Arc<Near>>,
 }
 
 impl SortField {
@@ -79,9 +84,23 @@ impl SortSpec {
                 path: path.clone(),
                 parts: parts(path),
                 ascending,
+                distance: None,
             });
         }
         Ok(SortSpec { fields })
+    }
+
+    /// The order of `$near`: nearest first by the distance from the
+    /// point to the geometry at `path`, shown as `$distance.<path>`.
+    pub fn by_distance(path: &str, near: &Near) -> SortSpec {
+        SortSpec {
+            fields: vec![SortField {
+                path: format!("$distance.{path}"),
+                parts: parts(path),
+                ascending: true,
+                distance: Some(Arc::new(near.clone())),
+            }],
+        }
     }
 
     /// True for `{}`: results keep their natural order.
@@ -96,7 +115,10 @@ impl SortSpec {
     /// Orders two documents by the specification.
     pub fn compare(&self, a: &Document, b: &Document) -> Ordering {
         for field in &self.fields {
-            let ord = compare(sort_value(a, field), sort_value(b, field));
+            let ord = match &field.distance {
+                Some(near) => distance_of(a, field, near).total_cmp(&distance_of(b, field, near)),
+                None => compare(sort_value(a, field), sort_value(b, field)),
+            };
             let ord = if field.ascending { ord } else { ord.reverse() };
             if ord != Ordering::Equal {
                 return ord;
@@ -110,7 +132,10 @@ impl SortSpec {
     pub fn key_for(&self, doc: &Document) -> Vec<Bson> {
         self.fields
             .iter()
-            .map(|f| sort_value(doc, f).clone())
+            .map(|f| match &f.distance {
+                Some(near) => Bson::Double(distance_of(doc, f, near)),
+                None => sort_value(doc, f).clone(),
+            })
             .collect()
     }
 
@@ -125,6 +150,38 @@ impl SortSpec {
         }
         Ordering::Equal
     }
+}
+
+/// The distance of a document's nearest geometry at the field's path
+/// (infinite when it has none).
+fn distance_of(doc: &Document, field: &SortField, near: &Near) -> f64 {
+    fn walk(value: &Bson, rest: &[Part], near: &Near, best: &mut f64) {
+        match (value, rest.split_first()) {
+            (leaf, None) => {
+                if let Some((d, _)) = near.distance_within(leaf) {
+                    *best = best.min(d);
+                }
+            }
+            (Bson::Document(d), Some((first, rest))) => {
+                if let Some(v) = d.get(&first.name) {
+                    walk(v, rest, near, best);
+                }
+            }
+            (Bson::Array(items), Some(_)) => {
+                for item in items {
+                    walk(item, rest, near, best);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut best = f64::INFINITY;
+    if let Some((first, rest)) = field.parts.split_first() {
+        if let Some(v) = doc.get(&first.name) {
+            walk(v, rest, near, &mut best);
+        }
+    }
+    best
 }
 
 /// The one value a field sorts a document by: the smallest (ascending) or

@@ -21,6 +21,7 @@ pub mod capped;
 pub mod catalog;
 pub mod charge;
 pub mod config_db;
+mod geo;
 pub mod indexes;
 pub mod kinds;
 mod merge;
@@ -502,6 +503,7 @@ impl Router {
     /// one partition's rows come straight out, several are merged
     /// ([`Merge`]) with skip and limit applied again to the merged rows.
     pub(crate) fn find_stream(&self, ns: &Namespace, spec: FindSpec) -> Result<DocStream> {
+        let spec = geo::near_order(spec)?;
         if let Some(docs) = self.config_documents(ns) {
             let found = config_db::find(docs, &spec)?;
             return Ok(Box::new(found.into_iter().map(Ok)));
@@ -622,6 +624,7 @@ impl Router {
     /// Plans a query and runs each partition of that plan, reporting
     /// what it examined and returned: what `explain` shows.
     fn explain_now(&self, ns: &Namespace, spec: &FindSpec) -> Result<Explained> {
+        let spec = &geo::near_order(spec.clone())?;
         let Some(coll) = self.catalog.get(ns) else {
             let plan = QueryPlan::of_missing_collection(spec);
             let runs = vec![PartitionRun {
