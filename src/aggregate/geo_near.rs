@@ -173,7 +173,10 @@ impl GeoNearSpec {
             }
             condition.insert("$nearSphere", inner);
         } else {
-            condition.insert(if spherical { "$nearSphere" } else { "$near" }, near.clone());
+            condition.insert(
+                if spherical { "$nearSphere" } else { "$near" },
+                near.clone(),
+            );
             if let Some(m) = min {
                 condition.insert("$minDistance", m);
             }
@@ -219,7 +222,11 @@ impl GeoNearSpec {
         let value = dotted(&doc, key).cloned();
         let found = value.as_ref().and_then(|v| nearest_value(&self.near, v));
         if let Some((distance, location)) = found {
-            set_path(&mut doc, &self.distance_field, Bson::Double(distance * self.multiplier));
+            set_path(
+                &mut doc,
+                &self.distance_field,
+                Bson::Double(distance * self.multiplier),
+            );
             if let Some(locs) = &self.include_locs {
                 set_path(&mut doc, locs, location);
             }
@@ -285,8 +292,15 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(spec.near.metric, Metric::Metres);
-        let out = spec.annotate("location", doc! {"location": {"type": "Point", "coordinates": [1, 0]}});
-        let d = out.get_document("dist").unwrap().get_f64("calculated").unwrap();
+        let out = spec.annotate(
+            "location",
+            doc! {"location": {"type": "Point", "coordinates": [1, 0]}},
+        );
+        let d = out
+            .get_document("dist")
+            .unwrap()
+            .get_f64("calculated")
+            .unwrap();
         assert!((d - 111.3188).abs() < 0.001, "{d}");
         assert!(out.contains_key("loc"));
         let f = spec.filter("location").unwrap();
@@ -296,11 +310,19 @@ mod tests {
 
     #[test]
     fn errors_are_mongodb_codes() {
-        let code = |d: Document| GeoNearSpec::parse(&Bson::Document(d)).unwrap_err().code.number();
+        let code = |d: Document| {
+            GeoNearSpec::parse(&Bson::Document(d))
+                .unwrap_err()
+                .code
+                .number()
+        };
         assert_eq!(code(doc! {"near": [0, 0]}), 16606);
         assert_eq!(code(doc! {"near": 5, "distanceField": "d"}), 5860401);
         assert_eq!(code(doc! {"distanceField": "d"}), 5860400);
-        assert_eq!(code(doc! {"near": [0, 0], "distanceField": "d", "includeLocs": 1}), 16607);
+        assert_eq!(
+            code(doc! {"near": [0, 0], "distanceField": "d", "includeLocs": 1}),
+            16607
+        );
         assert_eq!(
             code(doc! {"near": [0, 0], "distanceField": "d", "query": {"a": {"$near": [0, 0]}}}),
             5626500

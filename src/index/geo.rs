@@ -20,7 +20,7 @@ use super::plan::{prefix_successor, IndexPlan, KeyRange};
 use super::{Index, KeyField, KeyKind};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
-use crate::query::geo::{self as shapes, Bounds, CellPlane, GeoPredicate, Metric};
+use crate::query::geo::{self as shapes, CellPlane, GeoPredicate, Metric};
 use crate::query::keystring;
 use crate::{bail, err};
 
@@ -48,14 +48,22 @@ impl Default for GeoOptions {
 pub fn is_geo_option(name: &str) -> bool {
     matches!(
         name,
-        "2dsphereIndexVersion" | "min" | "max" | "bits" | "coarsestIndexedLevel" | "finestIndexedLevel"
+        "2dsphereIndexVersion"
+            | "min"
+            | "max"
+            | "bits"
+            | "coarsestIndexedLevel"
+            | "finestIndexedLevel"
     )
 }
 
 /// Checks a geo key pattern and reads the geo options of `spec`.
 pub fn parse_options(fields: &[KeyField], spec: &Document) -> Result<Option<GeoOptions>> {
     let flat = fields.iter().filter(|f| f.kind == KeyKind::Geo2d).count();
-    let sphere = fields.iter().filter(|f| f.kind == KeyKind::Geo2dSphere).count();
+    let sphere = fields
+        .iter()
+        .filter(|f| f.kind == KeyKind::Geo2dSphere)
+        .count();
     if flat + sphere == 0 {
         if let Some(option) = spec.keys().find(|k| is_geo_option(k)) {
             bail!(
@@ -79,10 +87,16 @@ pub fn parse_options(fields: &[KeyField], spec: &Document) -> Result<Option<GeoO
         );
     }
     if flat > 1 {
-        return Err(Error::new(ErrorCode::Location(16800), "can't have 2 geo fields"));
+        return Err(Error::new(
+            ErrorCode::Location(16800),
+            "can't have 2 geo fields",
+        ));
     }
     if flat == 1 && fields[0].kind != KeyKind::Geo2d {
-        return Err(Error::new(ErrorCode::Location(16801), "2d has to be first in index"));
+        return Err(Error::new(
+            ErrorCode::Location(16801),
+            "2d has to be first in index",
+        ));
     }
     let mut options = GeoOptions::default();
     if flat == 1 {
@@ -92,7 +106,9 @@ pub fn parse_options(fields: &[KeyField], spec: &Document) -> Result<Option<GeoO
                 Some(v) => crate::query::compare::Number::of(v)
                     .map(|n| n.to_f64())
                     .filter(|n| n.is_finite())
-                    .ok_or_else(|| err!(TypeMismatch, "geo index option '{name}' must be a number")),
+                    .ok_or_else(|| {
+                        err!(TypeMismatch, "geo index option '{name}' must be a number")
+                    }),
             }
         };
         let (min, max) = (number("min", -180.0)?, number("max", 180.0)?);
@@ -120,7 +136,9 @@ pub fn parse_options(fields: &[KeyField], spec: &Document) -> Result<Option<GeoO
         }
         options.shown.insert(
             "2dsphereIndexVersion",
-            spec.get("2dsphereIndexVersion").cloned().unwrap_or(Bson::Int32(3)),
+            spec.get("2dsphereIndexVersion")
+                .cloned()
+                .unwrap_or(Bson::Int32(3)),
         );
     }
     Ok(Some(options))
@@ -133,11 +151,13 @@ pub fn field_keys(
     index: &Index,
     field: &KeyField,
     doc: &Document,
-    values: &[Bson],
 ) -> Result<Option<(Vec<Bson>, bool)>> {
     let plane = index.geo.as_ref().map_or(CellPlane::SPHERE, |g| g.plane);
+    let parts: Vec<&str> = field.path.split('.').collect();
+    let mut values = Vec::new();
+    geo_values(doc, &parts, &mut values);
     let present: Vec<&Bson> = values
-        .iter()
+        .into_iter()
         .filter(|v| !matches!(v, Bson::Null | Bson::Undefined))
         .collect();
     if present.is_empty() {
@@ -157,10 +177,20 @@ pub fn field_keys(
                     geometry: geo::Geometry::Point(p),
                     legacy: true,
                 }],
+                // An array of pairs.
+                None if pairs(value).is_some() => pairs(value).unwrap_or_default(),
                 None if matches!(value, Bson::Array(_) | Bson::Document(_)) => {
-                    return Err(fail(format!("geo field {} must be a pair of numbers: {value}", field.path)))
+                    return Err(fail(format!(
+                        "geo field {} must be a pair of numbers: {value}",
+                        field.path
+                    )))
                 }
-                None => return Err(fail(format!("geo field {} is not an array or object: {value}", field.path))),
+                None => {
+                    return Err(fail(format!(
+                        "geo field {} is not an array or object: {value}",
+                        field.path
+                    )))
+                }
             },
             _ => shapes::stored_values(value).map_err(fail)?,
         };
@@ -189,7 +219,55 @@ pub fn field_keys(
     cells.sort_unstable();
     cells.dedup();
     let several = cells.len() > 1;
-    Ok(Some((cells.into_iter().map(Bson::Int64).collect(), several)))
+    Ok(Some((
+        cells.into_iter().map(Bson::Int64).collect(),
+        several,
+    )))
+}
+
+/// The points of an array of legacy pairs.
+fn pairs(value: &Bson) -> Option<Vec<shapes::Stored>> {
+    let Bson::Array(items) = value else {
+        return None;
+    };
+    items
+        .iter()
+        .map(|i| {
+            shapes::legacy_point(i).map(|p| shapes::Stored {
+                geometry: geo::Geometry::Point(p),
+                legacy: true,
+            })
+        })
+        .collect()
+}
+
+/// The values a geo path reaches: arrays on the way are followed (their
+/// documents), the value at its end is taken whole (a legacy pair is an
+/// array).
+fn geo_values<'a>(doc: &'a Document, parts: &[&str], out: &mut Vec<&'a Bson>) {
+    let Some((first, rest)) = parts.split_first() else {
+        return;
+    };
+    let Some(v) = doc.get(*first) else {
+        return;
+    };
+    geo_value(v, rest, out);
+}
+
+fn geo_value<'a>(v: &'a Bson, rest: &[&str], out: &mut Vec<&'a Bson>) {
+    if rest.is_empty() {
+        out.push(v);
+        return;
+    }
+    match v {
+        Bson::Document(d) => geo_values(d, rest, out),
+        Bson::Array(items) => {
+            for item in items {
+                geo_value(item, rest, out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// True when the index has a geo field.
@@ -255,12 +333,6 @@ pub fn full_scan(index: &Arc<Index>) -> IndexPlan {
     plan_of(index, vec![(Bound::Unbounded, Bound::Unbounded)])
 }
 
-/// The scan of the cells covering `bounds`, for a `$near`'s rings.
-pub fn ring_scan(index: &Arc<Index>, bounds: &Bounds) -> Vec<KeyRange> {
-    let plane = index.geo.as_ref().map_or(CellPlane::SPHERE, |g| g.plane);
-    cell_ranges(&plane.covering(bounds, QUERY_CELLS))
-}
-
 fn plan_of(index: &Arc<Index>, ranges: Vec<KeyRange>) -> IndexPlan {
     let mut bounds = Document::new();
     for (i, field) in index.fields.iter().enumerate() {
@@ -284,9 +356,15 @@ fn plan_of(index: &Arc<Index>, ranges: Vec<KeyRange>) -> IndexPlan {
 /// Byte ranges of entry suffixes whose first key value is a cell id in
 /// one of the scan ranges of `cells`.
 pub fn cell_ranges(cells: &[i64]) -> Vec<KeyRange> {
-    shapes::scan_ranges(cells)
-        .into_iter()
-        .filter_map(|(lo, hi)| {
+    id_ranges(&shapes::scan_ranges(cells))
+}
+
+/// Byte ranges of entry suffixes whose first key value is a cell id in
+/// one of the inclusive `ranges`.
+pub fn id_ranges(ranges: &[(i64, i64)]) -> Vec<KeyRange> {
+    ranges
+        .iter()
+        .filter_map(|&(lo, hi)| {
             let from = keystring::encode_key(&[(&Bson::Int64(lo), false)]);
             let to = keystring::encode_key(&[(&Bson::Int64(hi), false)]);
             let to = prefix_successor(&to)?;
@@ -295,9 +373,22 @@ pub fn cell_ranges(cells: &[i64]) -> Vec<KeyRange> {
         .collect()
 }
 
+/// The stage explain shows for a `$near` through this index.
+pub fn near_stage_name(index: &Index) -> Option<&'static str> {
+    match index.fields.first()?.kind {
+        KeyKind::Geo2dSphere => Some("GEO_NEAR_2DSPHERE"),
+        KeyKind::Geo2d => Some("GEO_NEAR_2D"),
+        _ => None,
+    }
+}
+
 /// `listIndexes`' options of a geo index.
 pub fn shown_options(index: &Index) -> Document {
-    index.geo.as_ref().map(|g| g.shown.clone()).unwrap_or_else(|| doc! {})
+    index
+        .geo
+        .as_ref()
+        .map(|g| g.shown.clone())
+        .unwrap_or_else(|| doc! {})
 }
 
 #[cfg(test)]
@@ -339,10 +430,17 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code.number(), 16755);
         assert!(e.message.starts_with("Can't extract geo keys"));
-        let poly = doc! {"loc": {"type": "Polygon", "coordinates": [[[0, 0], [20, 0], [20, 20], [0, 0]]]}};
+        let poly =
+            doc! {"loc": {"type": "Polygon", "coordinates": [[[0, 0], [20, 0], [20, 20], [0, 0]]]}};
         assert!(!i.keys_of(&poly).unwrap().keys.is_empty());
         let flat = index(doc! {"key": {"p": "2d"}, "min": 0, "max": 10}).unwrap();
-        assert_eq!(flat.keys_of(&doc! {"p": [11, 1]}).unwrap_err().code.number(), 13027);
+        assert_eq!(
+            flat.keys_of(&doc! {"p": [11, 1]})
+                .unwrap_err()
+                .code
+                .number(),
+            13027
+        );
         assert_eq!(flat.keys_of(&doc! {"p": [1, 1]}).unwrap().keys.len(), 1);
     }
 }

@@ -325,7 +325,7 @@ impl Index {
             collect_document(doc, &parts, &mut values, &mut through_array);
             if matches!(field.kind, KeyKind::Geo2d | KeyKind::Geo2dSphere) {
                 // A document without the geo field has no entry.
-                let Some((cells, several)) = geo::field_keys(self, field, doc, &values)? else {
+                let Some((cells, several)) = geo::field_keys(self, field, doc)? else {
                     return Ok(DocumentKeys::default());
                 };
                 geo_multikey |= several || through_array;

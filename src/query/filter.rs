@@ -775,16 +775,25 @@ impl CmpOp {
 /// A predicate on one value reached by a path.
 #[derive(Debug, Clone)]
 enum Pred {
-    Compare { op: CmpOp, value: Bson },
+    Compare {
+        op: CmpOp,
+        value: Bson,
+    },
     In(Box<InSet>),
     Regex(Box<QueryRegex>),
     Exists,
     Type(TypeSet),
     Size(usize),
-    Mod { divisor: i64, remainder: i64 },
+    Mod {
+        divisor: i64,
+        remainder: i64,
+    },
     ElemMatchObject(Box<Node>),
     ElemMatchValue(Vec<Node>),
-    Bits { test: BitTest, mask: BitMask },
+    Bits {
+        test: BitTest,
+        mask: BitMask,
+    },
     /// `$geoWithin`, `$geoIntersects`, `$near`/`$nearSphere` ([`geo`]).
     Geo(Box<geo::GeoPredicate>),
 }
@@ -1215,10 +1224,15 @@ fn parse_operator(
         "$bitsAnyClear" => parse_bits(path, op, BitTest::AnyClear, arg)?,
         "$where" => crate::bail!(BadValue, "$where cannot be applied to a field"),
         "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$geoNear" => {
-            path_node(path, Pred::Geo(Box::new(geo::GeoPredicate::parse(op, arg, siblings)?)))
+            path_node(
+                path,
+                Pred::Geo(Box::new(geo::GeoPredicate::parse(op, arg, siblings)?)),
+            )
         }
         "$maxDistance" | "$minDistance"
-            if siblings.contains_key("$near") || siblings.contains_key("$nearSphere") || siblings.contains_key("$geoNear") =>
+            if siblings.contains_key("$near")
+                || siblings.contains_key("$nearSphere")
+                || siblings.contains_key("$geoNear") =>
         {
             return Ok(None)
         }

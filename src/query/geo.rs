@@ -20,8 +20,8 @@
 
 use bson::{Bson, Document};
 use geo::{
-    BoundingRect, ClosestPoint, Closest, Coord, Geometry, GeometryCollection,
-    LineString, MultiLineString, MultiPoint, MultiPolygon, Point, Polygon, Relate,
+    BoundingRect, Closest, ClosestPoint, Coord, Geometry, GeometryCollection, LineString,
+    MultiLineString, MultiPoint, MultiPolygon, Point, Polygon, Relate,
 };
 
 use crate::query::compare::Number;
@@ -92,10 +92,7 @@ pub fn parse_stored(v: &Bson) -> Result<Stored, String> {
         Bson::Array(_) | Bson::Document(_) => Err(format!(
             "Point must only contain numeric elements, instead got {v}"
         )),
-        other => Err(format!(
-            "geo element must be an array or object: {}",
-            other
-        )),
+        other => Err(format!("geo element must be an array or object: {}", other)),
     }
 }
 
@@ -188,7 +185,9 @@ pub fn parse_geojson(d: &Document) -> Result<Geometry<f64>, String> {
     };
     if kind == "GeometryCollection" {
         let Some(Bson::Array(items)) = d.get("geometries") else {
-            return Err(format!("GeometryCollection geometries must be an array: {d}"));
+            return Err(format!(
+                "GeometryCollection geometries must be an array: {d}"
+            ));
         };
         let mut parts = Vec::with_capacity(items.len());
         for item in items {
@@ -210,9 +209,7 @@ pub fn parse_geojson(d: &Document) -> Result<Geometry<f64>, String> {
                 return Err(format!("Point must be an array or object, instead got {c}"));
             };
             if items.len() != 2 {
-                return Err(format!(
-                    "Point must only contain two numeric elements: {c}"
-                ));
+                return Err(format!("Point must only contain two numeric elements: {c}"));
             }
             Geometry::Point(Point::from(coord(c)?))
         }
@@ -223,7 +220,9 @@ pub fn parse_geojson(d: &Document) -> Result<Geometry<f64>, String> {
             if points.is_empty() {
                 return Err("MultiPoint coordinates must have at least 1 element".to_string());
             }
-            Geometry::MultiPoint(MultiPoint::new(points.into_iter().map(Point::from).collect()))
+            Geometry::MultiPoint(MultiPoint::new(
+                points.into_iter().map(Point::from).collect(),
+            ))
         }
         "MultiLineString" => Geometry::MultiLineString(MultiLineString::new(
             array(c, "MultiLineString")?
@@ -246,9 +245,7 @@ pub fn parse_geojson(d: &Document) -> Result<Geometry<f64>, String> {
 /// geometries).
 pub fn stored_values(v: &Bson) -> Result<Vec<Stored>, String> {
     match v {
-        Bson::Array(items) if legacy_point(v).is_none() => {
-            items.iter().map(parse_stored).collect()
-        }
+        Bson::Array(items) if legacy_point(v).is_none() => items.iter().map(parse_stored).collect(),
         _ => Ok(vec![parse_stored(v)?]),
     }
 }
@@ -322,15 +319,23 @@ impl Region {
                     .iter()
                     .map(|p| shape_point(p, "$polygon").map(|p| p.0))
                     .collect::<crate::error::Result<_>>()?;
-                Ok(Region::Flat(Polygon::new(LineString::new(points), Vec::new())))
+                Ok(Region::Flat(Polygon::new(
+                    LineString::new(points),
+                    Vec::new(),
+                )))
             }
             "$center" | "$centerSphere" => {
                 let (centre, radius) = match value {
                     Bson::Array(items) if items.len() == 2 => (
                         shape_point(&items[0], op)?,
-                        number(&items[1]).ok_or_else(|| bad("radius must be a non-negative number"))?,
+                        number(&items[1])
+                            .ok_or_else(|| bad("radius must be a non-negative number"))?,
                     ),
-                    _ => return Err(bad(format!("{op} must be an array of a point and a radius"))),
+                    _ => {
+                        return Err(bad(format!(
+                            "{op} must be an array of a point and a radius"
+                        )))
+                    }
                 };
                 if !(radius >= 0.0) {
                     return Err(bad("radius must be a non-negative number"));
@@ -356,9 +361,7 @@ impl Region {
         match self {
             Region::Geometry(g) => stored.geometry.relate(g).is_coveredby(),
             Region::Flat(p) => stored.point().is_some_and(|pt| pt.relate(p).is_coveredby()),
-            Region::Center(c, r) => stored
-                .point()
-                .is_some_and(|pt| flat_distance(&pt, c) <= *r),
+            Region::Center(c, r) => stored.point().is_some_and(|pt| flat_distance(&pt, c) <= *r),
             Region::CenterSphere(c, r) => vertices(&stored.geometry)
                 .iter()
                 .all(|v| sphere_radians(c, v) <= *r),
@@ -477,9 +480,16 @@ impl Near {
                 }
             }
             _ => {
-                let p = legacy_point(arg)
-                    .ok_or_else(|| bad(format!("near must be a point: {arg}")))?;
-                (p, if sphere { Metric::Radians } else { Metric::Flat })
+                let p =
+                    legacy_point(arg).ok_or_else(|| bad(format!("near must be a point: {arg}")))?;
+                (
+                    p,
+                    if sphere {
+                        Metric::Radians
+                    } else {
+                        Metric::Flat
+                    },
+                )
             }
         };
         for (k, v) in siblings {
@@ -601,7 +611,10 @@ fn cap_bounds(c: &Point<f64>, radius: f64) -> Bounds {
         };
     }
     let widest = c.y().abs() + dlat;
-    let dlon = (radius.sin() / widest.to_radians().cos()).min(1.0).asin().to_degrees();
+    let dlon = (radius.sin() / widest.to_radians().cos())
+        .min(1.0)
+        .asin()
+        .to_degrees();
     let (min_x, max_x) = (c.x() - dlon, c.x() + dlon);
     if min_x < -180.0 || max_x > 180.0 || radius >= std::f64::consts::FRAC_PI_2 {
         return Bounds {
@@ -878,7 +891,10 @@ mod tests {
         let gc = bson!({"type": "GeometryCollection", "geometries": [
             {"type": "Point", "coordinates": [1, 1]},
             {"type": "LineString", "coordinates": [[0, 0], [1, 1]]}]});
-        assert!(matches!(stored(gc).geometry, Geometry::GeometryCollection(_)));
+        assert!(matches!(
+            stored(gc).geometry,
+            Geometry::GeometryCollection(_)
+        ));
     }
 
     #[test]
@@ -886,8 +902,10 @@ mod tests {
         let bad = |v: Bson| parse_stored(&v).unwrap_err();
         assert!(bad(bson!({"type": "Point", "coordinates": [200, 0]})).contains("out of bounds"));
         assert!(bad(bson!({"type": "Point", "coordinates": ["a", 0]})).contains("numeric"));
-        assert!(bad(bson!({"type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 1]]]}))
-            .contains("not closed"));
+        assert!(
+            bad(bson!({"type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 1]]]}))
+                .contains("not closed")
+        );
         assert!(bad(bson!({"type": "LineString", "coordinates": [[0, 0]]})).contains("2 vertices"));
         assert!(bad(bson!({"type": "Blob", "coordinates": []})).contains("unknown GeoJSON type"));
         assert!(bad(bson!("here")).contains("geo element"));
@@ -918,7 +936,9 @@ mod tests {
         .unwrap();
         assert!(intersects(&line, &inside));
         assert!(!intersects(&line, &in_hole));
-        assert!(Region::parse(&bson!({"$geometry": {"type": "Point", "coordinates": [0, 0]}})).is_err());
+        assert!(
+            Region::parse(&bson!({"$geometry": {"type": "Point", "coordinates": [0, 0]}})).is_err()
+        );
     }
 
     #[test]
@@ -936,7 +956,9 @@ mod tests {
         let flat = Near::parse("$near", &bson!([0, 0]), &doc! {"$maxDistance": 5}).unwrap();
         assert_eq!(flat.distance(&stored(bson!([3, 4]))), 5.0);
         let rad = Near::parse("$nearSphere", &bson!([0, 0]), &doc! {}).unwrap();
-        assert!((rad.distance(&stored(bson!([90, 0]))) - std::f64::consts::FRAC_PI_2).abs() < 1e-12);
+        assert!(
+            (rad.distance(&stored(bson!([90, 0]))) - std::f64::consts::FRAC_PI_2).abs() < 1e-12
+        );
     }
 
     #[test]
@@ -961,9 +983,14 @@ mod tests {
         let far = plane.point_cell(&Point::new(-70.0, -30.0));
         assert!(!ranges.iter().any(|&(lo, hi)| lo <= far && far <= hi));
         // A polygon's coarse cells are found as ancestors of the query's.
-        let big = plane.cells_of(&stored(bson!({"type": "Polygon", "coordinates":
-            [[[0, 40], [10, 40], [10, 55], [0, 55], [0, 40]]]})).geometry);
-        assert!(big.iter().any(|&b| ranges.iter().any(|&(lo, hi)| lo <= b && b <= hi)));
+        let big = plane.cells_of(
+            &stored(bson!({"type": "Polygon", "coordinates":
+            [[[0, 40], [10, 40], [10, 55], [0, 55], [0, 40]]]}))
+            .geometry,
+        );
+        assert!(big
+            .iter()
+            .any(|&b| ranges.iter().any(|&(lo, hi)| lo <= b && b <= hi)));
         for a in ancestors(c) {
             let (lo, hi) = descendant_range(a);
             assert!(lo <= c && c <= hi);
