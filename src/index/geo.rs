@@ -1,10 +1,5 @@
-//! Geo indexes (`2dsphere`, `2d`): their options, the cell keys a
-//! document gives them, and the scans that read them.
-//!
-//! A geo field's key values are cell ids ([`crate::query::geo`]) stored
-//! as `Int64` in the ordinary entry layout: a point gives its finest
-//! cell, a line or polygon the few cells covering its bounding box (the
-//! index is then multikey). A query reads the id ranges of the cells
+//! The scans that read geo indexes (`2dsphere`, `2d`), whose keys
+//! [`super::geo_keys`] makes. A query reads the id ranges of the cells
 //! covering its region, plus the coarser cells containing them, and the
 //! caller applies the exact predicate to what it reads. Like MongoDB's,
 //! these indexes hold no entry for a document without the geo field, so
@@ -14,268 +9,20 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use bson::{doc, Bson, Document};
+use bson::{Bson, Document};
 
-use super::plan::{prefix_successor, IndexPlan, KeyRange};
-use super::{Index, KeyField, KeyKind};
-use crate::error::{Error, ErrorCode, Result};
+use super::plan::{prefix_successor, Hint, IndexPlan, KeyRange};
+use super::{Index, KeyKind};
 use crate::query::filter::Filter;
 use crate::query::geo::{self as shapes, CellPlane, GeoPredicate, Metric};
 use crate::query::keystring;
-use crate::{bail, err};
 
 /// Most cells a query region is covered with.
 const QUERY_CELLS: usize = 16;
 
-/// The options of a geo index: the plane its cells divide.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GeoOptions {
-    pub plane: CellPlane,
-    /// `2d`'s `min`, `max` and `bits`, as given (for `listIndexes`).
-    pub shown: Document,
-}
-
-impl Default for GeoOptions {
-    fn default() -> Self {
-        GeoOptions {
-            plane: CellPlane::SPHERE,
-            shown: Document::new(),
-        }
-    }
-}
-
-/// True for the options only geo indexes take.
-pub fn is_geo_option(name: &str) -> bool {
-    matches!(
-        name,
-        "2dsphereIndexVersion"
-            | "min"
-            | "max"
-            | "bits"
-            | "coarsestIndexedLevel"
-            | "finestIndexedLevel"
-    )
-}
-
-/// Checks a geo key pattern and reads the geo options of `spec`.
-pub fn parse_options(fields: &[KeyField], spec: &Document) -> Result<Option<GeoOptions>> {
-    let flat = fields.iter().filter(|f| f.kind == KeyKind::Geo2d).count();
-    let sphere = fields
-        .iter()
-        .filter(|f| f.kind == KeyKind::Geo2dSphere)
-        .count();
-    if flat + sphere == 0 {
-        if let Some(option) = spec.keys().find(|k| is_geo_option(k)) {
-            bail!(
-                InvalidIndexSpecificationOption,
-                "The field '{option}' is not valid for an index specification. Specification: {spec}"
-            );
-        }
-        return Ok(None);
-    }
-    if fields.iter().any(|f| f.kind == KeyKind::Hashed) {
-        bail!(
-            CannotCreateIndex,
-            "Can't use more than one index plugin for a single index. Key pattern: {}",
-            spec.get("key").map(|k| k.to_string()).unwrap_or_default()
-        );
-    }
-    if flat > 0 && sphere > 0 {
-        bail!(
-            CannotCreateIndex,
-            "Can't use more than one index plugin for a single index."
-        );
-    }
-    if flat > 1 {
-        return Err(Error::new(
-            ErrorCode::Location(16800),
-            "can't have 2 geo fields",
-        ));
-    }
-    if flat == 1 && fields[0].kind != KeyKind::Geo2d {
-        return Err(Error::new(
-            ErrorCode::Location(16801),
-            "2d has to be first in index",
-        ));
-    }
-    let mut options = GeoOptions::default();
-    if flat == 1 {
-        let number = |name: &str, default: f64| -> Result<f64> {
-            match spec.get(name) {
-                None => Ok(default),
-                Some(v) => crate::query::compare::Number::of(v)
-                    .map(|n| n.to_f64())
-                    .filter(|n| n.is_finite())
-                    .ok_or_else(|| {
-                        err!(TypeMismatch, "geo index option '{name}' must be a number")
-                    }),
-            }
-        };
-        let (min, max) = (number("min", -180.0)?, number("max", 180.0)?);
-        let bits = number("bits", 26.0)?;
-        if !(1.0..=32.0).contains(&bits) {
-            bail!(InvalidOptions, "bits in geo index must be between 1 and 32");
-        }
-        if min >= max {
-            bail!(InvalidOptions, "region has to be greater than zero");
-        }
-        for name in ["min", "max", "bits"] {
-            if let Some(v) = spec.get(name) {
-                options.shown.insert(name, v.clone());
-            }
-        }
-        options.plane = CellPlane::flat(min, max);
-    } else {
-        for name in ["min", "max", "bits"] {
-            if spec.contains_key(name) {
-                bail!(
-                    InvalidIndexSpecificationOption,
-                    "The field '{name}' is not valid for an index specification. Specification: {spec}"
-                );
-            }
-        }
-        options.shown.insert(
-            "2dsphereIndexVersion",
-            spec.get("2dsphereIndexVersion")
-                .cloned()
-                .unwrap_or(Bson::Int32(3)),
-        );
-    }
-    Ok(Some(options))
-}
-
-/// The values a document gives one geo field: its cell ids, and whether
-/// there are several. `None` when the field is missing or null (the
-/// document is then left out of the index).
-pub fn field_keys(
-    index: &Index,
-    field: &KeyField,
-    doc: &Document,
-) -> Result<Option<(Vec<Bson>, bool)>> {
-    let plane = index.geo.as_ref().map_or(CellPlane::SPHERE, |g| g.plane);
-    let parts: Vec<&str> = field.path.split('.').collect();
-    let mut values = Vec::new();
-    geo_values(doc, &parts, &mut values);
-    let present: Vec<&Bson> = values
-        .into_iter()
-        .filter(|v| !matches!(v, Bson::Null | Bson::Undefined))
-        .collect();
-    if present.is_empty() {
-        return Ok(None);
-    }
-    let fail = |reason: String| -> Error {
-        Error::new(
-            ErrorCode::CannotExtractGeoKeys,
-            format!("Can't extract geo keys: {doc}  {reason}"),
-        )
-    };
-    let mut cells = Vec::new();
-    for value in present {
-        let stored = match field.kind {
-            KeyKind::Geo2d => match shapes::legacy_point(value) {
-                Some(p) => vec![shapes::Stored {
-                    geometry: geo::Geometry::Point(p),
-                    legacy: true,
-                }],
-                // An array of pairs.
-                None if pairs(value).is_some() => pairs(value).unwrap_or_default(),
-                None if matches!(value, Bson::Array(_) | Bson::Document(_)) => {
-                    return Err(fail(format!(
-                        "geo field {} must be a pair of numbers: {value}",
-                        field.path
-                    )))
-                }
-                None => {
-                    return Err(fail(format!(
-                        "geo field {} is not an array or object: {value}",
-                        field.path
-                    )))
-                }
-            },
-            _ => shapes::stored_values(value).map_err(fail)?,
-        };
-        for s in &stored {
-            if let Some(p) = s.point() {
-                if !plane.holds(&p) {
-                    if field.kind == KeyKind::Geo2d {
-                        return Err(Error::new(
-                            ErrorCode::Location(13027),
-                            format!(
-                                "point not in interval of [ {}, {} ) :: caused by :: {doc}",
-                                plane.min_x, plane.max_x
-                            ),
-                        ));
-                    }
-                    return Err(fail(format!(
-                        "longitude/latitude is out of bounds, lng: {} lat: {}",
-                        p.x(),
-                        p.y()
-                    )));
-                }
-            }
-            cells.extend(plane.cells_of(&s.geometry));
-        }
-    }
-    cells.sort_unstable();
-    cells.dedup();
-    let several = cells.len() > 1;
-    Ok(Some((
-        cells.into_iter().map(Bson::Int64).collect(),
-        several,
-    )))
-}
-
-/// The points of an array of legacy pairs.
-fn pairs(value: &Bson) -> Option<Vec<shapes::Stored>> {
-    let Bson::Array(items) = value else {
-        return None;
-    };
-    items
-        .iter()
-        .map(|i| {
-            shapes::legacy_point(i).map(|p| shapes::Stored {
-                geometry: geo::Geometry::Point(p),
-                legacy: true,
-            })
-        })
-        .collect()
-}
-
-/// The values a geo path reaches: arrays on the way are followed (their
-/// documents), the value at its end is taken whole (a legacy pair is an
-/// array).
-fn geo_values<'a>(doc: &'a Document, parts: &[&str], out: &mut Vec<&'a Bson>) {
-    let Some((first, rest)) = parts.split_first() else {
-        return;
-    };
-    let Some(v) = doc.get(*first) else {
-        return;
-    };
-    geo_value(v, rest, out);
-}
-
-fn geo_value<'a>(v: &'a Bson, rest: &[&str], out: &mut Vec<&'a Bson>) {
-    if rest.is_empty() {
-        out.push(v);
-        return;
-    }
-    match v {
-        Bson::Document(d) => geo_values(d, rest, out),
-        Bson::Array(items) => {
-            for item in items {
-                geo_value(item, rest, out);
-            }
-        }
-        _ => {}
-    }
-}
-
 /// True when the index has a geo field.
 pub fn is_geo(index: &Index) -> bool {
-    index
-        .fields
-        .iter()
-        .any(|f| matches!(f.kind, KeyKind::Geo2d | KeyKind::Geo2dSphere))
+    index.is_geo()
 }
 
 /// The geo index and scan answering the filter's geo condition: `$near`
@@ -283,7 +30,32 @@ pub fn is_geo(index: &Index) -> bool {
 /// read. The index's first field must be the condition's path; a `2d`
 /// index answers only flat conditions and `$nearSphere`/`$centerSphere`
 /// on legacy pairs.
-pub fn choose(indexes: &[Arc<Index>], filter: &Filter, hint: Option<&Index>) -> Option<IndexPlan> {
+///
+/// A hint naming a geo index reads it (its whole when the filter has no
+/// geo condition on its field); a hint naming another index leaves the
+/// choice to the ordinary planner.
+pub fn choose(
+    indexes: &[Arc<Index>],
+    filter: Option<&Filter>,
+    hint: Option<&Hint>,
+) -> Option<IndexPlan> {
+    let hinted = match hint {
+        Some(h) => Some(indexes.iter().find(|i| !i.hidden && h.selects(i))?),
+        None => None,
+    };
+    if hinted.is_some_and(|i| !i.is_geo()) {
+        return None;
+    }
+    let hint = hinted.map(|i| i.as_ref());
+    let found = filter.and_then(|f| choose_for(indexes, f, hint));
+    match (found, hinted) {
+        (Some(plan), _) => Some(plan),
+        (None, Some(index)) => Some(full_scan(index)),
+        (None, None) => None,
+    }
+}
+
+fn choose_for(indexes: &[Arc<Index>], filter: &Filter, hint: Option<&Index>) -> Option<IndexPlan> {
     let mut conditions = filter.geo_conditions();
     conditions.sort_by_key(|(_, g)| g.near().is_none());
     for (path, condition) in conditions {
@@ -382,18 +154,11 @@ pub fn near_stage_name(index: &Index) -> Option<&'static str> {
     }
 }
 
-/// `listIndexes`' options of a geo index.
-pub fn shown_options(index: &Index) -> Document {
-    index
-        .geo
-        .as_ref()
-        .map(|g| g.shown.clone())
-        .unwrap_or_else(|| doc! {})
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Result;
+    use bson::doc;
 
     fn index(spec: Document) -> Result<Index> {
         Index::parse(&spec, 1)

@@ -15,6 +15,7 @@
 //! split stays a metadata change, exactly as for records.
 
 pub mod geo;
+pub mod geo_keys;
 pub mod plan;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +53,17 @@ pub struct KeyField {
     pub kind: KeyKind,
 }
 
+impl KeyKind {
+    /// The geo kind of a `2dsphere` or `2d` field.
+    pub fn geo(self) -> Option<geo_keys::GeoKind> {
+        match self {
+            KeyKind::Geo2dSphere => Some(geo_keys::GeoKind::Sphere),
+            KeyKind::Geo2d => Some(geo_keys::GeoKind::Flat),
+            _ => None,
+        }
+    }
+}
+
 impl KeyField {
     pub fn descending(&self) -> bool {
         self.kind == KeyKind::Descending
@@ -74,7 +86,7 @@ pub struct Index {
     pub expire_after_secs: Option<i64>,
     pub hidden: bool,
     /// The cell plane of a `2dsphere` or `2d` index.
-    pub geo: Option<geo::GeoOptions>,
+    pub geo: Option<geo_keys::GeoOptions>,
     /// Options a client gave that change nothing here (`background`,
     /// `storageEngine`), kept so `listIndexes` shows them as MongoDB does.
     pub kept: Document,
@@ -136,11 +148,12 @@ impl Index {
             kept: Document::new(),
             multikey: AtomicBool::new(false),
         };
-        index.geo = geo::parse_options(&index.fields, spec)?;
+        let kinds: Vec<_> = index.fields.iter().map(|f| f.kind.geo()).collect();
+        index.geo = geo_keys::parse_options(&kinds, index.is_hashed(), spec)?;
         for (option, value) in spec {
             match option.as_str() {
                 "key" | "name" | "ns" => {}
-                name if geo::is_geo_option(name) => {}
+                name if geo_keys::is_geo_option(name) => {}
                 "background" | "storageEngine" => {
                     index.kept.insert(option.clone(), value.clone());
                 }
@@ -225,6 +238,11 @@ impl Index {
         !self.multikey.swap(true, Ordering::AcqRel)
     }
 
+    /// True for a `2dsphere` or `2d` index.
+    pub fn is_geo(&self) -> bool {
+        self.fields.iter().any(|f| f.kind.geo().is_some())
+    }
+
     pub fn is_hashed(&self) -> bool {
         self.fields.iter().any(|f| f.kind == KeyKind::Hashed)
     }
@@ -233,7 +251,9 @@ impl Index {
     pub fn spec(&self) -> Document {
         let mut d = doc! {"v": 2, "key": self.key.clone(), "name": self.name.clone()};
         d.extend(self.kept.clone());
-        d.extend(geo::shown_options(self));
+        if let Some(g) = &self.geo {
+            d.extend(g.shown.clone());
+        }
         if self.unique {
             d.insert("unique", true);
         }
@@ -323,9 +343,11 @@ impl Index {
             let mut values = Vec::new();
             let mut through_array = false;
             collect_document(doc, &parts, &mut values, &mut through_array);
-            if matches!(field.kind, KeyKind::Geo2d | KeyKind::Geo2dSphere) {
+            if let Some(kind) = field.kind.geo() {
                 // A document without the geo field has no entry.
-                let Some((cells, several)) = geo::field_keys(self, field, doc)? else {
+                let Some((cells, several)) =
+                    geo_keys::field_keys(self.geo.as_ref(), kind, &field.path, doc)?
+                else {
                     return Ok(DocumentKeys::default());
                 };
                 geo_multikey |= several || through_array;

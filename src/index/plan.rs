@@ -81,7 +81,8 @@ impl Hint {
         }
     }
 
-    fn selects(&self, index: &Index) -> bool {
+    /// True when the hint names `index`.
+    pub fn selects(&self, index: &Index) -> bool {
         match self {
             Hint::Name(name) => &index.name == name,
             Hint::Pattern(pattern) => same_pattern(&index.key, pattern),
@@ -155,24 +156,12 @@ pub fn choose(
                     "planner returned error :: caused by :: hint provided does not correspond to an existing index"
                 )
             })?;
-        if super::geo::is_geo(index) {
-            return Ok(Plan::Index(
-                super::geo::choose(indexes, filter, Some(index))
-                    .unwrap_or_else(|| super::geo::full_scan(index)),
-            ));
-        }
         return Ok(Plan::Index(
             Candidate::analyse(index, filter, sort).into_plan(),
         ));
     }
-    if let Some(scan) = super::geo::choose(indexes, filter, None) {
-        return Ok(Plan::Index(scan));
-    }
     let mut best: Option<Candidate> = None;
-    for index in indexes
-        .iter()
-        .filter(|i| !i.hidden && !super::geo::is_geo(i))
-    {
+    for index in indexes.iter().filter(|i| !i.hidden && !i.is_geo()) {
         if !partial_allows(index, filter) {
             continue;
         }
@@ -205,7 +194,7 @@ pub fn covers(
     sort: Option<&SortSpec>,
 ) -> bool {
     let index = &plan.index;
-    if index.is_multikey() || super::geo::is_geo(index) {
+    if index.is_multikey() || index.is_geo() {
         return false;
     }
     let indexed = |path: &str| {

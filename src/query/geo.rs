@@ -337,7 +337,7 @@ impl Region {
                         )))
                     }
                 };
-                if !(radius >= 0.0) {
+                if radius.is_nan() || radius < 0.0 {
                     return Err(bad("radius must be a non-negative number"));
                 }
                 if op == "$center" {

@@ -578,6 +578,12 @@ fn choose_index(coll: &Collection, spec: &FindSpec) -> Result<Option<ChosenPlan>
     if indexes.is_empty() && hint.is_none() {
         return Ok(None);
     }
+    if let Some(scan) = crate::index::geo::choose(&indexes, filter, hint) {
+        return Ok(Some(ChosenPlan {
+            scan,
+            covered: false,
+        }));
+    }
     Ok(
         match index_plan::choose(&indexes, filter, spec.sort.as_ref(), hint)? {
             Plan::Index(scan) => {
