@@ -13,6 +13,7 @@ use bson::{Bson, Document};
 
 use super::plan::{prefix_successor, Hint, IndexPlan, KeyRange};
 use super::{Index, KeyKind};
+use crate::error::{Error, ErrorCode, Result};
 use crate::query::filter::Filter;
 use crate::query::geo::{self as shapes, CellPlane, GeoPredicate, Metric};
 use crate::query::keystring;
@@ -145,6 +146,28 @@ pub fn id_ranges(ranges: &[(i64, i64)]) -> Vec<KeyRange> {
         .collect()
 }
 
+/// A query with `$near` must read a geo index on its path (291, as
+/// MongoDB's planner finds no plan otherwise).
+pub fn check_near(filter: Option<&Filter>, scan: Option<&IndexPlan>) -> Result<()> {
+    let Some(filter) = filter else {
+        return Ok(());
+    };
+    let Some((path, _)) = filter.near()? else {
+        return Ok(());
+    };
+    let served = scan.is_some_and(|scan| {
+        scan.index.is_geo() && scan.index.fields.first().is_some_and(|f| f.path == path)
+    });
+    if served {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorCode::NoQueryExecutionPlans,
+            "error processing query: planner returned error :: caused by :: unable to find index for $geoNear query",
+        ))
+    }
+}
+
 /// The stage explain shows for a `$near` through this index.
 pub fn near_stage_name(index: &Index) -> Option<&'static str> {
     match index.fields.first()?.kind {
@@ -157,7 +180,6 @@ pub fn near_stage_name(index: &Index) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Result;
     use bson::doc;
 
     fn index(spec: Document) -> Result<Index> {

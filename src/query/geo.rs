@@ -92,7 +92,7 @@ pub fn parse_stored(v: &Bson) -> Result<Stored, String> {
         Bson::Array(_) | Bson::Document(_) => Err(format!(
             "Point must only contain numeric elements, instead got {v}"
         )),
-        other => Err(format!("geo element must be an array or object: {}", other)),
+        other => Err(format!("geo element must be an array or object: {other}")),
     }
 }
 

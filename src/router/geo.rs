@@ -44,28 +44,6 @@ pub(crate) fn near_order(mut spec: FindSpec) -> Result<FindSpec> {
     Ok(spec)
 }
 
-/// A query with `$near` must read a geo index on its path.
-pub(crate) fn check_near(spec: &FindSpec, index: Option<&ChosenPlan>) -> Result<()> {
-    let Some(filter) = &spec.filter else {
-        return Ok(());
-    };
-    let Some((path, _)) = filter.near()? else {
-        return Ok(());
-    };
-    let served = index.is_some_and(|chosen| {
-        let index = &chosen.scan.index;
-        geo::is_geo(index) && index.fields.first().is_some_and(|f| f.path == path)
-    });
-    if served {
-        Ok(())
-    } else {
-        Err(Error::new(
-            ErrorCode::NoQueryExecutionPlans,
-            "error processing query: planner returned error :: caused by :: unable to find index for $geoNear query",
-        ))
-    }
-}
-
 impl Router {
     /// Runs a pipeline whose first stage is `$geoNear`: a near query on
     /// its key (given, or the path of the collection's one `2d` index,

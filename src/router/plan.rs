@@ -327,7 +327,7 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Resul
     let limit = spec.limit.filter(|&l| l > 0);
     let mut index =
         choose_index(coll, spec)?.filter(|chosen| !redundant_with_key(coll, spec, chosen));
-    super::geo::check_near(spec, index.as_ref())?;
+    crate::index::geo::check_near(spec.filter.as_ref(), index.as_ref().map(|c| &c.scan))?;
     // `min()`/`max()` narrow the hinted index: a secondary one's scan, or
     // the `_id` range every access path below reads.
     let mut id_bounds = None;
