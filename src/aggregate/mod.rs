@@ -21,6 +21,7 @@ use crate::query::sort::SortSpec;
 
 mod basic;
 mod densify;
+pub mod geo_near;
 mod graph;
 mod group;
 mod lookup;
@@ -234,6 +235,7 @@ pub struct ParseContext {
 static TABLES: &[&[(&str, StageParser)]] = &[
     basic::STAGES,
     densify::STAGES,
+    geo_near::STAGES,
     graph::STAGES,
     group::STAGES,
     lookup::STAGES,

@@ -136,7 +136,22 @@ fn set_in_stage(plan: &mut Document, stage: &str, field: &str, value: Bson) {
 fn partition_plan(kind: Kind, spec: &FindSpec, plan: &QueryPlan, part: &PartitionPlan) -> Document {
     let key_path = plan.shard_key.clone();
     let mut stages = match &part.access {
-        Access::Index(chosen) => index_stages(chosen),
+        Access::Index(chosen) => {
+            let near = spec
+                .filter
+                .as_ref()
+                .is_some_and(|f| f.near().ok().flatten().is_some());
+            match crate::index::geo::near_stage_name(&chosen.scan.index).filter(|_| near) {
+                Some(name) => doc! {
+                    "stage": name,
+                    "keyPattern": chosen.scan.index.key.clone(),
+                    "indexName": chosen.scan.index.name.clone(),
+                    "indexVersion": 2,
+                    "inputStage": index_stages(chosen),
+                },
+                None => index_stages(chosen),
+            }
+        }
         Access::KeyHashes { reverse, .. } => {
             let path = key_path.clone().unwrap_or_default();
             doc! {

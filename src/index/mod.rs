@@ -14,6 +14,8 @@
 //! owns: a partition reads its own entries and skips the others, so a
 //! split stays a metadata change, exactly as for records.
 
+pub mod geo;
+pub mod geo_keys;
 pub mod plan;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +43,10 @@ pub enum KeyKind {
     Ascending,
     Descending,
     Hashed,
+    /// `"2dsphere"`: cells of GeoJSON and legacy pairs on the sphere.
+    Geo2dSphere,
+    /// `"2d"`: cells of legacy pairs on a flat plane.
+    Geo2d,
 }
 
 /// One field of a key pattern.
@@ -48,6 +54,17 @@ pub enum KeyKind {
 pub struct KeyField {
     pub path: String,
     pub kind: KeyKind,
+}
+
+impl KeyKind {
+    /// The geo kind of a `2dsphere` or `2d` field.
+    pub fn geo(self) -> Option<geo_keys::GeoKind> {
+        match self {
+            KeyKind::Geo2dSphere => Some(geo_keys::GeoKind::Sphere),
+            KeyKind::Geo2d => Some(geo_keys::GeoKind::Flat),
+            _ => None,
+        }
+    }
 }
 
 impl KeyField {
@@ -74,6 +91,8 @@ pub struct Index {
     /// The collation its string keys order by (`None`: simple); see
     /// [`Index::encode`].
     pub collation: Option<Arc<Collation>>,
+    /// The cell plane of a `2dsphere` or `2d` index.
+    pub geo: Option<geo_keys::GeoOptions>,
     /// Options a client gave that change nothing here (`background`,
     /// `storageEngine`), kept so `listIndexes` shows them as MongoDB does.
     pub kept: Document,
@@ -132,12 +151,16 @@ impl Index {
             expire_after_secs: None,
             hidden: false,
             collation: None,
+            geo: None,
             kept: Document::new(),
             multikey: AtomicBool::new(false),
         };
+        let kinds: Vec<_> = index.fields.iter().map(|f| f.kind.geo()).collect();
+        index.geo = geo_keys::parse_options(&kinds, index.is_hashed(), spec)?;
         for (option, value) in spec {
             match option.as_str() {
                 "key" | "name" | "ns" => {}
+                name if geo_keys::is_geo_option(name) => {}
                 "background" | "storageEngine" => {
                     index.kept.insert(option.clone(), value.clone());
                 }
@@ -225,6 +248,11 @@ impl Index {
         !self.multikey.swap(true, Ordering::AcqRel)
     }
 
+    /// True for a `2dsphere` or `2d` index.
+    pub fn is_geo(&self) -> bool {
+        self.fields.iter().any(|f| f.kind.geo().is_some())
+    }
+
     pub fn is_hashed(&self) -> bool {
         self.fields.iter().any(|f| f.kind == KeyKind::Hashed)
     }
@@ -233,6 +261,9 @@ impl Index {
     pub fn spec(&self) -> Document {
         let mut d = doc! {"v": 2, "key": self.key.clone(), "name": self.name.clone()};
         d.extend(self.kept.clone());
+        if let Some(g) = &self.geo {
+            d.extend(g.shown.clone());
+        }
         if self.unique {
             d.insert("unique", true);
         }
@@ -289,6 +320,7 @@ impl Index {
             expire_after_secs,
             hidden,
             collation: self.collation.clone(),
+            geo: self.geo.clone(),
             kept: self.kept.clone(),
             multikey: AtomicBool::new(self.is_multikey()),
         }
@@ -320,11 +352,24 @@ impl Index {
         let mut per_field: Vec<Vec<Bson>> = Vec::with_capacity(self.fields.len());
         let mut array_fields: Vec<&str> = Vec::new();
         let mut all_missing = true;
+        let mut geo_multikey = false;
         for field in &self.fields {
             let parts: Vec<&str> = field.path.split('.').collect();
             let mut values = Vec::new();
             let mut through_array = false;
             collect_document(doc, &parts, &mut values, &mut through_array);
+            if let Some(kind) = field.kind.geo() {
+                // A document without the geo field has no entry.
+                let Some((cells, several)) =
+                    geo_keys::field_keys(self.geo.as_ref(), kind, &field.path, doc)?
+                else {
+                    return Ok(DocumentKeys::default());
+                };
+                geo_multikey |= several || through_array;
+                all_missing = false;
+                per_field.push(cells);
+                continue;
+            }
             if through_array {
                 array_fields.push(&field.path);
             }
@@ -365,7 +410,7 @@ impl Index {
         }
         let mut out = DocumentKeys {
             keys: Vec::new(),
-            multikey: !array_fields.is_empty(),
+            multikey: !array_fields.is_empty() || geo_multikey,
         };
         let mut combo: Vec<Bson> = Vec::with_capacity(self.fields.len());
         self.product(&per_field, &mut combo, &mut out.keys);
@@ -488,10 +533,12 @@ pub fn parse_key_pattern(key: &Document) -> Result<Vec<KeyField>> {
                 }
             }
             Bson::String(s) if s == "hashed" => KeyKind::Hashed,
-            Bson::String(s) if matches!(s.as_str(), "text" | "2d" | "2dsphere" | "geoHaystack") => {
+            Bson::String(s) if s == "2dsphere" => KeyKind::Geo2dSphere,
+            Bson::String(s) if s == "2d" => KeyKind::Geo2d,
+            Bson::String(s) if matches!(s.as_str(), "text" | "geoHaystack") => {
                 bail!(
                     CannotCreateIndex,
-                    "'{s}' indexes are not supported; supported kinds are ascending (1), descending (-1) and \"hashed\". Key pattern: {key}"
+                    "'{s}' indexes are not supported; supported kinds are ascending (1), descending (-1), \"hashed\", \"2dsphere\" and \"2d\". Key pattern: {key}"
                 )
             }
             Bson::String(s) => bail!(

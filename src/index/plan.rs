@@ -82,7 +82,8 @@ impl Hint {
         }
     }
 
-    fn selects(&self, index: &Index) -> bool {
+    /// True when the hint names `index`.
+    pub fn selects(&self, index: &Index) -> bool {
         match self {
             Hint::Name(name) => &index.name == name,
             Hint::Pattern(pattern) => same_pattern(&index.key, pattern),
@@ -164,7 +165,7 @@ pub fn choose(
         .collation()
         .or_else(|| sort.and_then(SortSpec::collation));
     let mut best: Option<Candidate> = None;
-    for index in indexes.iter().filter(|i| !i.hidden) {
+    for index in indexes.iter().filter(|i| !i.hidden && !i.is_geo()) {
         if !partial_allows(index, filter)
             || !collation::same(index.collation.as_ref(), query_collation)
         {
@@ -200,7 +201,7 @@ pub fn covers(
 ) -> bool {
     let index = &plan.index;
     // Collated string keys are collation keys, not the strings.
-    if index.is_multikey() || index.collation.is_some() {
+    if index.is_multikey() || index.collation.is_some() || index.is_geo() {
         return false;
     }
     let indexed = |path: &str| {

@@ -40,6 +40,7 @@ use crate::query::compare::{
     Number, NUMBER_RANK,
 };
 use crate::query::expr::Expr;
+use crate::query::geo;
 use crate::query::js::JsFunction;
 use crate::query::path::{parts, walk, Container, Part};
 use crate::query::regex::compile_regex;
@@ -92,10 +93,12 @@ impl Filter {
                 "exceeded maximum query nesting depth of {MAX_NESTING}"
             );
         }
-        Ok(Filter {
+        let parsed = Filter {
             root: parse_document(filter, Level::Pipeline)?,
             collation: None,
-        })
+        };
+        parsed.refuse_near()?;
+        Ok(parsed)
     }
 
     /// Parses a filter whose string comparisons use `collation` (`None`:
@@ -201,6 +204,72 @@ impl Filter {
             matched,
             array_position: if matched { ctx.position } else { None },
         })
+    }
+
+    /// The geo conditions every match meets (top level and `$and`),
+    /// with their paths.
+    pub fn geo_conditions(&self) -> Vec<(&str, &geo::GeoPredicate)> {
+        let mut conjuncts = Vec::new();
+        necessary_conjuncts(&self.root, &mut conjuncts);
+        conjuncts
+            .into_iter()
+            .filter_map(|p| match &p.pred {
+                Pred::Geo(g) => Some((p.path.dotted.as_str(), g.as_ref())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The `$near`/`$nearSphere` of the filter and its path. MongoDB
+    /// takes one, at the top level or in `$and`; elsewhere (under `$or`,
+    /// `$not`, `$elemMatch`) or twice it is refused (2).
+    pub fn near(&self) -> Result<Option<(&str, &geo::Near)>> {
+        let near: Vec<_> = self
+            .geo_conditions()
+            .into_iter()
+            .filter_map(|(path, g)| g.near().map(|n| (path, n)))
+            .collect();
+        if near.len() > 1 {
+            crate::bail!(BadValue, "Too many geoNear expressions");
+        }
+        if near.is_empty() && self.has_near() {
+            crate::bail!(BadValue, "geoNear must be top-level expr");
+        }
+        Ok(near.into_iter().next())
+    }
+
+    /// True when `$near`/`$nearSphere` appears anywhere in the filter.
+    pub fn has_near(&self) -> bool {
+        fn walk(node: &Node) -> bool {
+            match node {
+                Node::And(c) | Node::Or(c) | Node::Nor(c) => c.iter().any(walk),
+                Node::Not(c) => walk(c),
+                Node::Path(p) => match &p.pred {
+                    Pred::Geo(g) => g.near().is_some(),
+                    Pred::ElemMatchObject(sub) => walk(sub),
+                    Pred::ElemMatchValue(nodes) => nodes.iter().any(walk),
+                    _ => false,
+                },
+                _ => false,
+            }
+        }
+        walk(&self.root)
+    }
+
+    /// Refuses `$near`/`$nearSphere` where results are not sorted by
+    /// distance (an aggregation's `$match`, `countDocuments`), as
+    /// MongoDB 7.0 does.
+    pub fn refuse_near(&self) -> Result<()> {
+        if self.has_near() {
+            return Err(Error::new(
+                crate::error::ErrorCode::MatchOperatorInExpression,
+                "$geoNear, $near, and $nearSphere are not allowed in this context, as these \
+                 operators require sorting geospatial data. If you do not need sort, consider \
+                 using $geoWithin instead. Check out https://dochub.mongodb.org/core/near-sort-operation \
+                 and https://dochub.mongodb.org/core/nearSphere-sort-operationfor more details.",
+            ));
+        }
+        Ok(())
     }
 
     /// True when the filter calls `$rand` (in `$expr`, or a `$sampleRate`
@@ -777,16 +846,27 @@ impl CmpOp {
 /// A predicate on one value reached by a path.
 #[derive(Debug, Clone)]
 enum Pred {
-    Compare { op: CmpOp, value: Bson },
+    Compare {
+        op: CmpOp,
+        value: Bson,
+    },
     In(Box<InSet>),
     Regex(Box<QueryRegex>),
     Exists,
     Type(TypeSet),
     Size(usize),
-    Mod { divisor: i64, remainder: i64 },
+    Mod {
+        divisor: i64,
+        remainder: i64,
+    },
     ElemMatchObject(Box<Node>),
     ElemMatchValue(Vec<Node>),
-    Bits { test: BitTest, mask: BitMask },
+    Bits {
+        test: BitTest,
+        mask: BitMask,
+    },
+    /// `$geoWithin`, `$geoIntersects`, `$near`/`$nearSphere` ([`geo`]).
+    Geo(Box<geo::GeoPredicate>),
 }
 
 impl Pred {
@@ -795,7 +875,7 @@ impl Pred {
     fn traverses_leaf_arrays(&self) -> bool {
         !matches!(
             self,
-            Pred::Size(_) | Pred::ElemMatchObject(_) | Pred::ElemMatchValue(_)
+            Pred::Size(_) | Pred::ElemMatchObject(_) | Pred::ElemMatchValue(_) | Pred::Geo(_)
         )
     }
 }
@@ -1214,8 +1294,18 @@ fn parse_operator(
         "$bitsAllClear" => parse_bits(path, op, BitTest::AllClear, arg)?,
         "$bitsAnyClear" => parse_bits(path, op, BitTest::AnyClear, arg)?,
         "$where" => crate::bail!(BadValue, "$where cannot be applied to a field"),
-        "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" => {
-            crate::bail!(BadValue, "{op} is not supported")
+        "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$geoNear" => {
+            path_node(
+                path,
+                Pred::Geo(Box::new(geo::GeoPredicate::parse(op, arg, siblings)?)),
+            )
+        }
+        "$maxDistance" | "$minDistance"
+            if siblings.contains_key("$near")
+                || siblings.contains_key("$nearSphere")
+                || siblings.contains_key("$geoNear") =>
+        {
+            return Ok(None)
         }
         _ => crate::bail!(BadValue, "unknown operator: {op}"),
     };
@@ -1761,6 +1851,7 @@ fn test(pred: &Pred, value: Option<&Bson>) -> Option<Option<usize>> {
             });
         }
         Pred::Bits { test, mask } => value.is_some_and(|v| bits_match(v, *test, mask)),
+        Pred::Geo(g) => value.is_some_and(|v| g.matches(v)),
     };
     hit.then_some(None)
 }

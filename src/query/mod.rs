@@ -9,6 +9,7 @@ pub mod collation;
 pub mod compare;
 pub mod expr;
 pub mod filter;
+pub mod geo;
 pub mod hash;
 pub mod interrupt;
 pub mod js;

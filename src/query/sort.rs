@@ -14,13 +14,14 @@
 
 use std::cmp::Ordering;
 
-use bson::{Bson, Document};
-
 use std::sync::Arc;
+
+use bson::{Bson, Document};
 
 use crate::error::Result;
 use crate::query::collation::{self, Collation};
 use crate::query::compare::{compare, Number};
+use crate::query::geo::Near;
 use crate::query::path::{parts, visit_sort_values, Part, SortLeaf};
 
 /// A parsed sort specification such as `{a: 1, b: -1}`.
@@ -37,6 +38,9 @@ pub struct SortField {
     path: String,
     parts: Vec<Part>,
     ascending: bool,
+    /// A `$near` order: the field sorts by its distance from this point
+    /// (the path is then not a document path and names no index field).
+    distance: Option<Arc<Near>>,
 }
 
 impl SortField {
@@ -84,12 +88,27 @@ impl SortSpec {
                 path: path.clone(),
                 parts: parts(path),
                 ascending,
+                distance: None,
             });
         }
         Ok(SortSpec {
             fields,
             collation: None,
         })
+    }
+
+    /// The order of `$near`: nearest first by the distance from the
+    /// point to the geometry at `path`, shown as `$distance.<path>`.
+    pub fn by_distance(path: &str, near: &Near) -> SortSpec {
+        SortSpec {
+            fields: vec![SortField {
+                path: format!("$distance.{path}"),
+                parts: parts(path),
+                ascending: true,
+                distance: Some(Arc::new(near.clone())),
+            }],
+            collation: None,
+        }
     }
 
     /// True for `{}`: results keep their natural order.
@@ -127,7 +146,10 @@ impl SortSpec {
 
     fn compare_simple(&self, a: &Document, b: &Document) -> Ordering {
         for field in &self.fields {
-            let ord = compare(sort_value(a, field), sort_value(b, field));
+            let ord = match &field.distance {
+                Some(near) => distance_of(a, field, near).total_cmp(&distance_of(b, field, near)),
+                None => compare(sort_value(a, field), sort_value(b, field)),
+            };
             let ord = if field.ascending { ord } else { ord.reverse() };
             if ord != Ordering::Equal {
                 return ord;
@@ -145,7 +167,10 @@ impl SortSpec {
     fn key_for_simple(&self, doc: &Document) -> Vec<Bson> {
         self.fields
             .iter()
-            .map(|f| sort_value(doc, f).clone())
+            .map(|f| match &f.distance {
+                Some(near) => Bson::Double(distance_of(doc, f, near)),
+                None => sort_value(doc, f).clone(),
+            })
             .collect()
     }
 
@@ -164,6 +189,38 @@ impl SortSpec {
         }
         Ordering::Equal
     }
+}
+
+/// The distance of a document's nearest geometry at the field's path
+/// (infinite when it has none).
+fn distance_of(doc: &Document, field: &SortField, near: &Near) -> f64 {
+    fn walk(value: &Bson, rest: &[Part], near: &Near, best: &mut f64) {
+        match (value, rest.split_first()) {
+            (leaf, None) => {
+                if let Some((d, _)) = near.distance_within(leaf) {
+                    *best = best.min(d);
+                }
+            }
+            (Bson::Document(d), Some((first, rest))) => {
+                if let Some(v) = d.get(&first.name) {
+                    walk(v, rest, near, best);
+                }
+            }
+            (Bson::Array(items), Some(_)) => {
+                for item in items {
+                    walk(item, rest, near, best);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut best = f64::INFINITY;
+    if let Some((first, rest)) = field.parts.split_first() {
+        if let Some(v) = doc.get(&first.name) {
+            walk(v, rest, near, &mut best);
+        }
+    }
+    best
 }
 
 /// The one value a field sorts a document by: the smallest (ascending) or

@@ -421,6 +421,9 @@ impl Router {
                 .collect();
             &bound[..]
         };
+        if let Some((geo_near, rest)) = crate::aggregate::geo_near::leading(stages)? {
+            return self.run_geo_near(ns, geo_near, rest, parse, ctx);
+        }
         let (filter, rest) = leading_match_collated(stages, parse.collation.as_ref())?;
         let sort = leading_sort(rest);
         let (inputs, in_order) = self.partition_inputs(ns, filter.as_ref(), sort.as_ref())?;

@@ -36,6 +36,7 @@ impl Router {
         spec: FindSpec,
         read: impl FnOnce(Found) -> Result<T>,
     ) -> Result<T> {
+        let spec = super::geo::near_order(spec)?;
         let coll = match ns.db.as_str() {
             // The generated `config` collections.
             "config" => None,

@@ -21,6 +21,7 @@ pub mod capped;
 pub mod catalog;
 pub mod charge;
 pub mod config_db;
+mod geo;
 pub mod indexes;
 pub mod kinds;
 mod merge;
@@ -502,6 +503,7 @@ impl Router {
     /// one partition's rows come straight out, several are merged
     /// ([`Merge`]) with skip and limit applied again to the merged rows.
     pub(crate) fn find_stream(&self, ns: &Namespace, spec: FindSpec) -> Result<DocStream> {
+        let spec = geo::near_order(spec)?;
         if let Some(docs) = self.config_documents(ns) {
             let found = config_db::find(docs, &spec)?;
             return Ok(Box::new(found.into_iter().map(Ok)));
@@ -622,6 +624,7 @@ impl Router {
     /// Plans a query and runs each partition of that plan, reporting
     /// what it examined and returned: what `explain` shows.
     fn explain_now(&self, ns: &Namespace, spec: &FindSpec) -> Result<Explained> {
+        let spec = &geo::near_order(spec.clone())?;
         let Some(coll) = self.catalog.get(ns) else {
             let plan = QueryPlan::of_missing_collection(spec);
             let runs = vec![PartitionRun {
@@ -639,17 +642,32 @@ impl Router {
             let examined = Arc::new(Examined::default());
             let started = std::time::Instant::now();
             let (returned, request_charge) = charge::measured(|| -> Result<u64> {
-                let records = access_records(
+                let rings = geo::near_rings(
                     &reader,
                     coll.id,
                     &plan,
                     part,
                     spec.filter.as_ref(),
+                    keep,
                     Some(examined.clone()),
                 );
+                let matching: geo::MatchIter = match rings {
+                    Some(rings) => rings,
+                    None => {
+                        let records = access_records(
+                            &reader,
+                            coll.id,
+                            &plan,
+                            part,
+                            spec.filter.as_ref(),
+                            Some(examined.clone()),
+                        );
+                        Box::new(filter_records(records, spec.filter.clone()))
+                    }
+                };
                 let returned_bytes = Returned::of(coll.id, &plan, part);
                 let mut returned = 0u64;
-                for item in filter_records(records, spec.filter.clone()) {
+                for item in matching {
                     let (rec, _) = item?;
                     if keep.is_none_or(|k| (returned as usize) < k) {
                         returned_bytes.charge(rec.len);
@@ -1221,8 +1239,14 @@ fn partition_rows_now(
     spec: &FindSpec,
     keep: Option<usize>,
 ) -> Result<RowStream> {
-    let records = access_records(reader, id, plan, part, spec.filter.as_ref(), None);
-    let matching = filter_records(records, spec.filter.clone());
+    let matching: geo::MatchIter =
+        match geo::near_rings(reader, id, plan, part, spec.filter.as_ref(), keep, None) {
+            Some(rings) => rings,
+            None => {
+                let records = access_records(reader, id, plan, part, spec.filter.as_ref(), None);
+                Box::new(filter_records(records, spec.filter.clone()))
+            }
+        };
     let projection = spec.projection.clone();
     let returned = Returned::of(id, plan, part);
     let project = move |key: Vec<Bson>, rec: Record, details: MatchDetails| {

@@ -327,6 +327,7 @@ pub(crate) fn plan(coll: &Collection, spec: &FindSpec, reader: &Reader) -> Resul
     let limit = spec.limit.filter(|&l| l > 0);
     let mut index =
         choose_index(coll, spec)?.filter(|chosen| !redundant_with_key(coll, spec, chosen));
+    crate::index::geo::check_near(spec.filter.as_ref(), index.as_ref().map(|c| &c.scan))?;
     // `min()`/`max()` narrow the hinted index: a secondary one's scan, or
     // the `_id` range every access path below reads.
     let mut id_bounds = None;
@@ -576,6 +577,12 @@ fn choose_index(coll: &Collection, spec: &FindSpec) -> Result<Option<ChosenPlan>
     let indexes = coll.indexes();
     if indexes.is_empty() && hint.is_none() {
         return Ok(None);
+    }
+    if let Some(scan) = crate::index::geo::choose(&indexes, filter, hint) {
+        return Ok(Some(ChosenPlan {
+            scan,
+            covered: false,
+        }));
     }
     Ok(
         match index_plan::choose(&indexes, filter, spec.sort.as_ref(), hint)? {

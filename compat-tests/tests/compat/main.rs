@@ -39,6 +39,7 @@ mod docker_scripts;
 mod errors;
 mod fail_points;
 mod fleet;
+mod geo;
 mod handshake_admin;
 mod heat_map;
 mod indexes;

@@ -135,6 +135,7 @@ fn test_str(pred: &Pred, s: &str) -> bool {
         | Pred::Mod { .. }
         | Pred::ElemMatchObject(_)
         | Pred::ElemMatchValue(_)
-        | Pred::Bits { .. } => false,
+        | Pred::Bits { .. }
+        | Pred::Geo(_) => false,
     }
 }
