@@ -133,11 +133,23 @@ pub fn check_sort(indexes: &[Arc<Index>], shard_key: Option<&str>, sort: &SortSp
 
 /// Refuses an index Cosmos DB would not create: a TTL index on any field
 /// but `_ts`, a compound index of more than [`MAX_COMPOUND_FIELDS`]
-/// fields, and a unique index on a collection that holds documents.
-/// (Kinds it lacks, such as `text` and `2d`, are refused in every mode;
-/// so is a unique index of a sharded collection that does not start with
-/// the shard key.)
+/// fields, a unique index on a collection that holds documents, and the
+/// kinds Cosmos DB lacks: `text` and `2d` (it has `2dsphere`). (A unique
+/// index of a sharded collection that does not start with the shard key
+/// is refused in every mode.)
 pub fn check_new_index(index: &Index, collection_is_empty: bool) -> Result<()> {
+    if let Some(kind) = index
+        .key
+        .values()
+        .filter_map(|v| v.as_str())
+        .find(|kind| matches!(*kind, "text" | "2d"))
+    {
+        bail!(
+            CannotCreateIndex,
+            "'{kind}' indexes are not supported by Azure Cosmos DB: {} cannot be created",
+            index.key
+        );
+    }
     if index.expire_after_secs.is_some()
         && !matches!(index.fields.as_slice(), [f] if f.path == TS_FIELD)
     {
@@ -245,6 +257,10 @@ mod tests {
         let unique = Index::parse(&doc! {"key": {"u": 1}, "unique": true}, 1).unwrap();
         assert!(check_new_index(&unique, true).is_ok());
         assert!(check_new_index(&unique, false).is_err());
+        let flat = Index::parse(&doc! {"key": {"p": "2d"}, "name": "p"}, 1).unwrap();
+        assert!(check_new_index(&flat, true).is_err());
+        let sphere = Index::parse(&doc! {"key": {"p": "2dsphere"}, "name": "p"}, 1).unwrap();
+        assert!(check_new_index(&sphere, true).is_ok());
     }
 
     #[test]
