@@ -17,13 +17,14 @@
 pub mod geo;
 pub mod geo_keys;
 pub mod plan;
+pub mod text;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use bson::{doc, Bson, Document, RawDocument};
 
 use crate::error::{Error, ErrorCode, Result};
-use std::sync::Arc;
 
 use crate::query::collation::Collation;
 use crate::query::filter::Filter;
@@ -47,6 +48,8 @@ pub enum KeyKind {
     Geo2dSphere,
     /// `"2d"`: cells of legacy pairs on a flat plane.
     Geo2d,
+    /// A text index's term ([`text`]).
+    Text,
 }
 
 /// One field of a key pattern.
@@ -96,6 +99,8 @@ pub struct Index {
     /// Options a client gave that change nothing here (`background`,
     /// `storageEngine`), kept so `listIndexes` shows them as MongoDB does.
     pub kept: Document,
+    /// A text index's options.
+    pub text: Option<Arc<crate::query::text::TextSpec>>,
     /// Set once any document gave this index more than one key.
     multikey: AtomicBool,
 }
@@ -127,7 +132,12 @@ impl Index {
                 "The 'key' field is a required property of an index specification. Specification: {spec}"
             ),
         };
-        let fields = parse_key_pattern(&key)?;
+        let (fields, key, text) = if text::is_text_pattern(&key) {
+            let (fields, shown, spec) = text::parse(&key, spec)?;
+            (fields, shown, Some(Arc::new(spec)))
+        } else {
+            (parse_key_pattern(&key)?, key, None)
+        };
         let name = match spec.get("name") {
             Some(Bson::String(n)) if !n.is_empty() => n.clone(),
             Some(Bson::String(_)) => bail!(
@@ -138,7 +148,7 @@ impl Index {
                 TypeMismatch,
                 "The field 'name' must be a string. Specification: {spec}"
             ),
-            None => default_name(&key),
+            None => default_name(spec.get_document("key").unwrap_or(&key)),
         };
         let mut index = Index {
             number,
@@ -153,6 +163,7 @@ impl Index {
             collation: None,
             geo: None,
             kept: Document::new(),
+            text,
             multikey: AtomicBool::new(false),
         };
         let kinds: Vec<_> = index.fields.iter().map(|f| f.kind.geo()).collect();
@@ -161,6 +172,8 @@ impl Index {
             match option.as_str() {
                 "key" | "name" | "ns" => {}
                 name if geo_keys::is_geo_option(name) => {}
+                "weights" | "default_language" | "language_override" | "textIndexVersion"
+                    if index.text.is_some() => {}
                 "background" | "storageEngine" => {
                     index.kept.insert(option.clone(), value.clone());
                 }
@@ -264,6 +277,9 @@ impl Index {
         if let Some(g) = &self.geo {
             d.extend(g.shown.clone());
         }
+        if let Some(text) = &self.text {
+            d.extend(text::shown_options(text));
+        }
         if self.unique {
             d.insert("unique", true);
         }
@@ -322,6 +338,7 @@ impl Index {
             collation: self.collation.clone(),
             geo: self.geo.clone(),
             kept: self.kept.clone(),
+            text: self.text.clone(),
             multikey: AtomicBool::new(self.is_multikey()),
         }
     }
@@ -335,6 +352,7 @@ impl Index {
             && self.expire_after_secs == other.expire_after_secs
             && self.hidden == other.hidden
             && crate::query::collation::same(self.collation.as_ref(), other.collation.as_ref())
+            && self.text == other.text
     }
 
     pub fn same_key(&self, other: &Index) -> bool {
@@ -348,6 +366,9 @@ impl Index {
             if !filter.matches(doc) {
                 return Ok(DocumentKeys::default());
             }
+        }
+        if let Some(spec) = &self.text {
+            return text::keys_of(self, spec, doc);
         }
         let mut per_field: Vec<Vec<Bson>> = Vec::with_capacity(self.fields.len());
         let mut array_fields: Vec<&str> = Vec::new();

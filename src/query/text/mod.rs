@@ -160,7 +160,11 @@ pub fn fold(word: &str, sensitivity: Sensitivity) -> String {
     if sensitivity.diacritic {
         cased
     } else {
-        cased.nfd().filter(|c| !is_combining_mark(*c)).nfc().collect()
+        cased
+            .nfd()
+            .filter(|c| !is_combining_mark(*c))
+            .nfc()
+            .collect()
     }
 }
 
@@ -329,9 +333,8 @@ impl TextSpec {
     pub fn language_of(&self, doc: &Document) -> Result<Language> {
         match doc.get(&self.language_override) {
             None => Ok(self.language),
-            Some(Bson::String(name)) => Language::parse(name).ok_or_else(|| {
-                location(17262, format!("language override unsupported: {name}"))
-            }),
+            Some(Bson::String(name)) => Language::parse(name)
+                .ok_or_else(|| location(17262, format!("language override unsupported: {name}"))),
             Some(_) => Err(location(
                 17261,
                 "found language override field in document with non-string type",
@@ -476,7 +479,11 @@ impl TextArgs {
             match key.as_str() {
                 "$search" => match v {
                     Bson::String(s) => search = Some(s.clone()),
-                    _ => crate::bail!(TypeMismatch, "$search had the wrong type. Expected string, found {}", crate::query::compare::type_name(v)),
+                    _ => crate::bail!(
+                        TypeMismatch,
+                        "$search had the wrong type. Expected string, found {}",
+                        crate::query::compare::type_name(v)
+                    ),
                 },
                 "$language" => match v {
                     Bson::String(s) => {
@@ -487,15 +494,27 @@ impl TextArgs {
                             )
                         })?)
                     }
-                    _ => crate::bail!(TypeMismatch, "$language had the wrong type. Expected string, found {}", crate::query::compare::type_name(v)),
+                    _ => crate::bail!(
+                        TypeMismatch,
+                        "$language had the wrong type. Expected string, found {}",
+                        crate::query::compare::type_name(v)
+                    ),
                 },
                 "$caseSensitive" => match v {
                     Bson::Boolean(b) => sensitivity.case = *b,
-                    _ => crate::bail!(TypeMismatch, "$caseSensitive had the wrong type. Expected bool, found {}", crate::query::compare::type_name(v)),
+                    _ => crate::bail!(
+                        TypeMismatch,
+                        "$caseSensitive had the wrong type. Expected bool, found {}",
+                        crate::query::compare::type_name(v)
+                    ),
                 },
                 "$diacriticSensitive" => match v {
                     Bson::Boolean(b) => sensitivity.diacritic = *b,
-                    _ => crate::bail!(TypeMismatch, "$diacriticSensitive had the wrong type. Expected bool, found {}", crate::query::compare::type_name(v)),
+                    _ => crate::bail!(
+                        TypeMismatch,
+                        "$diacriticSensitive had the wrong type. Expected bool, found {}",
+                        crate::query::compare::type_name(v)
+                    ),
                 },
                 other => crate::bail!(BadValue, "unknown operator: {other}"),
             }
@@ -553,7 +572,12 @@ impl TextQuery {
             }
         };
         let chars: Vec<(usize, char)> = search.char_indices().collect();
-        let flush = |q: &mut TextQuery, start: &mut Option<usize>, end: usize, negated: bool, in_phrase: bool, phrase_negated: bool| {
+        let flush = |q: &mut TextQuery,
+                     start: &mut Option<usize>,
+                     end: usize,
+                     negated: bool,
+                     in_phrase: bool,
+                     phrase_negated: bool| {
             if let Some(s) = start.take() {
                 // Words of a negated phrase are neither terms nor negations.
                 if !(in_phrase && phrase_negated) {
@@ -563,7 +587,14 @@ impl TextQuery {
         };
         for &(i, c) in &chars {
             if c == '"' {
-                flush(&mut q, &mut word_start, i, negate_next && !in_phrase, in_phrase, phrase_negated);
+                flush(
+                    &mut q,
+                    &mut word_start,
+                    i,
+                    negate_next && !in_phrase,
+                    in_phrase,
+                    phrase_negated,
+                );
                 if in_phrase {
                     let phrase = search[phrase_start..i].to_string();
                     if phrase_negated {
@@ -581,7 +612,14 @@ impl TextQuery {
                 previous_space = false;
             } else if c.is_whitespace() {
                 let negated = negate_next && !in_phrase;
-                flush(&mut q, &mut word_start, i, negated, in_phrase, phrase_negated);
+                flush(
+                    &mut q,
+                    &mut word_start,
+                    i,
+                    negated,
+                    in_phrase,
+                    phrase_negated,
+                );
                 // A `-` negates the word right after it only.
                 negate_next = false;
                 previous_space = true;
@@ -596,7 +634,14 @@ impl TextQuery {
             }
         }
         let negated = negate_next && !in_phrase;
-        flush(&mut q, &mut word_start, search.len(), negated, in_phrase, phrase_negated);
+        flush(
+            &mut q,
+            &mut word_start,
+            search.len(),
+            negated,
+            in_phrase,
+            phrase_negated,
+        );
         q
     }
 
@@ -623,7 +668,8 @@ impl TextQuery {
                 .iter()
                 .any(|(text, _)| fold(text, self.sensitivity).contains(&needle))
         };
-        self.phrases.iter().all(|p| contains(p)) && !self.negated_phrases.iter().any(|p| contains(p))
+        self.phrases.iter().all(|p| contains(p))
+            && !self.negated_phrases.iter().any(|p| contains(p))
     }
 
     /// The terms an index lookup reads: the positive terms folded as the
@@ -788,7 +834,11 @@ mod tests {
     #[test]
     fn words_are_folded_stopped_and_stemmed() {
         assert_eq!(
-            terms("The Quick brown foxes are RUNNING", Language::English, INSENSITIVE),
+            terms(
+                "The Quick brown foxes are RUNNING",
+                Language::English,
+                INSENSITIVE
+            ),
             vec!["quick", "brown", "fox", "run"]
         );
         assert_eq!(
@@ -800,12 +850,21 @@ mod tests {
             diacritic: true,
         };
         assert_eq!(terms("Crème", Language::None, sensitive), vec!["Crème"]);
-        assert_eq!(terms("the and of", Language::English, INSENSITIVE), Vec::<String>::new());
+        assert_eq!(
+            terms("the and of", Language::English, INSENSITIVE),
+            Vec::<String>::new()
+        );
         // `none` keeps stop words and does not stem.
-        assert_eq!(terms("the foxes", Language::None, INSENSITIVE), vec!["the", "foxes"]);
+        assert_eq!(
+            terms("the foxes", Language::None, INSENSITIVE),
+            vec!["the", "foxes"]
+        );
         assert_eq!(Language::parse("ES"), Some(Language::Spanish));
         assert_eq!(Language::parse("klingon"), None);
-        assert_eq!(terms("corriendo", Language::Spanish, INSENSITIVE), vec!["corr"]);
+        assert_eq!(
+            terms("corriendo", Language::Spanish, INSENSITIVE),
+            vec!["corr"]
+        );
     }
 
     fn spec(fields: &[&str], options: Document) -> TextSpec {
@@ -823,27 +882,40 @@ mod tests {
         let scores = s.score_document(&doc! {"title": "cake"}).unwrap();
         assert_eq!(scores.get("cake"), Some(&1.1));
         // coffee ×2 of 3 tokens: freq 1.5, coeff 0.5·2/3+0.5.
-        let scores = s.score_document(&doc! {"title": "coffee shop coffee"}).unwrap();
+        let scores = s
+            .score_document(&doc! {"title": "coffee shop coffee"})
+            .unwrap();
         let expected = 1.5 * (0.5 * 2.0 / 3.0 + 0.5);
         assert!((scores["coffe"] - expected).abs() < 1e-12);
         assert!((scores["shop"] - 1.0 * (0.5 / 3.0 + 0.5)).abs() < 1e-12);
         // Weights multiply, fields add.
         let s = spec(&["title", "body"], doc! {"weights": {"title": 10}});
-        let scores = s.score_document(&doc! {"title": "tea", "body": "green tea"}).unwrap();
+        let scores = s
+            .score_document(&doc! {"title": "tea", "body": "green tea"})
+            .unwrap();
         assert!((scores["tea"] - (10.0 * 1.1 + 0.75)).abs() < 1e-12);
     }
 
     #[test]
     fn spec_options_parse_and_show() {
-        let s = spec(&["b", "a"], doc! {"weights": {"a": 5}, "default_language": "spanish"});
+        let s = spec(
+            &["b", "a"],
+            doc! {"weights": {"a": 5}, "default_language": "spanish"},
+        );
         assert_eq!(
             s.options(),
             doc! {"weights": {"a": 5, "b": 1}, "default_language": "spanish", "language_override": "language", "textIndexVersion": 3}
         );
         let s = spec(&["$**"], doc! {});
-        assert_eq!(s.options().get_document("weights").unwrap(), &doc! {"$**": 1});
+        assert_eq!(
+            s.options().get_document("weights").unwrap(),
+            &doc! {"$**": 1}
+        );
         let code = |options: Document| {
-            TextSpec::parse(&["a".to_string()], &options).unwrap_err().code.number()
+            TextSpec::parse(&["a".to_string()], &options)
+                .unwrap_err()
+                .code
+                .number()
         };
         assert_eq!(code(doc! {"weights": {"a": "x"}}), 17283);
         assert_eq!(code(doc! {"weights": {"a": 0}}), 16674);
@@ -865,12 +937,24 @@ mod tests {
     #[test]
     fn language_override_picks_the_stemmer() {
         let s = spec(&["t"], doc! {});
-        assert_eq!(s.language_of(&doc! {"language": "fr"}).unwrap(), Language::French);
         assert_eq!(
-            s.language_of(&doc! {"language": "xx"}).unwrap_err().code.number(),
+            s.language_of(&doc! {"language": "fr"}).unwrap(),
+            Language::French
+        );
+        assert_eq!(
+            s.language_of(&doc! {"language": "xx"})
+                .unwrap_err()
+                .code
+                .number(),
             17262
         );
-        assert_eq!(s.language_of(&doc! {"language": 1}).unwrap_err().code.number(), 17261);
+        assert_eq!(
+            s.language_of(&doc! {"language": 1})
+                .unwrap_err()
+                .code
+                .number(),
+            17261
+        );
     }
 
     #[test]
@@ -928,7 +1012,12 @@ mod tests {
         .unwrap();
         assert_eq!(a.language, Some(Language::French));
         assert!(a.sensitivity.case);
-        let code = |d: Document| TextArgs::parse(&Bson::Document(d)).unwrap_err().code.number();
+        let code = |d: Document| {
+            TextArgs::parse(&Bson::Document(d))
+                .unwrap_err()
+                .code
+                .number()
+        };
         assert_eq!(code(doc! {}), 9);
         assert_eq!(code(doc! {"$search": 1}), 14);
         assert_eq!(code(doc! {"$search": "x", "$language": "xx"}), 2);
