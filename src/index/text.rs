@@ -75,8 +75,8 @@ pub fn parse(key: &Document, spec: &Document) -> Result<(Vec<KeyField>, Document
                     ));
                 }
                 let kind = match crate::query::compare::Number::of(v).map(|n| n.to_f64()) {
-                    Some(n) if n == 1.0 => KeyKind::Ascending,
-                    Some(n) if n == -1.0 => KeyKind::Descending,
+                    Some(1.0) => KeyKind::Ascending,
+                    Some(-1.0) => KeyKind::Descending,
                     _ => {
                         return Err(location(
                             17273,
