@@ -132,8 +132,8 @@ impl Index {
                 "The 'key' field is a required property of an index specification. Specification: {spec}"
             ),
         };
-        let (fields, key, text) = if text::is_text_pattern(&key) {
-            let (fields, shown, spec) = text::parse(&key, spec)?;
+        let (fields, key, text) = if is_text_pattern(&key) {
+            let (fields, shown, spec) = parse_text_pattern(&key, spec)?;
             (fields, shown, Some(Arc::new(spec)))
         } else {
             (parse_key_pattern(&key)?, key, None)
@@ -245,6 +245,14 @@ impl Index {
         Ok(index)
     }
 
+    /// Where a text index's term sits among its key values.
+    pub fn text_term_position(&self) -> usize {
+        self.fields
+            .iter()
+            .position(|f| f.kind == KeyKind::Text)
+            .unwrap_or(0)
+    }
+
     /// True for a key pattern of `{_id: 1}`.
     pub fn is_id(&self) -> bool {
         self.fields.len() == 1
@@ -278,7 +286,7 @@ impl Index {
             d.extend(g.shown.clone());
         }
         if let Some(text) = &self.text {
-            d.extend(text::shown_options(text));
+            d.extend(text.options());
         }
         if self.unique {
             d.insert("unique", true);
@@ -368,7 +376,7 @@ impl Index {
             }
         }
         if let Some(spec) = &self.text {
-            return text::keys_of(self, spec, doc);
+            return text_keys_of(self, spec, doc);
         }
         let mut per_field: Vec<Vec<Bson>> = Vec::with_capacity(self.fields.len());
         let mut array_fields: Vec<&str> = Vec::new();
@@ -477,6 +485,149 @@ impl Index {
             .collect();
         keystring::encode_key(&parts)
     }
+}
+
+// Text indexes (see [`text`] for how they are read): key patterns and
+// entries.
+use crate::query::text::TERM_FIELD;
+
+/// True when a key pattern describes a text index.
+pub fn is_text_pattern(key: &Document) -> bool {
+    key.iter()
+        .any(|(k, v)| k == TERM_FIELD || matches!(v, Bson::String(s) if s == "text"))
+}
+
+/// Parses a text index's key pattern and options: its fields, the key
+/// pattern as MongoDB shows it, and its options.
+pub fn parse_text_pattern(
+    key: &Document,
+    spec: &Document,
+) -> Result<(Vec<KeyField>, Document, crate::query::text::TextSpec)> {
+    let location = |code: i32, message: &str| Error::new(ErrorCode::Location(code), message);
+    let mut fields = Vec::new();
+    let mut shown = Document::new();
+    let mut text_fields: Vec<String> = Vec::new();
+    // 0: prefix fields, 1: text fields, 2: suffix fields.
+    let mut stage = 0;
+    for (path, value) in key {
+        match (path.as_str(), value) {
+            (TERM_FIELD, Bson::String(s)) if s == "text" => {
+                if stage != 0 {
+                    return Err(location(
+                        17389,
+                        "'text' fields in index must all be adjacent",
+                    ));
+                }
+                stage = 1;
+            }
+            (TERM_FIELD, _) => return Err(location(17271, "expecting _fts:\"text\"")),
+            ("_ftsx", v) => {
+                if crate::query::compare::Number::of(v).map(|n| n.to_f64()) != Some(1.0) {
+                    return Err(location(17272, "expecting _ftsx:1"));
+                }
+            }
+            (_, Bson::String(s)) if s == "text" => {
+                if stage == 2 {
+                    return Err(location(
+                        17389,
+                        "'text' fields in index must all be adjacent",
+                    ));
+                }
+                stage = 1;
+                text_fields.push(path.clone());
+            }
+            (_, v) => {
+                if path == "_ftsx" {
+                    return Err(location(
+                        17289,
+                        "text index with reserved fields _fts/_ftsx not allowed",
+                    ));
+                }
+                let kind = match crate::query::compare::Number::of(v).map(|n| n.to_f64()) {
+                    Some(1.0) => KeyKind::Ascending,
+                    Some(-1.0) => KeyKind::Descending,
+                    _ => {
+                        return Err(location(
+                            17273,
+                            "expected value 1 or -1 for non-text key in compound index",
+                        ))
+                    }
+                };
+                if stage == 1 {
+                    stage = 2;
+                    fields.push(KeyField {
+                        path: TERM_FIELD.to_string(),
+                        kind: KeyKind::Text,
+                    });
+                    shown.insert(TERM_FIELD, "text");
+                    shown.insert("_ftsx", 1);
+                }
+                fields.push(KeyField {
+                    path: path.clone(),
+                    kind,
+                });
+                shown.insert(path.clone(), v.clone());
+            }
+        }
+    }
+    if stage == 1 {
+        fields.push(KeyField {
+            path: TERM_FIELD.to_string(),
+            kind: KeyKind::Text,
+        });
+        shown.insert(TERM_FIELD, "text");
+        shown.insert("_ftsx", 1);
+    }
+    let text_spec = crate::query::text::TextSpec::parse(&text_fields, spec)?;
+    if !text_spec.wildcard && text_spec.weights.is_empty() {
+        return Err(Error::new(
+            ErrorCode::CannotCreateIndex,
+            format!("a text index needs at least one text field. Specification: {spec}"),
+        ));
+    }
+    Ok((fields, shown, text_spec))
+}
+
+/// The entries `doc` gives a text index: one per distinct term, its
+/// score after the key values.
+fn text_keys_of(
+    index: &Index,
+    spec: &crate::query::text::TextSpec,
+    doc: &Document,
+) -> Result<DocumentKeys> {
+    let scores = spec.score_document(doc)?;
+    let mut out = DocumentKeys::default();
+    if scores.is_empty() {
+        return Ok(out);
+    }
+    let mut extra: Vec<Bson> = Vec::new();
+    for field in index.fields.iter().filter(|f| f.kind != KeyKind::Text) {
+        let parts: Vec<&str> = field.path.split('.').collect();
+        let mut values = Vec::new();
+        let mut through_array = false;
+        collect_document(doc, &parts, &mut values, &mut through_array);
+        if through_array {
+            return Err(Error::new(
+                ErrorCode::CannotBuildIndexKeys,
+                format!(
+                    "Field '{}' of text index contains an array in document: {doc}",
+                    field.path
+                ),
+            ));
+        }
+        extra.push(values.pop().unwrap_or(Bson::Null));
+    }
+    let term_at = index.text_term_position();
+    out.multikey = scores.len() > 1;
+    for (term, score) in scores {
+        let mut values = extra.clone();
+        values.insert(term_at, Bson::String(term));
+        let key = index.encode(&values);
+        values.push(Bson::Double(score));
+        out.keys.push((key, values));
+    }
+    out.keys.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
 }
 
 /// The hash of a hashed field: a missing field hashes as null does.
@@ -749,7 +900,7 @@ mod tests {
             ErrorCode::CannotCreateIndex
         );
         assert_eq!(
-            code(doc! {"key": {"a": "text"}, "name": "x"}),
+            code(doc! {"key": {"a": "2d"}, "name": "x"}),
             ErrorCode::CannotCreateIndex
         );
         assert_eq!(

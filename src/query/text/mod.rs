@@ -35,6 +35,8 @@ pub const TEXT_INDEX_VERSION: i32 = 3;
 pub const DEFAULT_LANGUAGE: &str = "english";
 /// The document field that names a document's language.
 pub const DEFAULT_LANGUAGE_OVERRIDE: &str = "language";
+/// The name of the term field in a text index's key pattern.
+pub const TERM_FIELD: &str = "_fts";
 /// The weight path that indexes every string field.
 pub const WILDCARD: &str = "$**";
 /// A field weight must be below this (MongoDB's `MAX_WORD_WEIGHT`).
