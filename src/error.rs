@@ -150,6 +150,7 @@ error_codes! {
     ConflictingOperationInProgress = 117,
     NamespaceNotSharded = 118,
     DocumentValidationFailure = 121,
+    CannotBuildIndexKeys = 133,
     CappedPositionLost = 136,
     JSInterpreterFailure = 139,
     ExceededMemoryLimit = 146,

@@ -95,6 +95,14 @@ fn parse_match(arg: &Bson, ctx: &ParseContext) -> Result<Box<dyn Stage>> {
         ));
     };
     check_match_clauses(spec)?;
+    // A leading `$match` is the query the pipeline reads with; this one
+    // is a later stage.
+    if crate::query::text::split_text(spec)?.1.is_some() {
+        return Err(loc(
+            ErrorCode::Location(17313),
+            "$match with $text is only allowed as the first pipeline stage",
+        ));
+    }
     Ok(Box::new(Match {
         filter: Arc::new(Filter::parse_in_pipeline_collated(
             spec,

@@ -17,13 +17,14 @@
 pub mod geo;
 pub mod geo_keys;
 pub mod plan;
+pub mod text;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use bson::{doc, Bson, Document, RawDocument};
 
 use crate::error::{Error, ErrorCode, Result};
-use std::sync::Arc;
 
 use crate::query::collation::Collation;
 use crate::query::filter::Filter;
@@ -47,6 +48,8 @@ pub enum KeyKind {
     Geo2dSphere,
     /// `"2d"`: cells of legacy pairs on a flat plane.
     Geo2d,
+    /// A text index's term ([`text`]).
+    Text,
 }
 
 /// One field of a key pattern.
@@ -96,6 +99,8 @@ pub struct Index {
     /// Options a client gave that change nothing here (`background`,
     /// `storageEngine`), kept so `listIndexes` shows them as MongoDB does.
     pub kept: Document,
+    /// A text index's options.
+    pub text: Option<Arc<crate::query::text::TextSpec>>,
     /// Set once any document gave this index more than one key.
     multikey: AtomicBool,
 }
@@ -127,7 +132,12 @@ impl Index {
                 "The 'key' field is a required property of an index specification. Specification: {spec}"
             ),
         };
-        let fields = parse_key_pattern(&key)?;
+        let (fields, key, text) = if is_text_pattern(&key) {
+            let (fields, shown, spec) = parse_text_pattern(&key, spec)?;
+            (fields, shown, Some(Arc::new(spec)))
+        } else {
+            (parse_key_pattern(&key)?, key, None)
+        };
         let name = match spec.get("name") {
             Some(Bson::String(n)) if !n.is_empty() => n.clone(),
             Some(Bson::String(_)) => bail!(
@@ -138,7 +148,7 @@ impl Index {
                 TypeMismatch,
                 "The field 'name' must be a string. Specification: {spec}"
             ),
-            None => default_name(&key),
+            None => default_name(spec.get_document("key").unwrap_or(&key)),
         };
         let mut index = Index {
             number,
@@ -153,6 +163,7 @@ impl Index {
             collation: None,
             geo: None,
             kept: Document::new(),
+            text,
             multikey: AtomicBool::new(false),
         };
         let kinds: Vec<_> = index.fields.iter().map(|f| f.kind.geo()).collect();
@@ -161,6 +172,8 @@ impl Index {
             match option.as_str() {
                 "key" | "name" | "ns" => {}
                 name if geo_keys::is_geo_option(name) => {}
+                "weights" | "default_language" | "language_override" | "textIndexVersion"
+                    if index.text.is_some() => {}
                 "background" | "storageEngine" => {
                     index.kept.insert(option.clone(), value.clone());
                 }
@@ -232,6 +245,14 @@ impl Index {
         Ok(index)
     }
 
+    /// Where a text index's term sits among its key values.
+    pub fn text_term_position(&self) -> usize {
+        self.fields
+            .iter()
+            .position(|f| f.kind == KeyKind::Text)
+            .unwrap_or(0)
+    }
+
     /// True for a key pattern of `{_id: 1}`.
     pub fn is_id(&self) -> bool {
         self.fields.len() == 1
@@ -263,6 +284,9 @@ impl Index {
         d.extend(self.kept.clone());
         if let Some(g) = &self.geo {
             d.extend(g.shown.clone());
+        }
+        if let Some(text) = &self.text {
+            d.extend(text.options());
         }
         if self.unique {
             d.insert("unique", true);
@@ -322,6 +346,7 @@ impl Index {
             collation: self.collation.clone(),
             geo: self.geo.clone(),
             kept: self.kept.clone(),
+            text: self.text.clone(),
             multikey: AtomicBool::new(self.is_multikey()),
         }
     }
@@ -335,6 +360,7 @@ impl Index {
             && self.expire_after_secs == other.expire_after_secs
             && self.hidden == other.hidden
             && crate::query::collation::same(self.collation.as_ref(), other.collation.as_ref())
+            && self.text == other.text
     }
 
     pub fn same_key(&self, other: &Index) -> bool {
@@ -348,6 +374,9 @@ impl Index {
             if !filter.matches(doc) {
                 return Ok(DocumentKeys::default());
             }
+        }
+        if let Some(spec) = &self.text {
+            return text_keys_of(self, spec, doc);
         }
         let mut per_field: Vec<Vec<Bson>> = Vec::with_capacity(self.fields.len());
         let mut array_fields: Vec<&str> = Vec::new();
@@ -456,6 +485,149 @@ impl Index {
             .collect();
         keystring::encode_key(&parts)
     }
+}
+
+// Text indexes (see [`text`] for how they are read): key patterns and
+// entries.
+use crate::query::text::TERM_FIELD;
+
+/// True when a key pattern describes a text index.
+pub fn is_text_pattern(key: &Document) -> bool {
+    key.iter()
+        .any(|(k, v)| k == TERM_FIELD || matches!(v, Bson::String(s) if s == "text"))
+}
+
+/// Parses a text index's key pattern and options: its fields, the key
+/// pattern as MongoDB shows it, and its options.
+pub fn parse_text_pattern(
+    key: &Document,
+    spec: &Document,
+) -> Result<(Vec<KeyField>, Document, crate::query::text::TextSpec)> {
+    let location = |code: i32, message: &str| Error::new(ErrorCode::Location(code), message);
+    let mut fields = Vec::new();
+    let mut shown = Document::new();
+    let mut text_fields: Vec<String> = Vec::new();
+    // 0: prefix fields, 1: text fields, 2: suffix fields.
+    let mut stage = 0;
+    for (path, value) in key {
+        match (path.as_str(), value) {
+            (TERM_FIELD, Bson::String(s)) if s == "text" => {
+                if stage != 0 {
+                    return Err(location(
+                        17389,
+                        "'text' fields in index must all be adjacent",
+                    ));
+                }
+                stage = 1;
+            }
+            (TERM_FIELD, _) => return Err(location(17271, "expecting _fts:\"text\"")),
+            ("_ftsx", v) => {
+                if crate::query::compare::Number::of(v).map(|n| n.to_f64()) != Some(1.0) {
+                    return Err(location(17272, "expecting _ftsx:1"));
+                }
+            }
+            (_, Bson::String(s)) if s == "text" => {
+                if stage == 2 {
+                    return Err(location(
+                        17389,
+                        "'text' fields in index must all be adjacent",
+                    ));
+                }
+                stage = 1;
+                text_fields.push(path.clone());
+            }
+            (_, v) => {
+                if path == "_ftsx" {
+                    return Err(location(
+                        17289,
+                        "text index with reserved fields _fts/_ftsx not allowed",
+                    ));
+                }
+                let kind = match crate::query::compare::Number::of(v).map(|n| n.to_f64()) {
+                    Some(1.0) => KeyKind::Ascending,
+                    Some(-1.0) => KeyKind::Descending,
+                    _ => {
+                        return Err(location(
+                            17273,
+                            "expected value 1 or -1 for non-text key in compound index",
+                        ))
+                    }
+                };
+                if stage == 1 {
+                    stage = 2;
+                    fields.push(KeyField {
+                        path: TERM_FIELD.to_string(),
+                        kind: KeyKind::Text,
+                    });
+                    shown.insert(TERM_FIELD, "text");
+                    shown.insert("_ftsx", 1);
+                }
+                fields.push(KeyField {
+                    path: path.clone(),
+                    kind,
+                });
+                shown.insert(path.clone(), v.clone());
+            }
+        }
+    }
+    if stage == 1 {
+        fields.push(KeyField {
+            path: TERM_FIELD.to_string(),
+            kind: KeyKind::Text,
+        });
+        shown.insert(TERM_FIELD, "text");
+        shown.insert("_ftsx", 1);
+    }
+    let text_spec = crate::query::text::TextSpec::parse(&text_fields, spec)?;
+    if !text_spec.wildcard && text_spec.weights.is_empty() {
+        return Err(Error::new(
+            ErrorCode::CannotCreateIndex,
+            format!("a text index needs at least one text field. Specification: {spec}"),
+        ));
+    }
+    Ok((fields, shown, text_spec))
+}
+
+/// The entries `doc` gives a text index: one per distinct term, its
+/// score after the key values.
+fn text_keys_of(
+    index: &Index,
+    spec: &crate::query::text::TextSpec,
+    doc: &Document,
+) -> Result<DocumentKeys> {
+    let scores = spec.score_document(doc)?;
+    let mut out = DocumentKeys::default();
+    if scores.is_empty() {
+        return Ok(out);
+    }
+    let mut extra: Vec<Bson> = Vec::new();
+    for field in index.fields.iter().filter(|f| f.kind != KeyKind::Text) {
+        let parts: Vec<&str> = field.path.split('.').collect();
+        let mut values = Vec::new();
+        let mut through_array = false;
+        collect_document(doc, &parts, &mut values, &mut through_array);
+        if through_array {
+            return Err(Error::new(
+                ErrorCode::CannotBuildIndexKeys,
+                format!(
+                    "Field '{}' of text index contains an array in document: {doc}",
+                    field.path
+                ),
+            ));
+        }
+        extra.push(values.pop().unwrap_or(Bson::Null));
+    }
+    let term_at = index.text_term_position();
+    out.multikey = scores.len() > 1;
+    for (term, score) in scores {
+        let mut values = extra.clone();
+        values.insert(term_at, Bson::String(term));
+        let key = index.encode(&values);
+        values.push(Bson::Double(score));
+        out.keys.push((key, values));
+    }
+    out.keys.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
 }
 
 /// The hash of a hashed field: a missing field hashes as null does.
@@ -728,7 +900,7 @@ mod tests {
             ErrorCode::CannotCreateIndex
         );
         assert_eq!(
-            code(doc! {"key": {"a": "text"}, "name": "x"}),
+            code(doc! {"key": {"a": "2d"}, "name": "x"}),
             ErrorCode::CannotCreateIndex
         );
         assert_eq!(

@@ -58,6 +58,8 @@ pub struct Filter {
     root: Node,
     /// The collation its comparisons use (`None`: simple, by bytes).
     collation: Option<Arc<Collation>>,
+    /// `$text`, taken out of the top level ([`crate::query::text`]).
+    text: Option<crate::query::text::TextFilter>,
 }
 
 /// What a successful match found, for the positional `$` operators.
@@ -66,6 +68,8 @@ pub struct MatchDetails {
     pub matched: bool,
     /// The index of the array element that satisfied the filter, for `$`.
     pub array_position: Option<usize>,
+    /// The document's `$text` score, for `{$meta: "textScore"}`.
+    pub text_score: Option<f64>,
 }
 
 impl Filter {
@@ -78,9 +82,11 @@ impl Filter {
                 "exceeded maximum query nesting depth of {MAX_NESTING}"
             );
         }
+        let (rest, text) = crate::query::text::split_text(filter)?;
         Ok(Filter {
-            root: parse_document(filter, Level::Top)?,
+            root: parse_document(rest.as_ref().unwrap_or(filter), Level::Top)?,
             collation: None,
+            text,
         })
     }
 
@@ -93,9 +99,11 @@ impl Filter {
                 "exceeded maximum query nesting depth of {MAX_NESTING}"
             );
         }
+        let (rest, text) = crate::query::text::split_text(filter)?;
         let parsed = Filter {
-            root: parse_document(filter, Level::Pipeline)?,
+            root: parse_document(rest.as_ref().unwrap_or(filter), Level::Pipeline)?,
             collation: None,
+            text,
         };
         parsed.refuse_near()?;
         Ok(parsed)
@@ -133,6 +141,7 @@ impl Filter {
         Filter {
             root: self.root.clone(),
             collation: None,
+            text: self.text.clone(),
         }
     }
 
@@ -141,13 +150,19 @@ impl Filter {
         Filter {
             root: Node::And(Vec::new()),
             collation: None,
+            text: None,
         }
     }
 
     /// True when the filter has no conditions (`{}` or only `$comment`), so
     /// callers can skip matching.
     pub fn is_match_all(&self) -> bool {
-        matches!(&self.root, Node::And(children) if children.is_empty())
+        self.text.is_none() && matches!(&self.root, Node::And(children) if children.is_empty())
+    }
+
+    /// The filter's `$text`, if it has one.
+    pub fn text(&self) -> Option<&crate::query::text::TextFilter> {
+        self.text.as_ref()
     }
 
     pub fn matches(&self, doc: &Document) -> bool {
@@ -182,6 +197,9 @@ impl Filter {
     /// array on a path, a field named twice, a `$expr` that might fail.
     /// Scans decode only the documents that match or stay undecided.
     pub fn matches_raw(&self, doc: &RawDocument) -> Option<bool> {
+        if self.text.is_some() {
+            return None;
+        }
         if self.collation.is_none() && !collation::is_scoped() {
             return raw::decide(&self.root, doc);
         }
@@ -189,6 +207,13 @@ impl Filter {
     }
 
     pub fn try_matches_with_details(&self, doc: &Document) -> Result<MatchDetails> {
+        let text_score = match &self.text {
+            Some(text) => match text.evaluate(doc)? {
+                Some(score) => Some(score),
+                None => return Ok(MatchDetails::default()),
+            },
+            None => None,
+        };
         let mut ctx = MatchContext::default();
         let matched = if self.collation.is_none() && !collation::is_scoped() {
             ctx.eval(&self.root, Container::Doc(doc), true)
@@ -203,6 +228,7 @@ impl Filter {
         Ok(MatchDetails {
             matched,
             array_position: if matched { ctx.position } else { None },
+            text_score: if matched { text_score } else { None },
         })
     }
 
@@ -1083,7 +1109,14 @@ fn parse_top_level_operator(key: &str, value: &Bson, level: Level) -> Result<Opt
             },
         }),
         "$where" => Node::Where(parse_where(value, level)?),
-        "$text" => crate::bail!(BadValue, "$text is not supported"),
+        "$text" if level == Level::Sub => crate::bail!(
+            BadValue,
+            "$text can only be applied to the top-level document"
+        ),
+        "$text" => crate::bail!(
+            BadValue,
+            "$text may only be at the top level of a query or in a top-level $and, and only once"
+        ),
         "$jsonSchema" => Node::Schema(Box::new(schema::parse(value)?)),
         "$sampleRate" => {
             if level == Level::Sub {

@@ -20,4 +20,5 @@ pub mod raw_fields;
 pub mod regex;
 pub mod size;
 pub mod sort;
+pub mod text;
 pub mod update;

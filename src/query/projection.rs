@@ -67,6 +67,8 @@ enum ProjNode {
     /// `{field: {$elemMatch: ...}}`, as a filter over `{field: [element]}`.
     ElemMatch(Arc<Filter>),
     Expr(Arc<Expr>),
+    /// `{$meta: "textScore"}`: the document's `$text` score.
+    TextScore,
 }
 
 impl PathNode {
@@ -140,6 +142,19 @@ impl Projection {
             is_empty: spec.is_empty(),
             has_positional: ctx.has_positional,
         })
+    }
+
+    /// Whether the projection shows `{$meta: "textScore"}`, which needs a
+    /// `$text` query.
+    pub fn wants_text_score(&self) -> bool {
+        fn walk(node: &PathNode) -> bool {
+            node.children.iter().any(|(_, n)| match n {
+                ProjNode::TextScore => true,
+                ProjNode::Path(inner) => walk(inner),
+                _ => false,
+            })
+        }
+        walk(&self.root)
     }
 
     /// Whether `apply` needs the query's match details (`field.$`).
@@ -486,6 +501,9 @@ fn parse_expression(
     parent: &mut PathNode,
 ) -> Result<()> {
     let is_meta = sub.keys().next().is_some_and(|key| key == "$meta");
+    if is_meta && sub.len() == 1 && sub.get_str("$meta").ok() == Some("textScore") {
+        return add_node_at_path(parent, path, ProjNode::TextScore);
+    }
     if ctx.kind == Some(Kind::Exclusion) && !is_meta {
         return Err(proj_err(
             ErrorCode::ExclusionExpression,
@@ -867,12 +885,38 @@ fn apply_find_operators(
             }
             ProjNode::Positional => positional_at(out, path, details),
             ProjNode::Path(inner) => apply_find_operators(inner, out, details, path),
+            ProjNode::TextScore => match details.text_score {
+                Some(score) => {
+                    set_in_documents(out, path, Bson::Double(score));
+                    Ok(())
+                }
+                None => Err(crate::query::text::score_unavailable()),
+            },
             _ => Ok(()),
         };
         path.pop();
         result?;
     }
     Ok(())
+}
+
+/// Sets `path` to `value` through documents, making the missing ones
+/// (a scalar or array on the way is replaced, as a computed field does).
+fn set_in_documents(out: &mut Document, path: &[String], value: Bson) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut doc = out;
+    for part in parents {
+        if !matches!(doc.get(part), Some(Bson::Document(_))) {
+            doc.insert(part.clone(), Document::new());
+        }
+        let Some(Bson::Document(inner)) = doc.get_mut(part) else {
+            return;
+        };
+        doc = inner;
+    }
+    doc.insert(last.clone(), value);
 }
 
 fn slice_array(array: &mut Vec<Bson>, skip: Option<i32>, limit: i32) {
@@ -937,6 +981,7 @@ mod tests {
         let details = MatchDetails {
             matched: true,
             array_position: position,
+            text_score: None,
         };
         match projection.apply(&doc, &details) {
             Ok(out) => out,
@@ -1181,6 +1226,7 @@ mod tests {
                 &MatchDetails {
                     matched: true,
                     array_position: Some(7),
+                    text_score: None,
                 },
             )
             .unwrap_err();
@@ -1318,7 +1364,7 @@ mod tests {
                 let spec: Document = spec.into_iter().collect();
                 let doc: Document = doc.into_iter().collect();
                 if let Ok(projection) = Projection::parse(&spec) {
-                    let details = MatchDetails { matched: true, array_position: position };
+                    let details = MatchDetails { matched: true, array_position: position, text_score: None };
                     let _ = projection.apply(&doc, &details);
                 }
             }

@@ -41,6 +41,8 @@ pub struct SortField {
     /// A `$near` order: the field sorts by its distance from this point
     /// (the path is then not a document path and names no index field).
     distance: Option<Arc<Near>>,
+    /// `{$meta: "textScore"}`: by the `$text` score, highest first.
+    text_score: bool,
 }
 
 impl SortField {
@@ -71,7 +73,10 @@ impl SortSpec {
             if path.starts_with('$') {
                 crate::bail!(BadValue, "FieldPath field names may not start with '$'.");
             }
+            let text_score = matches!(direction, Bson::Document(meta)
+                if meta.len() == 1 && meta.get_str("$meta").ok() == Some("textScore"));
             let ascending = match direction {
+                Bson::Document(_) if text_score => false,
                 Bson::Document(meta) if meta.contains_key("$meta") => {
                     crate::bail!(BadValue, "$meta sort keys are not supported");
                 }
@@ -89,6 +94,7 @@ impl SortSpec {
                 parts: parts(path),
                 ascending,
                 distance: None,
+                text_score,
             });
         }
         Ok(SortSpec {
@@ -106,6 +112,7 @@ impl SortSpec {
                 parts: parts(path),
                 ascending: true,
                 distance: Some(Arc::new(near.clone())),
+                text_score: false,
             }],
             collation: None,
         }
@@ -174,6 +181,24 @@ impl SortSpec {
             .collect()
     }
 
+    /// The sort key of a document a `$text` query scored `score`.
+    pub fn key_for_scored(&self, doc: &Document, score: Option<f64>) -> Vec<Bson> {
+        let mut key = self.key_for(doc);
+        if let Some(score) = score {
+            for (value, field) in key.iter_mut().zip(&self.fields) {
+                if field.text_score {
+                    *value = Bson::Double(score);
+                }
+            }
+        }
+        key
+    }
+
+    /// Whether a field sorts by `{$meta: "textScore"}`.
+    pub fn wants_text_score(&self) -> bool {
+        self.fields.iter().any(|f| f.text_score)
+    }
+
     /// Orders two keys from [`SortSpec::key_for`].
     pub fn compare_keys(&self, a: &[Bson], b: &[Bson]) -> Ordering {
         self.collated(|| self.compare_keys_simple(a, b))
@@ -226,6 +251,9 @@ fn distance_of(doc: &Document, field: &SortField, near: &Near) -> f64 {
 /// The one value a field sorts a document by: the smallest (ascending) or
 /// largest (descending) of the values its path reaches.
 fn sort_value<'a>(doc: &'a Document, field: &SortField) -> &'a Bson {
+    if field.text_score {
+        return &NULL;
+    }
     let mut best: Option<&'a Bson> = None;
     let mut offer = |leaf: SortLeaf<'a>| {
         let v = match leaf {
@@ -328,7 +356,7 @@ mod tests {
             doc! {"a": 2},
             doc! {"a": "asc"},
             doc! {"a": 0.5},
-            doc! {"a": {"$meta": "textScore"}},
+            doc! {"a": {"$meta": "randVal"}},
             doc! {"": 1},
             doc! {"a..b": 1},
         ] {

@@ -2324,6 +2324,7 @@ mod tests {
             details: MatchDetails {
                 matched: true,
                 array_position: Some(position),
+                text_score: None,
             },
             inserting: false,
         };
@@ -3573,7 +3574,7 @@ mod tests {
                 }
                 if let Ok(update) = parse_update(&Bson::Document(u), None) {
                     let ctx = ApplyContext {
-                        details: MatchDetails { matched: true, array_position: position },
+                        details: MatchDetails { matched: true, array_position: position, text_score: None },
                         inserting: false,
                     };
                     let before = doc.clone();

@@ -155,13 +155,16 @@ impl IndexWrites {
 
     /// Whether an operator update that names only `paths` certainly
     /// leaves every index's entries as they are: no index is partial (its
-    /// filter may read any field) and none has a key path under the same
-    /// top-level field as one of `paths`.
+    /// filter may read any field), none is a text index (the wildcard and
+    /// the language field reach any field) and none has a key path under
+    /// the same top-level field as one of `paths`.
     pub fn untouched_by(&self, paths: &[String]) -> bool {
         let top = |path: &str| path.split('.').next().unwrap_or_default().to_owned();
         let named: HashSet<String> = paths.iter().map(|p| top(p)).collect();
         self.indexes.iter().all(|index| {
-            index.partial.is_none() && index.fields.iter().all(|f| !named.contains(&top(&f.path)))
+            index.partial.is_none()
+                && index.text.is_none()
+                && index.fields.iter().all(|f| !named.contains(&top(&f.path)))
         })
     }
 
@@ -350,6 +353,7 @@ impl IndexWrites {
 /// filter may read any field, so its keys are always recomputed.
 fn same_keys(index: &Index, before: &Document, after: &Document) -> bool {
     index.partial.is_none()
+        && index.text.is_none()
         && index.fields.iter().all(|f| {
             let top = f.path.split('.').next().unwrap_or_default();
             before.get(top) == after.get(top)
@@ -440,10 +444,17 @@ impl Router {
                         exists = true;
                     } else if other.same_key(index)
                         && other.partial.as_ref().map(|p| &p.0) == index.partial.as_ref().map(|p| &p.0)
+                        && other.text == index.text
                     {
                         bail!(
                             IndexOptionsConflict,
                             "Index already exists with a different name: {}",
+                            other.name
+                        );
+                    } else if other.text.is_some() && index.text.is_some() {
+                        bail!(
+                            CannotCreateIndex,
+                            "only one text index per collection allowed, found existing text index \"{}\"",
                             other.name
                         );
                     }

@@ -1134,6 +1134,7 @@ fn plain_match() -> MatchDetails {
     MatchDetails {
         matched: true,
         array_position: None,
+        text_score: None,
     }
 }
 
@@ -1276,7 +1277,11 @@ fn partition_rows_now(
             let sort = sort.clone();
             Box::new(matching.map(move |item| {
                 let (rec, details) = item?;
-                project(sort.key_for(&rec.doc), rec, details)
+                project(
+                    sort.key_for_scored(&rec.doc, details.text_score),
+                    rec,
+                    details,
+                )
             }))
         }
         (None, _) => Box::new(matching.map(move |item| {
@@ -1364,7 +1369,7 @@ fn sorted_rows(
     for row in rows {
         crate::query::interrupt::check()?;
         let (rec, details) = row?;
-        let key = sort.key_for(&rec.doc);
+        let key = sort.key_for_scored(&rec.doc, details.text_score);
         let id = record_id(&rec).clone();
         let doc = match &spec.projection {
             Some(p) => p.apply(&rec.doc, &details)?,

@@ -568,6 +568,21 @@ fn sharded_parts(
 /// records themselves.
 fn choose_index(coll: &Collection, spec: &FindSpec) -> Result<Option<ChosenPlan>> {
     let (filter, hint) = (spec.filter.as_ref(), spec.hint.as_ref());
+    let wants_score = spec.sort.as_ref().is_some_and(SortSpec::wants_text_score)
+        || spec
+            .projection
+            .as_ref()
+            .is_some_and(|p| p.wants_text_score());
+    if wants_score && filter.and_then(Filter::text).is_none() {
+        return Err(crate::query::text::score_unavailable());
+    }
+    if let Some(filter) = filter.filter(|f| f.text().is_some()) {
+        let scan = crate::index::text::plan(&coll.indexes(), filter)?;
+        return Ok(Some(ChosenPlan {
+            scan,
+            covered: false,
+        }));
+    }
     match hint {
         Some(Hint::Name(n)) if n == crate::index::ID_INDEX_NAME => return Ok(None),
         Some(Hint::Pattern(p)) if *p == bson::doc! {"_id": 1} => return Ok(None),

@@ -59,6 +59,7 @@ mod sessions;
 mod sharding;
 mod sharding_split;
 mod streaming_hello;
+mod text_search;
 mod timeseries;
 mod tls;
 mod validation;
