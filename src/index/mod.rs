@@ -707,10 +707,11 @@ pub fn parse_key_pattern(key: &Document) -> Result<Vec<KeyField>> {
             Bson::String(s) if s == "hashed" => KeyKind::Hashed,
             Bson::String(s) if s == "2dsphere" => KeyKind::Geo2dSphere,
             Bson::String(s) if s == "2d" => KeyKind::Geo2d,
-            Bson::String(s) if matches!(s.as_str(), "text" | "geoHaystack") => {
+            // Text key patterns are parsed by `parse_text_pattern`.
+            Bson::String(s) if s == "geoHaystack" => {
                 bail!(
                     CannotCreateIndex,
-                    "'{s}' indexes are not supported; supported kinds are ascending (1), descending (-1), \"hashed\", \"2dsphere\" and \"2d\". Key pattern: {key}"
+                    "'{s}' indexes are not supported; supported kinds are ascending (1), descending (-1), \"hashed\", \"2dsphere\", \"2d\" and \"text\". Key pattern: {key}"
                 )
             }
             Bson::String(s) => bail!(
@@ -900,7 +901,7 @@ mod tests {
             ErrorCode::CannotCreateIndex
         );
         assert_eq!(
-            code(doc! {"key": {"a": "2d"}, "name": "x"}),
+            code(doc! {"key": {"a": "geoHaystack"}, "name": "x"}),
             ErrorCode::CannotCreateIndex
         );
         assert_eq!(
