@@ -376,7 +376,7 @@ fn print_build(target: &Target, names: &str, docs: u64, built: &Built) {
 /// `{_id: "hashed"}` when that is not 0) and loads `data` into it with
 /// `(loaders, timeout)`, printing a `SETUP` line. A failed batch or a load cut short
 /// is an error: the queries would otherwise find other answers.
-async fn fill<B: Batches>(
+pub(crate) async fn fill<B: Batches>(
     target: &Target,
     data: &Arc<B>,
     (loaders, timeout): (usize, Duration),

@@ -498,36 +498,7 @@ async fn prepare<G: Generated>(
 ) -> Result<(), String> {
     let ns = target.namespace();
     let partitions = args.search_partitions;
-    let sharded = partitions > 0;
-    if sharded {
-        crate::sharded::shard_collection(target, "_id", partitions).await?;
-    }
-    let (loaders, timeout) = args.setup_load();
-    let m = workload::load(target, data, loaders, sharded, timeout)
-        .await
-        .map_err(|e| format!("{}: loading {ns}: {e}", target.label))?;
-    println!(
-        "SETUP target={} workload={} ns={ns} docs={} secs={:.3} docs_per_sec={:.1} conc={loaders} partitions={partitions}",
-        target.label,
-        w.name(),
-        m.ops,
-        m.elapsed.as_secs_f64(),
-        m.ops_per_sec(),
-    );
-    if let Some(e) = m.first_error {
-        return Err(format!(
-            "{}: loading {ns}: {} batches failed, the first with: {e}",
-            target.label, m.errors
-        ));
-    }
-    if m.ops < data.docs() {
-        return Err(format!(
-            "{}: loading {ns} stopped at --load-timeout with {} of {} documents",
-            target.label,
-            m.ops,
-            data.docs()
-        ));
-    }
+    crate::indexes::fill(target, data, args.setup_load(), w, partitions).await?;
     let (key, options) = index;
     let mut spec = doc! { "key": key.clone(), "name": "search" };
     spec.extend(options);
