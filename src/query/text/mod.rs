@@ -131,14 +131,59 @@ impl Language {
         }
     }
 
-    /// True for a word (lower case) the language does not index.
+    /// The language's stop-word list: MongoDB's own for English, the
+    /// Snowball project's (as NLTK distributes them) for the others.
+    fn stop_word_list(self) -> &'static [&'static str] {
+        static ENGLISH: OnceLock<Vec<&'static str>> = OnceLock::new();
+        let code = match self {
+            Language::None => return &[],
+            Language::English => {
+                return ENGLISH
+                    .get_or_init(|| include_str!("stop_words/english.txt").lines().collect())
+            }
+            Language::Danish => "da",
+            Language::Dutch => "nl",
+            Language::Finnish => "fi",
+            Language::French => "fr",
+            Language::German => "de",
+            Language::Hungarian => "hu",
+            Language::Italian => "it",
+            Language::Norwegian => "no",
+            Language::Portuguese => "pt",
+            Language::Romanian => "ro",
+            Language::Russian => "ru",
+            Language::Spanish => "es",
+            Language::Swedish => "sv",
+            Language::Turkish => "tr",
+        };
+        stop_words::get(code)
+    }
+
+    /// True for a word (lower case) the language does not index. Words
+    /// and list are compared without diacritics, so `"été"` and `"ete"`
+    /// are both French stop words.
     pub fn is_stop_word(self, word: &str) -> bool {
-        static ENGLISH: OnceLock<HashSet<&'static str>> = OnceLock::new();
-        match self {
-            Language::English => ENGLISH
-                .get_or_init(|| include_str!("stop_words/english.txt").lines().collect())
-                .contains(word),
-            _ => false,
+        static SETS: OnceLock<HashMap<Language, HashSet<String>>> = OnceLock::new();
+        let sets = SETS.get_or_init(|| {
+            LANGUAGES
+                .iter()
+                .map(|(_, _, l)| {
+                    let words = l
+                        .stop_word_list()
+                        .iter()
+                        .map(|w| fold(w, Sensitivity::default()))
+                        .collect();
+                    (*l, words)
+                })
+                .collect()
+        });
+        let Some(set) = sets.get(&self).filter(|set| !set.is_empty()) else {
+            return false;
+        };
+        if word.is_ascii() {
+            set.contains(word)
+        } else {
+            set.contains(&fold(word, Sensitivity::default()))
         }
     }
 }
@@ -720,6 +765,50 @@ pub fn index_required() -> Error {
     )
 }
 
+/// The hidden field an aggregation document carries its `$text` score
+/// in, from the leading `$match` to `{$meta: "textScore"}`: MongoDB keeps
+/// the score as document metadata, which survives `$project`,
+/// `$addFields` and `$replaceRoot` but not `$group`. No stored document
+/// can hold this name, and pipeline output never shows it
+/// ([`strip_score`]).
+pub const SCORE_FIELD: &str = "\u{1}textScore";
+
+/// The score a pipeline document carries, if any.
+pub fn score_of(doc: &Document) -> Option<f64> {
+    match doc.get(SCORE_FIELD) {
+        Some(Bson::Double(score)) => Some(*score),
+        _ => None,
+    }
+}
+
+/// Removes the carried score (before a document leaves the pipeline).
+pub fn strip_score(doc: &mut Document) {
+    if doc.contains_key(SCORE_FIELD) {
+        doc.remove(SCORE_FIELD);
+    }
+}
+
+/// Whether a pipeline's stages ask for `{$meta: "textScore"}` (outside
+/// sub-pipelines that read other collections, which have their own
+/// `$match`).
+pub fn pipeline_wants_score(stages: &[Bson]) -> bool {
+    fn wants(value: &Bson) -> bool {
+        match value {
+            Bson::Document(d) => {
+                if d.len() == 1 && d.get_str("$meta").ok() == Some("textScore") {
+                    return true;
+                }
+                d.iter().any(|(key, v)| {
+                    !matches!(key.as_str(), "$lookup" | "$unionWith" | "$graphLookup") && wants(v)
+                })
+            }
+            Bson::Array(items) => items.iter().any(wants),
+            _ => false,
+        }
+    }
+    stages.iter().any(wants)
+}
+
 /// The error of `{$meta: "textScore"}` in a query without `$text`.
 pub fn score_unavailable() -> Error {
     Error::new(
@@ -832,6 +921,35 @@ mod tests {
         case: false,
         diacritic: false,
     };
+
+    #[test]
+    fn every_stemmed_language_drops_its_own_stop_words() {
+        // "the" is only an English stop word; each language drops its own.
+        assert_eq!(
+            terms("le chat et la souris", Language::French, INSENSITIVE),
+            vec!["chat", "sour"]
+        );
+        assert_eq!(
+            terms("der Hund und die Katze", Language::German, INSENSITIVE),
+            vec!["hund", "katz"]
+        );
+        assert_eq!(
+            terms("el perro y el gato", Language::Spanish, INSENSITIVE),
+            vec!["perr", "gat"]
+        );
+        // Diacritics are folded on both sides: "été" is French.
+        assert!(Language::French.is_stop_word("été"));
+        assert!(Language::French.is_stop_word("ete"));
+        assert!(!Language::French.is_stop_word("the"));
+        assert!(Language::Russian.is_stop_word("и"));
+        for (_, _, language) in LANGUAGES {
+            assert_eq!(
+                language.stop_word_list().is_empty(),
+                language == Language::None,
+                "{language:?}"
+            );
+        }
+    }
 
     #[test]
     fn words_are_folded_stopped_and_stemmed() {
