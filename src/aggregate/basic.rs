@@ -22,6 +22,7 @@ use crate::query::path::get_in_documents;
 use crate::query::projection::Projection;
 use crate::query::size::{measure, Shape, SizeBudget};
 use crate::query::sort::SortSpec;
+use crate::query::text;
 
 /// This family's stages, sorted by name.
 pub(super) static STAGES: &[(&str, StageParser)] = &[
@@ -271,7 +272,16 @@ impl Stage for Project {
     fn apply(&self, input: DocStream, _: &Arc<dyn Context>) -> Result<DocStream> {
         let p = self.projection.clone();
         Ok(map_docs(input, move |d| {
-            p.apply(&d, &MatchDetails::default()).map(Some)
+            let text_score = text::score_of(&d);
+            let details = MatchDetails {
+                text_score,
+                ..MatchDetails::default()
+            };
+            let mut out = p.apply(&d, &details)?;
+            if let Some(score) = text_score {
+                out.insert(text::SCORE_FIELD, score);
+            }
+            Ok(Some(out))
         }))
     }
     fn split(&self) -> Split {
@@ -550,7 +560,13 @@ impl Stage for ReplaceRoot {
         let expr = self.expr.clone();
         let vars = self.vars.clone();
         Ok(map_docs(input, move |d| match eval(&expr, &d, &vars)? {
-            Some(Bson::Document(root)) => Ok(Some(root)),
+            Some(Bson::Document(mut root)) => {
+                // The new root keeps the document's score.
+                if let Some(score) = text::score_of(&d) {
+                    root.insert(text::SCORE_FIELD, score);
+                }
+                Ok(Some(root))
+            }
             other => {
                 let (value, ty) = match &other {
                     Some(v) => (v.to_string(), type_name(v)),

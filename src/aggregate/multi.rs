@@ -195,7 +195,8 @@ fn run_facets(
     for (name, pipeline) in facets {
         let mut results = Vec::new();
         for doc in pipeline.run(input.replay()?, ctx)? {
-            let doc = doc?;
+            let mut doc = doc?;
+            crate::query::text::strip_score(&mut doc);
             out_bytes = out_bytes.saturating_add(doc_size(&doc));
             if out_bytes > MAX_OUTPUT_BYTES {
                 return Err(Error::new(

@@ -64,6 +64,12 @@ fn with_id(doc: Document) -> Document {
     out
 }
 
+/// The document as written: without the `$text` score it carried.
+fn without_score(mut doc: Document) -> Document {
+    crate::query::text::strip_score(&mut doc);
+    doc
+}
+
 /// A stream that, when first polled, collects `input` and passes it to
 /// `write`, then ends (or yields the error).
 fn write_on_first_poll<F>(input: DocStream, write: F) -> DocStream
@@ -185,7 +191,7 @@ impl Stage for Out {
         let coll = self.coll.clone();
         Ok(write_on_first_poll(input, move |docs| {
             let db = if db.is_empty() { ctx.db() } else { &db };
-            let docs = docs.into_iter().map(with_id).collect();
+            let docs = docs.into_iter().map(without_score).map(with_id).collect();
             ctx.replace_collection(db, &coll, docs)
         }))
     }
@@ -510,6 +516,7 @@ impl Stage for Merge {
             let docs = docs
                 .into_iter()
                 .map(|d| {
+                    let d = without_score(d);
                     let d = if on_id { with_id(d) } else { d };
                     check_on_fields(&d, &spec.on).map(|()| d)
                 })

@@ -885,13 +885,14 @@ fn apply_find_operators(
             }
             ProjNode::Positional => positional_at(out, path, details),
             ProjNode::Path(inner) => apply_find_operators(inner, out, details, path),
-            ProjNode::TextScore => match details.text_score {
-                Some(score) => {
+            // A query without `$text` is refused before it runs (40218);
+            // a pipeline document past `$group` has no score: missing.
+            ProjNode::TextScore => {
+                if let Some(score) = details.text_score {
                     set_in_documents(out, path, Bson::Double(score));
-                    Ok(())
                 }
-                None => Err(crate::query::text::score_unavailable()),
-            },
+                Ok(())
+            }
             _ => Ok(()),
         };
         path.pop();

@@ -252,7 +252,7 @@ fn distance_of(doc: &Document, field: &SortField, near: &Near) -> f64 {
 /// largest (descending) of the values its path reaches.
 fn sort_value<'a>(doc: &'a Document, field: &SortField) -> &'a Bson {
     if field.text_score {
-        return &NULL;
+        return doc.get(crate::query::text::SCORE_FIELD).unwrap_or(&NULL);
     }
     let mut best: Option<&'a Bson> = None;
     let mut offer = |leaf: SortLeaf<'a>| {

@@ -425,6 +425,35 @@ impl Router {
             return self.run_geo_near(ns, geo_near, rest, parse, ctx);
         }
         let (filter, rest) = leading_match_collated(stages, parse.collation.as_ref())?;
+        // A `$text` match gives each document a score the stages may read;
+        // it leaves the pipeline with its documents.
+        let scored = filter.as_ref().is_some_and(|f| f.text().is_some());
+        if !scored && crate::query::text::pipeline_wants_score(rest) {
+            return Err(crate::query::text::score_unavailable());
+        }
+        let stream = self.run_matched(ns, filter, rest, parse, ctx, deadline)?;
+        if !scored {
+            return Ok(stream);
+        }
+        Ok(Box::new(stream.map(|doc| {
+            doc.map(|mut doc| {
+                crate::query::text::strip_score(&mut doc);
+                doc
+            })
+        })))
+    }
+
+    /// Runs `rest` over the records of `ns` that `filter` (the leading
+    /// `$match`) selects.
+    fn run_matched(
+        self: &Arc<Self>,
+        ns: &Namespace,
+        filter: Option<Filter>,
+        rest: &[Bson],
+        parse: &ParseContext,
+        ctx: Arc<dyn Context>,
+        deadline: Option<Instant>,
+    ) -> Result<DocStream> {
         let sort = leading_sort(rest);
         let (inputs, in_order) = self.partition_inputs(ns, filter.as_ref(), sort.as_ref())?;
         // One input already in the `$sort`'s order needs no sort stage, so

@@ -1123,7 +1123,15 @@ pub(crate) fn matching_inputs(
             }
         };
         full_match(rec, filter.as_ref())
-            .map(|found| found.map(|(rec, _)| InputDoc::Decoded(rec.doc)))
+            .map(|found| {
+                found.map(|(mut rec, details)| {
+                    if let Some(score) = details.text_score {
+                        rec.doc
+                            .insert(crate::query::text::SCORE_FIELD, Bson::Double(score));
+                    }
+                    InputDoc::Decoded(rec.doc)
+                })
+            })
             .transpose()
     })
 }

@@ -457,6 +457,124 @@ async fn errors_have_mongodb_codes() {
     assert_eq!(first.get_i32("code").unwrap(), 17262);
 }
 
+/// An aggregation's documents keep the score its first `$match` gave
+/// them, through `$project` and `$addFields`, and sort by it on both
+/// copies; without `$text` the score is 40218.
+#[tokio::test]
+async fn aggregation_stages_read_the_text_score() {
+    let srv = setup().await;
+    for name in COPIES {
+        let reply = run(
+            &srv,
+            doc! {"aggregate": name, "cursor": {}, "pipeline": [
+                {"$match": {"$text": {"$search": "coffee"}}},
+                {"$project": {"title": 1}},
+                {"$sort": {"score": {"$meta": "textScore"}}},
+                {"$addFields": {"score": {"$meta": "textScore"}, "double": {"$multiply": [{"$meta": "textScore"}, 2]}}},
+            ]},
+        )
+        .await;
+        let got: Vec<Document> = first_batch(&reply);
+        assert_eq!(
+            got,
+            vec![
+                doc! {"_id": 3, "title": "coffee", "score": 10.666666666666666, "double": 21.333333333333332},
+                doc! {"_id": 1, "title": "Coffee Shop", "score": 8.166666666666666, "double": 16.333333333333332},
+                doc! {"_id": 4, "title": "Café au lait", "score": 0.75, "double": 1.5},
+            ],
+            "{name}"
+        );
+        // A filter on the score, and an accumulator over it; after
+        // `$group` the score is gone.
+        let reply = run(
+            &srv,
+            doc! {"aggregate": name, "cursor": {}, "pipeline": [
+                {"$match": {"$text": {"$search": "coffee"}}},
+                {"$set": {"s": {"$meta": "textScore"}}},
+                {"$match": {"s": {"$gt": 1}}},
+                {"$group": {"_id": null, "total": {"$sum": {"$meta": "textScore"}}, "n": {"$sum": 1}}},
+                {"$project": {"_id": 0, "total": 1, "n": 1, "after": {"$meta": "textScore"}}},
+            ]},
+        )
+        .await;
+        assert_eq!(
+            first_batch(&reply),
+            vec![doc! {"total": 18.833333333333332, "n": 2}],
+            "{name}"
+        );
+        // `$out` writes no score.
+        let reply = run(
+            &srv,
+            doc! {"aggregate": name, "cursor": {}, "pipeline": [
+                {"$match": {"$text": {"$search": "tea"}}},
+                {"$out": format!("{name}_out")},
+            ]},
+        )
+        .await;
+        assert_ok(&reply);
+        let reply = run(&srv, doc! {"find": format!("{name}_out")}).await;
+        assert_eq!(first_batch(&reply), vec![articles()[1].clone()]);
+    }
+    let db = srv.db("text");
+    expect_command_error(
+        &db,
+        doc! {"aggregate": "plain", "cursor": {}, "pipeline": [
+            {"$match": {"_id": 1}},
+            {"$project": {"score": {"$meta": "textScore"}}},
+        ]},
+        40218,
+        "Location40218",
+    )
+    .await;
+    expect_command_error(
+        &db,
+        doc! {"aggregate": "plain", "cursor": {}, "pipeline": [
+            {"$match": {"$text": {"$search": "tea"}}},
+            {"$project": {"score": {"$meta": "bogus"}}},
+        ]},
+        17308,
+        "Location17308",
+    )
+    .await;
+}
+
+/// Each language drops its own stop words: a French document's "le" is
+/// not indexed, and a French search for it alone finds nothing.
+#[tokio::test]
+async fn every_language_drops_its_stop_words() {
+    let srv = setup().await;
+    for name in COPIES {
+        let reply = run(
+            &srv,
+            doc! {"insert": name, "documents": [
+                {"_id": 7, "title": "le chat", "body": "", "language": "french"},
+                {"_id": 8, "title": "der Hund", "body": "", "language": "german"},
+            ]},
+        )
+        .await;
+        assert_eq!(reply.get_i32("n").unwrap(), 2);
+    }
+    assert_eq!(
+        ids(&srv, doc! {"$search": "le", "$language": "french"}).await,
+        Vec::<i32>::new()
+    );
+    assert_eq!(
+        ids(&srv, doc! {"$search": "chat le", "$language": "fr"}).await,
+        vec![7]
+    );
+    // "der" is a German stop word, "hund" is not; "le" indexed as English
+    // is a plain word, but the French document did not index it.
+    assert_eq!(
+        ids(&srv, doc! {"$search": "der", "$language": "german"}).await,
+        Vec::<i32>::new()
+    );
+    assert_eq!(
+        ids(&srv, doc! {"$search": "Hund", "$language": "german"}).await,
+        vec![8]
+    );
+    assert_eq!(ids(&srv, doc! {"$search": "le"}).await, Vec::<i32>::new());
+}
+
 #[tokio::test]
 async fn explain_reads_only_the_query_terms() {
     let srv = setup().await;

@@ -619,6 +619,9 @@ fn parse_operator(name: &str, arg: &Bson) -> Result<Node> {
     if name == "$function" {
         return parse_function(arg);
     }
+    if name == "$meta" {
+        return parse_meta(arg);
+    }
     if name == "$_internalJsEmit" {
         return parse_emit(arg);
     }
@@ -681,6 +684,47 @@ fn parse_operator(name: &str, arg: &Bson) -> Result<Node> {
         return Err(Error::new(ErrorCode::OperatorWrongLenOfArgs, message));
     }
     Ok(Node::Operator { op, args })
+}
+
+/// `{$meta: "textScore"}` reads the score a `$text` match gave the
+/// document ([`crate::query::text::SCORE_FIELD`]). The other kinds of
+/// metadata MongoDB names (Atlas Search scores, record ids, ...) exist
+/// on no document here, so they are missing.
+fn parse_meta(arg: &Bson) -> Result<Node> {
+    const MISSING: [&str; 11] = [
+        "randVal",
+        "searchScore",
+        "searchHighlights",
+        "searchScoreDetails",
+        "searchSequenceToken",
+        "geoNearDistance",
+        "geoNearPoint",
+        "recordId",
+        "indexKey",
+        "sortKey",
+        "vectorSearchScore",
+    ];
+    let Bson::String(kind) = arg else {
+        return Err(Error::new(
+            ErrorCode::Location(17307),
+            "$meta only supports string arguments",
+        ));
+    };
+    if kind == "textScore" {
+        return Ok(Node::FieldPath(vec![
+            crate::query::text::SCORE_FIELD.to_string()
+        ]));
+    }
+    if MISSING.contains(&kind.as_str()) {
+        return Ok(Node::Variable {
+            name: "REMOVE".to_string(),
+            path: Vec::new(),
+        });
+    }
+    Err(Error::new(
+        ErrorCode::Location(17308),
+        format!("Unsupported argument to $meta: {kind}"),
+    ))
 }
 
 /// `$cond: {if, then, else}` as the three-element argument list.
@@ -788,7 +832,10 @@ fn eval_variable<'a>(name: &str, path: &[String], scope: &Scope<'a>) -> Result<V
     match name {
         "ROOT" | "CURRENT" => {
             if path.is_empty() {
-                Ok(Some(Cow::Owned(Bson::Document(scope.root.clone()))))
+                // The document as a value, without the score it carries.
+                let mut root = scope.root.clone();
+                crate::query::text::strip_score(&mut root);
+                Ok(Some(Cow::Owned(Bson::Document(root))))
             } else {
                 Ok(expression_value_in(scope.root, path))
             }
