@@ -932,7 +932,11 @@ impl State {
             }
             (State::AddToSet(items, seen, held), op) => {
                 if let Some(v) = value {
-                    let key = encode_id(&v);
+                    // Values equal under the pipeline's collation are one.
+                    let key = match crate::query::collation::scoped_key(&v) {
+                        Some(collated) => encode_id(&collated),
+                        None => encode_id(&v),
+                    };
                     if !seen.contains(&key) {
                         let size = 2 * approx_size(&v);
                         hold(held, size, op)?;
@@ -1674,16 +1678,21 @@ impl Group {
     fn run(&self, input: InputStream, ctx: &Arc<dyn Context>) -> Result<DocStream> {
         let mut groups = Groups::new(self.spec.clone(), self.mode, ctx.limits().clone());
         let raw = self.mode != Mode::Final && self.spec.reads_raw();
-        for item in input {
-            match item? {
-                InputDoc::Raw(doc) if raw => {
-                    if !groups.add_raw(&doc)? {
-                        groups.add_document(&InputDoc::Raw(doc).into_document()?)?;
+        // `$min`, `$max` and `$addToSet` compare strings by the
+        // pipeline's collation.
+        crate::query::collation::scoped(self.spec.collation.as_ref(), || -> Result<()> {
+            for item in input {
+                match item? {
+                    InputDoc::Raw(doc) if raw => {
+                        if !groups.add_raw(&doc)? {
+                            groups.add_document(&InputDoc::Raw(doc).into_document()?)?;
+                        }
                     }
+                    other => groups.add_document(&other.into_document()?)?,
                 }
-                other => groups.add_document(&other.into_document()?)?,
             }
-        }
+            Ok(())
+        })?;
         groups.finish(self.sort_output)
     }
 }

@@ -495,7 +495,32 @@ impl StringOrder for Collation {
 /// [`crate::query::compare`] inside uses it. `f` must not await: the
 /// scope is the thread's, not a task's.
 pub fn scoped<R>(collation: Option<&Arc<Collation>>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<Collation>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            CURRENT.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let previous = CURRENT.with(|c| c.replace(collation.cloned()));
+    let _restore = Restore(previous);
     with_string_order(collation.map(|c| Arc::clone(c) as Arc<dyn StringOrder>), f)
+}
+
+thread_local! {
+    /// The collation [`scoped`] made current on this thread.
+    static CURRENT: std::cell::RefCell<Option<Arc<Collation>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The value as the current collation compares it for equality (its
+/// strings replaced by sort keys), when a collation is current and the
+/// value holds a string: what sets and hash keys use in its place.
+pub fn scoped_key(value: &Bson) -> Option<Bson> {
+    if !has_string(value) {
+        return None;
+    }
+    CURRENT.with(|c| c.borrow().as_ref().map(|c| c.collate_value(value)))
 }
 
 /// True when a non-simple collation is current on this thread.
