@@ -30,6 +30,8 @@ pub(crate) struct Aggregate {
     pub explain: bool,
     pub batch_size: Option<usize>,
     pub max_time_ms: Option<u64>,
+    /// The `collation` option as given.
+    pub collation: Option<Bson>,
 }
 
 pub(crate) fn parse(db: &str, b: &Document) -> Result<Aggregate> {
@@ -85,6 +87,7 @@ pub(crate) fn parse(db: &str, b: &Document) -> Result<Aggregate> {
         explain,
         batch_size,
         max_time_ms: args::opt_non_negative("aggregate", b, "maxTimeMS")?,
+        collation: b.get("collation").cloned(),
     })
 }
 
@@ -122,7 +125,7 @@ pub(crate) fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
     let collation = if agg.collectionless {
         None
     } else {
-        super::collation::effective(&router, &agg.ns, req.body.get("collation"))?
+        super::collation::effective(&router, &agg.ns, agg.collation.as_ref())?
     };
     let parse_ctx = ParseContext {
         vars: agg.vars.clone(),
@@ -327,6 +330,10 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     if !agg.collectionless {
         // A view's pipeline runs first, over the collection it reads.
         if let Some(view) = views::resolve(&req.state.router, &agg.ns).await? {
+            agg.collation = Some(Bson::Document(views::read_collation(
+                agg.collation.as_ref(),
+                &view,
+            )?));
             let mut pipeline = view.pipeline;
             pipeline.append(&mut agg.pipeline);
             agg.pipeline = pipeline;
@@ -384,7 +391,7 @@ pub(crate) async fn find_on_view(req: &Request<'_>, view: &views::Resolved) -> R
     stage("$limit", "limit");
     stage("$project", "projection");
     let batch_size = super::args::opt_non_negative("find", b, "batchSize")?.map(|n| n as i64);
-    let body = views::aggregation(req, view, stages, batch_size);
+    let body = views::aggregation(req, view, stages, batch_size)?;
     let agg = parse(&view.collection.db, &body)?;
     run_parsed(req, agg, view.view.full()).await
 }
@@ -397,7 +404,7 @@ pub(crate) async fn read_view<T>(
     stages: Vec<Document>,
     read: impl FnOnce(DocStream) -> Result<T>,
 ) -> Result<T> {
-    let body = views::aggregation(req, view, stages, None);
+    let body = views::aggregation(req, view, stages, None)?;
     let agg = parse(&view.collection.db, &body)?;
     let router = &req.state.router;
     router.admit_namespace(&agg.ns).await?;

@@ -167,14 +167,8 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
 /// `create` with `viewOn` and `pipeline`: a view. Creating the same view
 /// again succeeds; any other namespace already there is 48.
 async fn create_view(req: &Request<'_>, ns: &Namespace) -> Result<Document> {
-    if req.body.contains_key("collation") {
-        return Err(Error::new(
-            ErrorCode::CommandNotSupported,
-            "a view with a collation is not supported by Shardgate yet",
-        ));
-    }
     for field in req.body.keys().skip(1) {
-        if !matches!(field.as_str(), "viewOn" | "pipeline")
+        if !matches!(field.as_str(), "viewOn" | "pipeline" | "collation")
             && !field.starts_with('$')
             && !super::args::GENERIC_FIELDS.contains(&field.as_str())
         {

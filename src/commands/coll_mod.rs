@@ -115,7 +115,13 @@ async fn modify_view(req: &Request<'_>, ns: &Namespace) -> Result<Document> {
         );
     }
     let router = &req.state.router;
-    let view = super::views::define(router, "collMod", ns, &req.body).await?;
+    // `collMod` cannot change a view's collation: the new definition
+    // keeps it (and must agree with the view it now reads).
+    let mut body = req.body.clone();
+    if let Some(Some(collation)) = super::views::find(router, ns).await?.map(|v| v.collation) {
+        body.insert("collation", collation);
+    }
+    let view = super::views::define(router, "collMod", ns, &body).await?;
     super::views::replace(router, &view).await?;
     Ok(Document::new())
 }

@@ -249,6 +249,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         explain: false,
         batch_size: None,
         max_time_ms: args::opt_non_negative("mapReduce", body, "maxTimeMS")?,
+        collation: body.get("collation").cloned(),
     };
     let router = &req.state.router;
     router.admit_namespace(&ns).await?;

@@ -15,6 +15,11 @@
 //! `$sort`, `$skip`, `$limit` and `$project`; `count` and `distinct`
 //! run the pipeline with their query and count or collect. Writes and
 //! index changes on a view fail with 166 `CommandNotSupportedOnView`.
+//!
+//! A view has its own default collation (`create` with `collation`; it
+//! never inherits its collection's), which every read of it uses: a read
+//! may name the same collation but no other (167), and a view on a view
+//! has the same collation as the view it reads.
 
 use bson::{doc, Bson, Document};
 
@@ -22,6 +27,7 @@ use super::request::Request;
 use crate::aggregate::{ParseContext, Pipeline};
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
+use crate::query::collation::Collation;
 use crate::query::filter::Filter;
 use crate::router::{DocumentValidation, FindSpec, Namespace, Router};
 
@@ -38,6 +44,8 @@ pub struct View {
     /// The collection or view it reads, in the same database.
     pub view_on: String,
     pub pipeline: Vec<Bson>,
+    /// Its default collation, normalised (`None`: simple).
+    pub collation: Option<Document>,
 }
 
 impl View {
@@ -50,19 +58,28 @@ impl View {
             ns,
             view_on: stored.get_str("viewOn").ok()?.to_string(),
             pipeline: stored.get_array("pipeline").ok()?.clone(),
+            collation: stored.get_document("collation").ok().cloned(),
         })
     }
 
     fn to_stored(&self) -> Document {
-        doc! {"_id": self.ns.full(), "viewOn": &self.view_on, "pipeline": self.pipeline.clone()}
+        let mut stored = doc! {"_id": self.ns.full(), "viewOn": &self.view_on, "pipeline": self.pipeline.clone()};
+        if let Some(collation) = &self.collation {
+            stored.insert("collation", collation.clone());
+        }
+        stored
     }
 
     /// What `listCollections` shows of it.
     pub fn info(&self) -> Document {
+        let mut options = doc! {"viewOn": &self.view_on, "pipeline": self.pipeline.clone()};
+        if let Some(collation) = &self.collation {
+            options.insert("collation", collation.clone());
+        }
         doc! {
             "name": &self.ns.coll,
             "type": "view",
-            "options": {"viewOn": &self.view_on, "pipeline": self.pipeline.clone()},
+            "options": options,
             "info": {"readOnly": true},
         }
     }
@@ -75,6 +92,8 @@ pub struct Resolved {
     pub collection: Namespace,
     /// The pipelines of every view on the way, innermost first.
     pub pipeline: Vec<Bson>,
+    /// The view's default collation, normalised (`None`: simple).
+    pub collation: Option<Document>,
 }
 
 fn views_ns(db: &str) -> Result<Namespace> {
@@ -125,6 +144,7 @@ pub async fn resolve(router: &Router, ns: &Namespace) -> Result<Option<Resolved>
     let Some(view) = find(router, ns).await? else {
         return Ok(None);
     };
+    let collation = view.collation;
     let mut pipeline = view.pipeline;
     let mut on = Namespace::new(&ns.db, &view.view_on)?;
     let mut depth = 1;
@@ -148,6 +168,7 @@ pub async fn resolve(router: &Router, ns: &Namespace) -> Result<Option<Resolved>
         view: ns.clone(),
         collection: on,
         pipeline,
+        collation,
     }))
 }
 
@@ -212,7 +233,12 @@ pub async fn define(
         }
     }
     Pipeline::parse(&pipeline, &ParseContext::default())?;
-    // A view may not read itself, directly or through others.
+    let collation = match body.get("collation") {
+        Some(given) => Collation::parse(given)?.map(|c| c.spec().clone()),
+        None => None,
+    };
+    // A view may not read itself, directly or through others, and reads
+    // a view of its own collation.
     let mut next = on.clone();
     for _ in 0..MAX_VIEW_DEPTH {
         if next == *ns {
@@ -222,12 +248,21 @@ pub async fn define(
             );
         }
         match find(router, &next).await? {
-            Some(v) => next = Namespace::new(&ns.db, &v.view_on)?,
+            Some(v) => {
+                if next == on && v.collation != collation {
+                    bail!(
+                        OptionNotSupportedOnView,
+                        "View {ns} has conflicting collation with view {on}"
+                    );
+                }
+                next = Namespace::new(&ns.db, &v.view_on)?
+            }
             None => {
                 return Ok(View {
                     ns: ns.clone(),
                     view_on,
                     pipeline,
+                    collation,
                 })
             }
         }
@@ -287,15 +322,34 @@ pub async fn drop(router: &Router, ns: &Namespace) -> Result<bool> {
     Ok(n > 0)
 }
 
+/// The collation a read of `view` uses: the view's. A read that names
+/// another fails with 167.
+pub fn read_collation(given: Option<&Bson>, view: &Resolved) -> Result<Document> {
+    if let Some(given) = given {
+        let given = Collation::parse(given)?.map(|c| c.spec().clone());
+        if given != view.collation {
+            bail!(
+                OptionNotSupportedOnView,
+                "Cannot override a view's default collation"
+            );
+        }
+    }
+    Ok(view
+        .collation
+        .clone()
+        .unwrap_or_else(|| doc! {"locale": "simple"}))
+}
+
 /// The `aggregate` command a read of a view becomes: the view's
 /// pipeline, then `stages`, over the collection it reads, with the
-/// fields of the read that an aggregation takes too.
+/// fields of the read that an aggregation takes too, and the view's
+/// collation.
 pub fn aggregation(
     req: &Request<'_>,
     view: &Resolved,
     stages: impl IntoIterator<Item = Document>,
     batch_size: Option<i64>,
-) -> Document {
+) -> Result<Document> {
     let mut pipeline = view.pipeline.clone();
     pipeline.extend(stages.into_iter().map(Bson::Document));
     let cursor = match batch_size {
@@ -312,5 +366,9 @@ pub fn aggregation(
             body.insert(field, v.clone());
         }
     }
-    body
+    body.insert(
+        "collation",
+        read_collation(req.body.get("collation"), view)?,
+    );
+    Ok(body)
 }

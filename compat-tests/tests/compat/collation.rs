@@ -343,6 +343,135 @@ async fn aggregation_matches_sorts_and_groups_by_the_collation() {
     );
 }
 
+/// `$min`, `$max` and `$addToSet` compare strings by the pipeline's
+/// collation: under strength 2 "Alice", "alice" and "ALICE" are one
+/// value, and "Zoë" sorts after "zebra" (by bytes "äpfel" is last).
+#[tokio::test]
+async fn group_accumulators_compare_by_the_collation() {
+    let srv = TestServer::start_with_args(&["--initial-partitions", "8"]).await;
+    load(&srv, "acc", names()).await;
+    for copy in COPIES {
+        let pipeline = vec![
+            doc! {"$group": {"_id": null, "min": {"$min": "$name"}, "max": {"$max": "$name"}, "set": {"$addToSet": "$name"}}},
+            doc! {"$project": {"_id": 0, "min": {"$toLower": "$min"}, "max": 1, "n": {"$size": "$set"}}},
+        ];
+        let reply = run(
+            &srv,
+            doc! {"aggregate": format!("acc_{copy}"), "pipeline": pipeline.clone(), "collation": ci(), "cursor": {}},
+        )
+        .await;
+        assert_eq!(
+            first_batch(&reply),
+            vec![doc! {"max": "Zoë", "min": "alice", "n": 5}],
+            "{copy}"
+        );
+        let reply = run(
+            &srv,
+            doc! {"aggregate": format!("acc_{copy}"), "pipeline": pipeline, "cursor": {}},
+        )
+        .await;
+        assert_eq!(
+            first_batch(&reply),
+            vec![doc! {"max": "äpfel", "min": "alice", "n": 8}],
+            "{copy}"
+        );
+    }
+}
+
+/// A view's own collation applies to every read of it; a view does not
+/// inherit its collection's default, and no read may name another.
+#[tokio::test]
+async fn views_have_their_own_collation() {
+    let srv = TestServer::start_with_args(&["--initial-partitions", "8"]).await;
+    load(&srv, "vw", names()).await;
+    for copy in COPIES {
+        let view = format!("vw_{copy}_ci");
+        run(
+            &srv,
+            doc! {"create": &view, "viewOn": format!("vw_{copy}"), "pipeline": [], "collation": ci()},
+        )
+        .await;
+        let reply = run(
+            &srv,
+            doc! {"find": &view, "filter": {"name": "alice"}, "sort": {"_id": 1}},
+        )
+        .await;
+        assert_eq!(ids(&first_batch(&reply)), [1, 2, 3], "{copy}");
+        let reply = run(
+            &srv,
+            doc! {"find": &view, "filter": {"name": "alice"}, "collation": ci()},
+        )
+        .await;
+        assert_eq!(first_batch(&reply).len(), 3, "{copy}");
+        let reply = run(&srv, doc! {"count": &view, "query": {"name": "BOB"}}).await;
+        assert_eq!(num(&reply, "n"), 2, "{copy}");
+        let reply = run(
+            &srv,
+            doc! {"aggregate": &view, "pipeline": [{"$match": {"name": "ALICE"}}, {"$count": "n"}], "cursor": {}},
+        )
+        .await;
+        assert_eq!(first_batch(&reply), vec![doc! {"n": 3}], "{copy}");
+        expect_command_error(
+            &srv.db(DB),
+            doc! {"find": &view, "filter": {}, "collation": {"locale": "simple"}},
+            167,
+            "OptionNotSupportedOnView",
+        )
+        .await;
+        // A view on it needs the same collation.
+        expect_command_error(
+            &srv.db(DB),
+            doc! {"create": format!("{view}_on"), "viewOn": &view, "pipeline": []},
+            167,
+            "OptionNotSupportedOnView",
+        )
+        .await;
+        run(
+            &srv,
+            doc! {"create": format!("{view}_on"), "viewOn": &view, "pipeline": [], "collation": ci()},
+        )
+        .await;
+        let reply = run(
+            &srv,
+            doc! {"count": format!("{view}_on"), "query": {"name": "alice"}},
+        )
+        .await;
+        assert_eq!(num(&reply, "n"), 3, "{copy}");
+    }
+    let reply = run(
+        &srv,
+        doc! {"listCollections": 1, "filter": {"name": "vw_plain_ci"}},
+    )
+    .await;
+    let info = &first_batch(&reply)[0];
+    let collation = info
+        .get_document("options")
+        .and_then(|o| o.get_document("collation"))
+        .unwrap_or_else(|_| panic!("no collation in {info}"));
+    assert_eq!(collation.get_str("locale").unwrap(), "en");
+    assert_eq!(num(collation, "strength"), 2);
+    // A collection's default does not pass to a view on it.
+    run(&srv, doc! {"create": "vw_default", "collation": ci()}).await;
+    run(&srv, doc! {"insert": "vw_default", "documents": names()}).await;
+    run(
+        &srv,
+        doc! {"create": "vw_default_view", "viewOn": "vw_default", "pipeline": []},
+    )
+    .await;
+    let reply = run(
+        &srv,
+        doc! {"count": "vw_default", "query": {"name": "alice"}},
+    )
+    .await;
+    assert_eq!(num(&reply, "n"), 3);
+    let reply = run(
+        &srv,
+        doc! {"count": "vw_default_view", "query": {"name": "alice"}},
+    )
+    .await;
+    assert_eq!(num(&reply, "n"), 1);
+}
+
 #[tokio::test]
 async fn writes_take_a_collation_per_statement() {
     let srv = TestServer::start_with_args(&["--initial-partitions", "8"]).await;
