@@ -67,9 +67,9 @@ impl Mechanism {
 
     fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
         fn run<M: Mac + KeyInit>(key: &[u8], data: &[u8]) -> Vec<u8> {
-            // ok: HMAC pads or hashes any key to its block size, so a key
-            // of any length is accepted and this cannot fail.
-            let mut mac = <M as KeyInit>::new_from_slice(key).expect("HMAC takes any key length");
+            // HMAC pads or hashes any key to its block size, so a key of
+            // any length is accepted and this cannot fail.
+            let mut mac = <M as KeyInit>::new_from_slice(key).expect("HMAC takes any key length"); // ok: any key length
             mac.update(data);
             mac.finalize().into_bytes().to_vec()
         }

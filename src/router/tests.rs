@@ -1,7 +1,8 @@
 //! Router tests against the in-memory backend: reads and writes through
 //! [`Router`], and crash points — every batch of a write failed at every
 //! step, and commits lost before they were durable — after which the
-//! store, reopened, must still be consistent.
+//! store, reopened, must still be consistent. The module is declared
+//! `#[cfg(test)]` in `mod.rs`: none of this is in the server.
 
 use std::collections::HashMap;
 use std::sync::Arc;
