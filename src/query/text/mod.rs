@@ -39,6 +39,9 @@ pub const DEFAULT_LANGUAGE_OVERRIDE: &str = "language";
 pub const TERM_FIELD: &str = "_fts";
 /// The weight path that indexes every string field.
 pub const WILDCARD: &str = "$**";
+/// The most stems a thread keeps ([`Language::stem`]); past it the cache
+/// starts again (about 4 MB at 64 bytes a word).
+const STEM_CACHE_WORDS: usize = 65_536;
 /// A field weight must be below this (MongoDB's `MAX_WORD_WEIGHT`).
 const MAX_WORD_WEIGHT: i64 = 100_000;
 
@@ -116,19 +119,40 @@ impl Language {
         })
     }
 
-    /// The word's stem (the word itself for `none`).
+    /// The word's stem (the word itself for `none`). Stems are kept per
+    /// thread, up to [`STEM_CACHE_WORDS`]: text repeats its words, and
+    /// scoring a document at query time stems all of its words again.
     pub fn stem(self, word: &str) -> String {
         static STEMMERS: OnceLock<HashMap<Language, Stemmer>> = OnceLock::new();
+        thread_local! {
+            /// Stems by word, one map per language.
+            static STEMS: std::cell::RefCell<[HashMap<String, String>; LANGUAGES.len()]> =
+                std::cell::RefCell::new(std::array::from_fn(|_| HashMap::new()));
+        }
         let stemmers = STEMMERS.get_or_init(|| {
             LANGUAGES
                 .iter()
                 .filter_map(|(_, _, l)| l.algorithm().map(|a| (*l, Stemmer::create(a))))
                 .collect()
         });
-        match stemmers.get(&self) {
-            Some(stemmer) => stemmer.stem(word).into_owned(),
-            None => word.to_string(),
-        }
+        let Some(stemmer) = stemmers.get(&self) else {
+            return word.to_string();
+        };
+        STEMS.with(|caches| {
+            let mut caches = caches.borrow_mut();
+            let Some(cache) = caches.get_mut(self as usize) else {
+                return stemmer.stem(word).into_owned();
+            };
+            if let Some(stem) = cache.get(word) {
+                return stem.clone();
+            }
+            if cache.len() >= STEM_CACHE_WORDS {
+                cache.clear();
+            }
+            let stem = stemmer.stem(word).into_owned();
+            cache.insert(word.to_string(), stem.clone());
+            stem
+        })
     }
 
     /// The language's stop-word list: MongoDB's own for English, the
@@ -199,6 +223,14 @@ pub struct Sensitivity {
 /// diacritics (combining marks after canonical decomposition) unless
 /// diacritic-sensitive.
 pub fn fold(word: &str, sensitivity: Sensitivity) -> String {
+    // ASCII has no diacritics to take off.
+    if word.is_ascii() {
+        return if sensitivity.case {
+            word.to_string()
+        } else {
+            word.to_ascii_lowercase()
+        };
+    }
     let cased = if sensitivity.case {
         word.to_string()
     } else {
@@ -703,10 +735,16 @@ impl TextQuery {
         for (text, _) in strings {
             doc_terms.extend(terms(text, language, self.sensitivity));
         }
-        if !self.positive.iter().any(|t| doc_terms.contains(t)) {
+        self.matches_terms(|t| doc_terms.contains(t), strings)
+    }
+
+    /// [`TextQuery::matches`] for a document whose terms (tokenized with
+    /// the query's sensitivity) `has` tells.
+    fn matches_terms(&self, has: impl Fn(&str) -> bool, strings: &[(&str, f64)]) -> bool {
+        if !self.positive.iter().any(|t| has(t)) {
             return false;
         }
-        if self.negated.iter().any(|t| doc_terms.contains(t)) {
+        if self.negated.iter().any(|t| has(t)) {
             return false;
         }
         let contains = |phrase: &str| {
@@ -848,10 +886,26 @@ impl TextFilter {
         // does not (written before the index) is read in the default.
         let language = bound.spec.language_of(doc).unwrap_or(bound.spec.language);
         let strings = bound.spec.strings(doc);
+        let mut scores = BTreeMap::new();
+        let insensitive = bound.query.sensitivity == Sensitivity::default();
+        // Insensitive, the query's terms are the index's: the document is
+        // tokenized once, for its scores and for the match.
+        if insensitive {
+            for (text, weight) in &strings {
+                score_string(text, *weight, language, &mut scores);
+            }
+            if bound.query.positive.is_empty()
+                || !bound
+                    .query
+                    .matches_terms(|t| scores.contains_key(t), &strings)
+            {
+                return Ok(None);
+            }
+            return Ok(Some(bound.query.score(&scores)));
+        }
         if !bound.query.matches(&strings, language) {
             return Ok(None);
         }
-        let mut scores = BTreeMap::new();
         for (text, weight) in strings {
             score_string(text, weight, language, &mut scores);
         }
