@@ -199,6 +199,12 @@ impl SortSpec {
         self.fields.iter().any(|f| f.text_score)
     }
 
+    /// Whether the sort is by `{$meta: "textScore"}` alone (best first,
+    /// ties by `_id` as every sort).
+    pub fn is_text_score_only(&self) -> bool {
+        matches!(self.fields.as_slice(), [f] if f.text_score)
+    }
+
     /// Orders two keys from [`SortSpec::key_for`].
     pub fn compare_keys(&self, a: &[Bson], b: &[Bson]) -> Ordering {
         self.collated(|| self.compare_keys_simple(a, b))

@@ -117,22 +117,37 @@ fn first_radius(near: &Near, plane: &CellPlane) -> f64 {
     }
 }
 
-/// The matching records of one partition for a `$near` with a limit,
-/// read ring by ring: the cells within a radius, then those within twice
-/// it (less the cells already read), and so on, stopping once `keep`
-/// matches lie within the radius read, since no unread document can be
-/// nearer than they are. `None` when the plan is not such a query.
+/// How much the next ring's radius grows when `within` of the `keep`
+/// matches wanted lie inside the radius read: by the square root of what
+/// is missing (matches grow with the area), a little more to land past
+/// it, at least 1.5 and at most 4 times; 4 times when none were found.
+fn growth(within: usize, keep: usize) -> f64 {
+    if within == 0 {
+        return 4.0;
+    }
+    ((keep as f64 / within as f64).sqrt() * 1.2).clamp(1.5, 4.0)
+}
+
+/// The matching records of `parts` for a `$near` with a limit, read ring
+/// by ring: the cells within a radius, then those within a larger one
+/// ([`growth`], less the cells already read), and so on, stopping once
+/// `keep` matches lie within the radius read, since no unread document
+/// can be nearer than they are. Each ring is read on every one of
+/// `parts`, so the partitions of a sharded collection together read about
+/// what one would: no partition looks for `keep` of its own. `examined`
+/// counts each part's reads (aligned with `parts`). `None` when the plan
+/// is not such a query.
 pub(super) fn near_rings(
     reader: &Reader,
     id: u64,
     plan: &QueryPlan,
-    part: &PartitionPlan,
+    parts: &[PartitionPlan],
     filter: Option<&Filter>,
     keep: Option<usize>,
-    examined: Option<Arc<Examined>>,
+    examined: Vec<Option<Arc<Examined>>>,
 ) -> Option<MatchIter> {
     let keep = keep?;
-    let Access::Index(chosen) = &part.access else {
+    let Access::Index(chosen) = &parts.first()?.access else {
         return None;
     };
     let filter = filter?;
@@ -144,7 +159,8 @@ pub(super) fn near_rings(
     let plane = index.geo.as_ref().map_or(CellPlane::SPHERE, |g| g.plane);
     let order = SortSpec::by_distance(path, near);
     let near = near.clone();
-    let (reader, plan, part, filter) = (reader.clone(), plan.clone(), part.clone(), filter.clone());
+    let (reader, plan, parts, filter) =
+        (reader.clone(), plan.clone(), parts.to_vec(), filter.clone());
     let chosen = Arc::clone(chosen);
     let mut radius = first_radius(&near, &plane);
     let mut scanned: Vec<(i64, i64)> = Vec::new();
@@ -171,7 +187,7 @@ pub(super) fn near_rings(
                     if last || within >= keep {
                         return None;
                     }
-                    radius *= 2.0;
+                    radius *= growth(within, keep);
                 }
             }
         }
@@ -187,21 +203,27 @@ pub(super) fn near_rings(
         scanned = union(&scanned, &ring);
         let mut scan = chosen.scan.clone();
         scan.ranges = geo::id_ranges(&fresh);
-        let ring_part = PartitionPlan {
-            access: Access::Index(Arc::new(ChosenPlan {
-                scan,
-                covered: false,
-            })),
-            ..part.clone()
-        };
-        let records = access_records(
-            &reader,
-            id,
-            &plan,
-            &ring_part,
-            Some(&filter),
-            examined.clone(),
-        );
+        let ring = Arc::new(ChosenPlan {
+            scan,
+            covered: false,
+        });
+        let mut records: Vec<super::CandidateIter> = Vec::with_capacity(parts.len());
+        for (i, part) in parts.iter().enumerate() {
+            let ring_part = PartitionPlan {
+                access: Access::Index(Arc::clone(&ring)),
+                ..part.clone()
+            };
+            let counted = examined.get(i).cloned().flatten();
+            records.push(access_records(
+                &reader,
+                id,
+                &plan,
+                &ring_part,
+                Some(&filter),
+                counted,
+            ));
+        }
+        let records: super::CandidateIter = Box::new(records.into_iter().flatten());
         current = Some(Box::new(filter_records(records, Some(filter.clone()))));
     })))
 }
@@ -261,5 +283,17 @@ mod tests {
             vec![(6, 6), (9, 11)]
         );
         assert_eq!(union(&[(0, 2), (8, 9)], &[(3, 5)]), vec![(0, 5), (8, 9)]);
+    }
+
+    #[test]
+    fn rings_grow_by_what_is_missing() {
+        // Nothing found: the area grows sixteenfold.
+        assert_eq!(growth(0, 10), 4.0);
+        // A quarter found: twice the radius (four times the area), and a
+        // little more.
+        assert!((growth(25, 100) - 2.4).abs() < 1e-9);
+        // Almost all found: still half again as far.
+        assert_eq!(growth(9, 10), 1.5);
+        assert_eq!(growth(1, 1000), 4.0);
     }
 }

@@ -854,7 +854,7 @@ pub struct HashScope {
 }
 
 impl HashScope {
-    fn admits(&self, hash: i64) -> bool {
+    pub(super) fn admits(&self, hash: i64) -> bool {
         self.range
             .is_none_or(|(min, max)| min <= hash && hash <= max)
             && self

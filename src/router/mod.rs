@@ -31,6 +31,7 @@ pub mod sharding;
 pub mod strict;
 #[cfg(test)]
 mod tests;
+mod text;
 pub mod throttle;
 pub mod timeseries;
 pub mod validation;
@@ -546,6 +547,21 @@ impl Router {
             let rows = partition_rows_now(&reader, coll.id, &plan, part, &spec, keep)?;
             return Ok(Found::Documents(sorted_documents(rows, skip, limit)));
         }
+        // A `$near` with a limit reads its rings on every partition at
+        // once, so together they read about what one partition would.
+        let near = geo::near_rings(
+            &reader,
+            coll.id,
+            &plan,
+            &plan.parts,
+            spec.filter.as_ref(),
+            keep,
+            Vec::new(),
+        );
+        if let (Some(matching), Some(first)) = (near, plan.parts.first()) {
+            let rows = rows_of(matching, coll.id, &plan, first, &spec, keep)?;
+            return Ok(Found::Documents(sorted_documents(rows, skip, limit)));
+        }
         let point_read = plan.is_point_read();
         let sort = spec.sort.clone();
         // Shared, not copied: a plan holds every partition's access path.
@@ -621,6 +637,87 @@ impl Router {
         merge::run_parallel(tasks, parallelism)?.into_iter().sum()
     }
 
+    /// Runs a `$near` with a limit over several partitions as `find` runs
+    /// it (its rings read on all of them together) and reports each
+    /// partition's part: what it examined and how many of the nearest it
+    /// holds. The partitions ran together, so each shows the whole time,
+    /// and the request charge is split by keys examined. `None` when the
+    /// query is not such a `$near`.
+    fn explain_near(
+        &self,
+        coll: &Collection,
+        plan: &QueryPlan,
+        spec: &FindSpec,
+        reader: &Reader,
+    ) -> Result<Option<Vec<PartitionRun>>> {
+        let keep = plan.keep();
+        let (Some(k), Some(sort)) = (keep, spec.sort.as_ref()) else {
+            return Ok(None);
+        };
+        let examined: Vec<Arc<Examined>> = plan
+            .parts
+            .iter()
+            .map(|_| Arc::new(Examined::default()))
+            .collect();
+        let started = std::time::Instant::now();
+        let (nearest, charged) = charge::measured(|| -> Result<Option<Vec<Record>>> {
+            let Some(matching) = geo::near_rings(
+                reader,
+                coll.id,
+                plan,
+                &plan.parts,
+                spec.filter.as_ref(),
+                keep,
+                examined.iter().cloned().map(Some).collect(),
+            ) else {
+                return Ok(None);
+            };
+            let mut found: Vec<(Vec<Bson>, Record)> = Vec::new();
+            for item in matching {
+                let (rec, details) = item?;
+                found.push((sort.key_for_scored(&rec.doc, details.text_score), rec));
+            }
+            found.sort_by(|a, b| {
+                sort.compare_keys(&a.0, &b.0).then_with(|| {
+                    crate::query::compare::compare(
+                        a.1.doc.get("_id").unwrap_or(&Bson::Null),
+                        b.1.doc.get("_id").unwrap_or(&Bson::Null),
+                    )
+                })
+            });
+            found.truncate(k);
+            Ok(Some(found.into_iter().map(|(_, rec)| rec).collect()))
+        });
+        let Some(nearest) = nearest? else {
+            return Ok(None);
+        };
+        let millis = started.elapsed().as_millis() as u64;
+        let all_keys: u64 = examined.iter().map(|e| e.keys()).sum::<u64>().max(1);
+        Ok(Some(
+            plan.parts
+                .iter()
+                .zip(&examined)
+                .map(|(part, examined)| {
+                    let (min, max) = (part.partition.min, part.partition.max);
+                    let returned = nearest
+                        .iter()
+                        .filter(|r| min <= r.key.hash && r.key.hash <= max)
+                        .count() as u64;
+                    PartitionRun {
+                        name: self.shard_of(coll, Some(&part.partition)),
+                        partition: Some(part.partition),
+                        plan: plan.index.clone(),
+                        keys_examined: examined.keys(),
+                        examined: examined.docs(),
+                        returned,
+                        millis,
+                        request_charge: charged * examined.keys() / all_keys,
+                    }
+                })
+                .collect(),
+        ))
+    }
+
     /// Plans a query and runs each partition of that plan, reporting
     /// what it examined and returned: what `explain` shows.
     fn explain_now(&self, ns: &Namespace, spec: &FindSpec) -> Result<Explained> {
@@ -636,6 +733,11 @@ impl Router {
         let reader = self.reader_for(&coll);
         let plan = self.plan(&coll, spec, &reader)?;
         let keep = plan.keep();
+        if plan.parts.len() > 1 {
+            if let Some(runs) = self.explain_near(&coll, &plan, spec, &reader)? {
+                return Ok(Explained { plan, runs });
+            }
+        }
         let in_order = matches!(plan.sort, SortStrategy::Unsorted | SortStrategy::Streamed);
         let mut runs = Vec::with_capacity(plan.parts.len());
         for part in &plan.parts {
@@ -646,11 +748,21 @@ impl Router {
                     &reader,
                     coll.id,
                     &plan,
-                    part,
+                    std::slice::from_ref(part),
                     spec.filter.as_ref(),
                     keep,
-                    Some(examined.clone()),
-                );
+                    vec![Some(examined.clone())],
+                )
+                .or_else(|| {
+                    text::ranked(
+                        &reader,
+                        coll.id,
+                        (&plan, part),
+                        (spec.filter.as_ref(), spec.sort.as_ref()),
+                        keep,
+                        Some(examined.clone()),
+                    )
+                });
                 let matching: geo::MatchIter = match rings {
                     Some(rings) => rings,
                     None => {
@@ -1248,14 +1360,45 @@ fn partition_rows_now(
     spec: &FindSpec,
     keep: Option<usize>,
 ) -> Result<RowStream> {
-    let matching: geo::MatchIter =
-        match geo::near_rings(reader, id, plan, part, spec.filter.as_ref(), keep, None) {
-            Some(rings) => rings,
-            None => {
-                let records = access_records(reader, id, plan, part, spec.filter.as_ref(), None);
-                Box::new(filter_records(records, spec.filter.clone()))
-            }
-        };
+    let ordered = geo::near_rings(
+        reader,
+        id,
+        plan,
+        std::slice::from_ref(part),
+        spec.filter.as_ref(),
+        keep,
+        Vec::new(),
+    )
+    .or_else(|| {
+        text::ranked(
+            reader,
+            id,
+            (plan, part),
+            (spec.filter.as_ref(), spec.sort.as_ref()),
+            keep,
+            None,
+        )
+    });
+    let matching: geo::MatchIter = match ordered {
+        Some(rings) => rings,
+        None => {
+            let records = access_records(reader, id, plan, part, spec.filter.as_ref(), None);
+            Box::new(filter_records(records, spec.filter.clone()))
+        }
+    };
+    rows_of(matching, id, plan, part, spec, keep)
+}
+
+/// Rows of `matching`: projected, in the order the plan's sort strategy
+/// gives, at most `keep`; what they return is charged to `part`.
+fn rows_of(
+    matching: geo::MatchIter,
+    id: u64,
+    plan: &QueryPlan,
+    part: &PartitionPlan,
+    spec: &FindSpec,
+    keep: Option<usize>,
+) -> Result<RowStream> {
     let projection = spec.projection.clone();
     let returned = Returned::of(id, plan, part);
     let project = move |key: Vec<Bson>, rec: Record, details: MatchDetails| {
