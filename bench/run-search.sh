@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds Shardgate and the benchmark; starts Shardgate on a fresh data
-# directory on a free loopback port; runs the search workloads, each in its
-# own shardgate-bench run, first on unsharded collections and then on
-# collections sharded on {_id: "hashed"} over PARTITIONS (8) partitions;
-# stops the server; prints the report:
+# Builds Shardgate, the benchmark and the ceiling server; starts the
+# ceiling and Shardgate (on a fresh data directory), both on free loopback
+# ports; runs the search workloads, each in its own shardgate-bench run,
+# first on unsharded collections and then on collections sharded on
+# {_id: "hashed"} over PARTITIONS (8) partitions, each query timed on
+# Shardgate and then, unchecked, on the ceiling (RESULT
+# workload=<name>-ceiling-ratio); stops the servers; prints the report:
 #
 #   1. geo-near: GEO_DOCS (1,000,000) GeoJSON points with {loc: "2dsphere"};
 #      $near limit 10 around random points;
@@ -30,13 +32,17 @@
 # defaults. Environment: GEO_DOCS, TEXT_DOCS, COLLATION_DOCS, PARTITIONS
 # (0 skips the sharded runs), CONCURRENCY (1,16), DURATION (seconds per
 # timed run after 1 s of warm-up, 10), SHARDGATE_PORT, SHARDGATE_BIN,
-# SERVER_ARGS, LOG, SKIP_BUILD=1. CARGO_TARGET_DIR is honoured.
+# SERVER_ARGS, LOG, SKIP_BUILD=1, CEILING_DIR (the ceiling's sources,
+# default ../shared/tools/ceiling beside the repository), CEILING_TARGET_DIR.
+# CARGO_TARGET_DIR is honoured.
 #
 # Exits non-zero when any workload failed (after running the rest).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+ceiling_dir="${CEILING_DIR:-$repo/../shared/tools/ceiling}"
+ceiling_target="${CEILING_TARGET_DIR:-/tmp/ceiling-target}"
 shardgate_bin="${SHARDGATE_BIN:-$target_dir/release/shardgate}"
 bench_bin="$target_dir/release/shardgate-bench"
 partitions="${PARTITIONS:-8}"
@@ -52,16 +58,23 @@ set -- ${rest[@]+"${rest[@]}"}
 
 if [[ "${SKIP_BUILD:-}" != 1 ]]; then
     echo "== building (release)"
+    cargo build --release --manifest-path "$ceiling_dir/Cargo.toml" --target-dir "$ceiling_target"
     (cd "$repo" && cargo build --release -p shardgate --bin shardgate -p shardgate-bench --bin shardgate-bench)
 fi
 
+ceiling_port="$(free_port)"
 shardgate_port="${SHARDGATE_PORT:-$(free_port)}"
-require_free "$shardgate_port"
+require_free "$ceiling_port" "$shardgate_port"
 
 data_dir="$(mktemp -d /tmp/sgsearch-data.XXXXXX)"
 server_log="$data_dir.server.log"
 trap stop_servers EXIT
 
+echo "== starting the ceiling on 127.0.0.1:$ceiling_port"
+"$ceiling_target/release/ceiling" --host 127.0.0.1 --port "$ceiling_port" >"$data_dir.ceiling.log" 2>&1 &
+ceiling_pid=$!
+pids+=("$ceiling_pid")
+wait_for_port "$ceiling_port" ceiling "$ceiling_pid"
 echo "== starting shardgate on 127.0.0.1:$shardgate_port, data in $data_dir, log in $server_log"
 "$shardgate_bin" --bind "127.0.0.1:$shardgate_port" --data-dir "$data_dir" \
     --log-level warn ${server_args[@]+"${server_args[@]}"} >"$server_log" 2>&1 &
@@ -72,6 +85,7 @@ wait_for_port "$shardgate_port" shardgate "$shardgate_pid"
 bench() {
     "$bench_bin" \
         --uri "mongodb://127.0.0.1:$shardgate_port/?directConnection=true" \
+        --compare-uri "mongodb://127.0.0.1:$ceiling_port/?directConnection=true" \
         --rss-pid "$shardgate_pid" \
         --geo-docs "${GEO_DOCS:-1000000}" \
         --text-docs "${TEXT_DOCS:-100000}" \

@@ -1,5 +1,7 @@
-//! Search workloads, each on the server under test only (a comparison
-//! server such as the ceiling stores nothing to search):
+//! Search workloads, loaded and checked on the server under test; with a
+//! comparison server (the ceiling, which stores nothing to search) the
+//! same queries are also timed there, unchecked, so each can be read as a
+//! fraction of what the wire allows:
 //!
 //! * `geo-near`: `--geo-docs` GeoJSON points spread over a box the size of
 //!   Europe in `<db>.places`, with `{loc: "2dsphere"}`;
@@ -10,7 +12,7 @@
 //!   `{title: "text", body: "text"}`; a two-word `$text` search sorted by
 //!   `{$meta: "textScore"}`, limit 10.
 //! * `collated-eq`: `--collation-docs` user names in mixed case in
-//!   `<db>.users`, with a unique `{name: 1}` index under
+//!   `<db>.users`, with a `{name: 1}` index (unique when unsharded) under
 //!   `{locale: "en", strength: 2}`; `find({name: N})` with that collation,
 //!   `N` the name in another case.
 //!
@@ -24,7 +26,7 @@
 //! the ten nearest by brute force), `$text` results must be documents
 //! holding a search word, as many as there are up to the limit, in
 //! non-increasing score order, and a collated lookup must find exactly its
-//! user.
+//! user. The ceiling's runs print `RESULT workload=<name>-ceiling-ratio`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -278,13 +280,77 @@ type Query = Arc<
     dyn Fn(Collection<Document>, u64) -> BoxFuture<'static, Result<bool, String>> + Send + Sync,
 >;
 
+/// One search as sent: the same for the server under test (whose answer
+/// is then checked) and for the ceiling (whose answer is not).
+#[derive(Clone)]
+struct Search {
+    filter: Document,
+    projection: Option<Document>,
+    sort: Option<Document>,
+    limit: Option<i64>,
+    collation: Option<Collation>,
+}
+
+impl Search {
+    async fn send(&self, coll: &Collection<Document>) -> Result<Vec<Document>, String> {
+        let mut find = coll.find(self.filter.clone());
+        if let Some(p) = &self.projection {
+            find = find.projection(p.clone());
+        }
+        if let Some(s) = &self.sort {
+            find = find.sort(s.clone());
+        }
+        if let Some(n) = self.limit {
+            find = find.limit(n);
+        }
+        if let Some(c) = &self.collation {
+            find = find.collation(c.clone());
+        }
+        find.await
+            .map_err(|e| e.to_string())?
+            .try_collect()
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A draw's search.
+type MakeSearch = Arc<dyn Fn(u64) -> Search + Send + Sync>;
+
+/// `make`'s searches, answers unchecked: what the ceiling runs.
+fn unchecked(make: &MakeSearch) -> Query {
+    let make = Arc::clone(make);
+    Arc::new(move |coll, draw| {
+        let search = make(draw);
+        Box::pin(async move { search.send(&coll).await.map(|_| true) })
+    })
+}
+
+/// The `$near` search of a point.
+fn near_search(p: [f64; 2]) -> Search {
+    Search {
+        filter: doc! {
+            "loc": { "$near": { "$geometry": { "type": "Point", "coordinates": [p[0], p[1]] } } }
+        },
+        projection: None,
+        sort: None,
+        limit: Some(SEARCH_LIMIT as i64),
+        collation: None,
+    }
+}
+
+/// The point of a draw.
+fn near_point(draw: u64) -> [f64; 2] {
+    point_of(mix(draw), mix(draw ^ 0xface))
+}
+
 /// The `$near` query and its check: results nearest first.
 fn near_query(places: &Arc<Places>) -> Query {
     let places = Arc::clone(places);
     Arc::new(move |coll, draw| {
         let places = Arc::clone(&places);
         Box::pin(async move {
-            let p = point_of(mix(draw), mix(draw ^ 0xface));
+            let p = near_point(draw);
             let found = near(&coll, p).await?;
             check_ascending(&found)?;
             if found.len() != SEARCH_LIMIT.min(places.docs as usize) {
@@ -300,17 +366,7 @@ fn near_query(places: &Arc<Places>) -> Query {
 
 /// The distances of `$near`'s results, in the order returned.
 async fn near(coll: &Collection<Document>, p: [f64; 2]) -> Result<Vec<f64>, String> {
-    let filter = doc! {
-        "loc": { "$near": { "$geometry": { "type": "Point", "coordinates": [p[0], p[1]] } } }
-    };
-    let docs: Vec<Document> = coll
-        .find(filter)
-        .limit(SEARCH_LIMIT as i64)
-        .await
-        .map_err(|e| e.to_string())?
-        .try_collect()
-        .await
-        .map_err(|e| e.to_string())?;
+    let docs = near_search(p).send(coll).await?;
     docs.iter()
         .map(|d| {
             let c = d
@@ -348,6 +404,18 @@ fn search_words(draw: u64) -> (usize, usize) {
     (pick(draw), pick(draw ^ 0xbeef))
 }
 
+/// The `$text` search of a draw's two words.
+fn text_search_of(articles: &Articles, draw: u64) -> Search {
+    let (a, b) = search_words(draw);
+    Search {
+        filter: doc! { "$text": { "$search": format!("{} {}", articles.words[a], articles.words[b]) } },
+        projection: Some(doc! { "score": { "$meta": "textScore" } }),
+        sort: Some(doc! { "score": { "$meta": "textScore" } }),
+        limit: Some(SEARCH_LIMIT as i64),
+        collation: None,
+    }
+}
+
 /// The `$text` query and its check.
 fn text_query(articles: &Arc<Articles>) -> Query {
     let articles = Arc::clone(articles);
@@ -356,16 +424,7 @@ fn text_query(articles: &Arc<Articles>) -> Query {
         Box::pin(async move {
             let (a, b) = search_words(draw);
             let search = format!("{} {}", articles.words[a], articles.words[b]);
-            let docs: Vec<Document> = coll
-                .find(doc! { "$text": { "$search": &search } })
-                .projection(doc! { "score": { "$meta": "textScore" } })
-                .sort(doc! { "score": { "$meta": "textScore" } })
-                .limit(SEARCH_LIMIT as i64)
-                .await
-                .map_err(|e| e.to_string())?
-                .try_collect()
-                .await
-                .map_err(|e| e.to_string())?;
+            let docs = text_search_of(&articles, draw).send(&coll).await?;
             let holding = articles.holding_either(a, b);
             let expected = holding.len().min(SEARCH_LIMIT);
             if docs.len() != expected {
@@ -399,33 +458,39 @@ fn text_query(articles: &Arc<Articles>) -> Query {
     })
 }
 
+/// A draw's user and the collated lookup of its name with every
+/// letter's case flipped.
+fn collated_search(users: &Users, draw: u64) -> (u64, String, Search) {
+    let i = mix(draw) % users.docs;
+    let asked: String = users
+        .name(i)
+        .chars()
+        .map(|c| {
+            if c.is_ascii_uppercase() {
+                c.to_ascii_lowercase()
+            } else {
+                c.to_ascii_uppercase()
+            }
+        })
+        .collect();
+    let search = Search {
+        filter: doc! { "name": &asked },
+        projection: None,
+        sort: None,
+        limit: None,
+        collation: Some(case_insensitive()),
+    };
+    (i, asked, search)
+}
+
 /// The collated lookup and its check.
 fn collated_query(users: &Arc<Users>) -> Query {
     let users = Arc::clone(users);
     Arc::new(move |coll, draw| {
         let users = Arc::clone(&users);
         Box::pin(async move {
-            let i = mix(draw) % users.docs;
-            // The stored name with every letter's case flipped.
-            let asked: String = users
-                .name(i)
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_uppercase() {
-                        c.to_ascii_lowercase()
-                    } else {
-                        c.to_ascii_uppercase()
-                    }
-                })
-                .collect();
-            let docs: Vec<Document> = coll
-                .find(doc! { "name": &asked })
-                .collation(case_insensitive())
-                .await
-                .map_err(|e| e.to_string())?
-                .try_collect()
-                .await
-                .map_err(|e| e.to_string())?;
+            let (i, asked, search) = collated_search(&users, draw);
+            let docs = search.send(&coll).await?;
             match docs.as_slice() {
                 [d] if d.get_i64("_id") == Ok(i as i64) => Ok(true),
                 _ => Err(format!(
@@ -438,10 +503,11 @@ fn collated_query(users: &Arc<Users>) -> Query {
 }
 
 /// Runs `query` for `duration` with `concurrency` tasks, with the server's
-/// CPU use over the run when `--server-pid` (or `--rss-pid`) names it.
+/// CPU use over the run when `--server-pid` (or `--rss-pid`) names it and
+/// `target` is that server.
 async fn timed(
     args: &Args,
-    target: &Target,
+    (target, is_server): (&Target, bool),
     (w, query): (Workload, &Query),
     concurrency: usize,
     duration: Duration,
@@ -451,7 +517,7 @@ async fn timed(
         .warm_pool(concurrency)
         .await
         .map_err(|e| format!("{}: {}: {e}", target.label, w.name()))?;
-    let pid = args.server_pid();
+    let pid = args.server_pid().filter(|_| is_server);
     let cpu_before = pid.map(report::read_cpu_secs);
     let start = Instant::now();
     let deadlines = Deadlines::after(start, duration);
@@ -568,10 +634,11 @@ async fn print_examined(target: &Target, w: Workload, find: Document) -> Result<
 }
 
 /// Times `query` at concurrency 1 and each `--concurrency` level, each
-/// after `--warmup` seconds of the same.
+/// after `--warmup` seconds of the same; `is_server` when `target` is
+/// the server whose CPU `--rss-pid` follows.
 async fn run_levels(
     args: &Args,
-    target: &Target,
+    (target, is_server): (&Target, bool),
     w: Workload,
     query: &Query,
 ) -> Result<Vec<Measurement>, String> {
@@ -585,11 +652,18 @@ async fn run_levels(
     for (level, &conc) in levels.iter().enumerate() {
         let seed = args.seed ^ ((level as u64) << 32) ^ ((w as u64) << 40);
         if !warmup.is_zero() {
-            timed(args, target, (w, query), conc, warmup, seed ^ 1)
-                .await
-                .map_err(|e| format!("warm-up: {e}"))?;
+            timed(
+                args,
+                (target, is_server),
+                (w, query),
+                conc,
+                warmup,
+                seed ^ 1,
+            )
+            .await
+            .map_err(|e| format!("warm-up: {e}"))?;
         }
-        let m = timed(args, target, (w, query), conc, duration, seed).await?;
+        let m = timed(args, (target, is_server), (w, query), conc, duration, seed).await?;
         let cpu = m
             .server_cpu
             .as_ref()
@@ -603,20 +677,69 @@ async fn run_levels(
     Ok(runs)
 }
 
-fn outcome(runs: Vec<Measurement>, title: String) -> Outcome {
+/// Times the server's checked query, then, with a ceiling among
+/// `targets`, the same searches there unchecked, and prints each level's
+/// ratio to the ceiling.
+async fn run_all(
+    args: &Args,
+    (server, ceiling): (&Target, Option<Target>),
+    w: Workload,
+    (checked, make): (&Query, &MakeSearch),
+    title: String,
+) -> Result<Outcome, String> {
+    let runs = run_levels(args, (server, true), w, checked).await?;
     let mut summary = vec![title, report::header()];
     summary.extend(runs.iter().map(report::row));
-    Outcome {
+    let Some(ceiling) = ceiling else {
+        return Ok(Outcome {
+            measurements: Vec::new(),
+            summary,
+        });
+    };
+    let ceiling_runs = run_levels(args, (&ceiling, false), w, &unchecked(make)).await?;
+    summary.extend(ceiling_runs.iter().map(report::row));
+    for m in &runs {
+        let Some(c) = ceiling_runs.iter().find(|c| c.concurrency == m.concurrency) else {
+            continue;
+        };
+        if c.ops == 0 {
+            continue;
+        }
+        let ratio = m.ops_per_sec() / c.ops_per_sec();
+        summary.push(format!(
+            "  conc={} {}: {ratio:.3} of the ceiling's rate",
+            m.concurrency,
+            w.name()
+        ));
+        println!(
+            "RESULT workload={}-ceiling-ratio partitions={} conc={} ratio={ratio:.3}",
+            w.name(),
+            args.search_partitions,
+            m.concurrency
+        );
+    }
+    Ok(Outcome {
         measurements: Vec::new(),
         summary,
-    }
+    })
+}
+
+/// The server under test and the ceiling (if given) on `collection`.
+fn on_collection(targets: &[Target], collection: &str) -> Result<(Target, Option<Target>), String> {
+    let Some(server) = targets.first() else {
+        return Err("a search workload needs a server".into());
+    };
+    Ok((
+        server.for_collection(collection),
+        targets.get(1).map(|c| c.for_collection(collection)),
+    ))
 }
 
 /// `geo-near`.
-pub async fn geo_near(args: &Args, target: &Target) -> Result<Outcome, String> {
+pub async fn geo_near(args: &Args, targets: &[Target]) -> Result<Outcome, String> {
     check_args(args)?;
     let w = Workload::GeoNear;
-    let t = target.for_collection("places");
+    let (t, ceiling) = on_collection(targets, "places")?;
     let places = Arc::new(Places {
         docs: args.geo_docs,
         batch: args.batch,
@@ -647,21 +770,25 @@ pub async fn geo_near(args: &Args, target: &Target) -> Result<Outcome, String> {
         "limit": SEARCH_LIMIT as i64,
     };
     print_examined(&t, w, find).await?;
-    let runs = run_levels(args, &t, w, &near_query(&places)).await?;
-    Ok(outcome(
-        runs,
+    let make: MakeSearch = Arc::new(|draw| near_search(near_point(draw)));
+    run_all(
+        args,
+        (&t, ceiling),
+        w,
+        (&near_query(&places), &make),
         format!(
             "geo-near: $near limit {SEARCH_LIMIT} over {} points, {} partitions",
             places.docs, args.search_partitions
         ),
-    ))
+    )
+    .await
 }
 
 /// `text-search`.
-pub async fn text_search(args: &Args, target: &Target) -> Result<Outcome, String> {
+pub async fn text_search(args: &Args, targets: &[Target]) -> Result<Outcome, String> {
     check_args(args)?;
     let w = Workload::TextSearch;
-    let t = target.for_collection("articles");
+    let (t, ceiling) = on_collection(targets, "articles")?;
     let started = Instant::now();
     let articles = Arc::new(Articles::new(args.text_docs, args.batch, args.seed));
     println!(
@@ -687,27 +814,36 @@ pub async fn text_search(args: &Args, target: &Target) -> Result<Outcome, String
         "limit": SEARCH_LIMIT as i64,
     };
     print_examined(&t, w, find).await?;
-    let runs = run_levels(args, &t, w, &text_query(&articles)).await?;
-    Ok(outcome(
-        runs,
+    let searched = Arc::clone(&articles);
+    let make: MakeSearch = Arc::new(move |draw| text_search_of(&searched, draw));
+    run_all(
+        args,
+        (&t, ceiling),
+        w,
+        (&text_query(&articles), &make),
         format!(
             "text-search: two-word $text, sorted by score, limit {SEARCH_LIMIT}, over {} documents, {} partitions",
             articles.docs, args.search_partitions
         ),
-    ))
+    )
+    .await
 }
 
 /// `collated-eq`.
-pub async fn collated_eq(args: &Args, target: &Target) -> Result<Outcome, String> {
+pub async fn collated_eq(args: &Args, targets: &[Target]) -> Result<Outcome, String> {
     check_args(args)?;
     let w = Workload::CollatedEq;
-    let t = target.for_collection("users");
+    let (t, ceiling) = on_collection(targets, "users")?;
     let users = Arc::new(Users {
         docs: args.collation_docs,
         batch: args.batch,
         salt: mix(args.seed ^ 0xc011),
     });
     let collation = doc! { "locale": "en", "strength": 2 };
+    // A unique index must start with the shard key, as in MongoDB: the
+    // sharded copy (on `_id`) has a plain one, which the lookup reads on
+    // every partition (a collated string query pins none).
+    let unique = args.search_partitions == 0;
     prepare(
         args,
         &t,
@@ -715,7 +851,7 @@ pub async fn collated_eq(args: &Args, target: &Target) -> Result<Outcome, String
         w,
         (
             doc! { "name": 1 },
-            doc! { "unique": true, "collation": collation.clone() },
+            doc! { "unique": unique, "collation": collation.clone() },
         ),
     )
     .await?;
@@ -725,14 +861,19 @@ pub async fn collated_eq(args: &Args, target: &Target) -> Result<Outcome, String
         "collation": collation,
     };
     print_examined(&t, w, find).await?;
-    let runs = run_levels(args, &t, w, &collated_query(&users)).await?;
-    Ok(outcome(
-        runs,
+    let looked_up = Arc::clone(&users);
+    let make: MakeSearch = Arc::new(move |draw| collated_search(&looked_up, draw).2);
+    run_all(
+        args,
+        (&t, ceiling),
+        w,
+        (&collated_query(&users), &make),
         format!(
             "collated-eq: find({{name}}) with {{locale: \"en\", strength: 2}} through a unique collated index, over {} users, {} partitions",
             users.docs, args.search_partitions
         ),
-    ))
+    )
+    .await
 }
 
 #[cfg(test)]
