@@ -13,8 +13,8 @@
 #      {title: "text", body: "text"}; a two-word $text sorted by
 #      {$meta: "textScore"}, limit 10;
 #   3. collated-eq: COLLATION_DOCS (200,000) mixed-case user names with a
-#      unique {name: 1} index under {locale: "en", strength: 2}; find by
-#      the name in another case with that collation.
+#      {name: 1} index (unique when unsharded) under {locale: "en",
+#      strength: 2}; find by the name in another case with that collation.
 #
 # Each prints an EXAMINED line (keys and documents an explained query
 # examined against what it returned) and its runs at concurrency 1 and 16
