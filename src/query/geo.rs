@@ -203,7 +203,7 @@ pub fn parse_geojson(d: &Document) -> Result<Geometry<f64>, String> {
     let Some(c) = d.get("coordinates") else {
         return Err(format!("coordinates must be an array: {d}"));
     };
-    Ok(match kind {
+    let geometry = match kind {
         "Point" => {
             let Bson::Array(items) = c else {
                 return Err(format!("Point must be an array or object, instead got {c}"));
@@ -237,7 +237,102 @@ pub fn parse_geojson(d: &Document) -> Result<Geometry<f64>, String> {
                 .collect::<Result<_, _>>()?,
         )),
         other => return Err(format!("unknown GeoJSON type: {other}")),
-    })
+    };
+    Ok(along_great_circles(geometry))
+}
+
+/// The longest edge a GeoJSON line or polygon keeps, in metres: longer
+/// edges get points inserted along their great circle.
+const MAX_EDGE_M: f64 = 10_000.0;
+/// The most points [`along_great_circles`] adds to one geometry: past it
+/// the edges are split more coarsely, so a document of many very long
+/// edges cannot grow without bound.
+const MAX_ADDED_POINTS: f64 = 100_000.0;
+
+/// A GeoJSON geometry whose edges follow great circles, as MongoDB's
+/// `2dsphere` reads them: every edge longer than [`MAX_EDGE_M`] is split
+/// at points along its great circle (georust's haversine interpolation),
+/// so the flat longitude/latitude tests and bounding boxes applied to it
+/// stay within a few metres of the spherical ones (an edge of 10 km
+/// strays from its arc by under 10 m). Meridians and the equator are
+/// great circles already and stay as they are, so a point exactly on one
+/// is still on it. An edge between antipodal points has no one great
+/// circle and is kept straight.
+fn along_great_circles(g: Geometry<f64>) -> Geometry<f64> {
+    use geo::{CoordsIter, Distance, Haversine};
+    fn length(line: &LineString<f64>) -> f64 {
+        line.lines()
+            .map(|l| Haversine::distance(l.start_point(), l.end_point()))
+            .sum()
+    }
+    fn rings(p: &Polygon<f64>) -> f64 {
+        length(p.exterior()) + p.interiors().iter().map(length).sum::<f64>()
+    }
+    fn polygon(p: &Polygon<f64>, edge: f64) -> Polygon<f64> {
+        Polygon::new(
+            split(p.exterior(), edge),
+            p.interiors().iter().map(|r| split(r, edge)).collect(),
+        )
+    }
+    // A collection's parts were each parsed on their own.
+    let total = match &g {
+        Geometry::LineString(x) => length(x),
+        Geometry::Polygon(x) => rings(x),
+        Geometry::MultiLineString(x) => x.iter().map(length).sum(),
+        Geometry::MultiPolygon(x) => x.iter().map(rings).sum(),
+        _ => return g,
+    };
+    if total.is_nan() || total <= MAX_EDGE_M {
+        return g;
+    }
+    let edge = MAX_EDGE_M.max(total / MAX_ADDED_POINTS);
+    let dense = match &g {
+        Geometry::LineString(x) => Geometry::LineString(split(x, edge)),
+        Geometry::Polygon(x) => Geometry::Polygon(polygon(x, edge)),
+        Geometry::MultiLineString(x) => Geometry::MultiLineString(MultiLineString::new(
+            x.iter().map(|l| split(l, edge)).collect(),
+        )),
+        Geometry::MultiPolygon(x) => Geometry::MultiPolygon(MultiPolygon::new(
+            x.iter().map(|p| polygon(p, edge)).collect(),
+        )),
+        _ => return g,
+    };
+    if dense
+        .coords_iter()
+        .all(|c| c.x.is_finite() && c.y.is_finite())
+    {
+        dense
+    } else {
+        g
+    }
+}
+
+/// `line` with each edge longer than `edge` metres (other than meridians
+/// and the equator) split into equal parts along its great circle.
+fn split(line: &LineString<f64>, edge: f64) -> LineString<f64> {
+    use geo::{Distance, Haversine, InterpolatePoint};
+    let mut out: Vec<Coord<f64>> = Vec::with_capacity(line.0.len());
+    for l in line.lines() {
+        out.push(l.start);
+        let (a, b) = (l.start_point(), l.end_point());
+        if a.x() == b.x() || (a.y() == 0.0 && b.y() == 0.0) {
+            continue;
+        }
+        let parts = (Haversine::distance(a, b) / edge).ceil();
+        // At most the whole line's length over `edge`: bounded.
+        if parts.is_nan() || parts <= 1.0 {
+            continue;
+        }
+        let parts = parts as u64;
+        for i in 1..parts {
+            let p = Haversine::point_at_ratio_between(a, b, i as f64 / parts as f64);
+            out.push(p.0);
+        }
+    }
+    if let Some(last) = line.0.last() {
+        out.push(*last);
+    }
+    LineString::new(out)
 }
 
 /// The geometries a field's value holds: one value, or each element of
@@ -879,6 +974,32 @@ mod tests {
     }
 
     #[test]
+    fn polygon_edges_follow_great_circles() {
+        // The top edge runs from (90, 60) to (0, 60): on the sphere it
+        // bulges towards the pole, to about 67.8° at longitude 45, so
+        // (45, 63) is inside the polygon and (45, 70) is not; a straight
+        // edge in the plane would leave (45, 63) out.
+        let region = Region::parse(&bson!({"$geometry": {"type": "Polygon", "coordinates": [
+            [[0.0, 0.0], [90.0, 0.0], [90.0, 60.0], [0.0, 60.0], [0.0, 0.0]]
+        ]}}))
+        .unwrap();
+        assert!(region.contains(&stored(
+            bson!({"type": "Point", "coordinates": [45.0, 63.0]})
+        )));
+        assert!(!region.contains(&stored(
+            bson!({"type": "Point", "coordinates": [45.0, 70.0]})
+        )));
+        // The bounding box (and so the index cells read) holds the bulge.
+        let top = region.bounds().unwrap().max_y;
+        assert!((67.0..68.5).contains(&top), "{top}");
+        // Short edges are left as they are.
+        let small =
+            parse_geojson(&doc! {"type": "LineString", "coordinates": [[0.0, 0.0], [0.01, 0.01]]})
+                .unwrap();
+        assert_eq!(geo::CoordsIter::coords_count(&small), 2);
+    }
+
+    #[test]
     fn parses_geojson_and_legacy_pairs() {
         assert!(stored(bson!([1, 2])).legacy);
         assert!(stored(bson!({"x": 1.5, "y": 2})).legacy);
@@ -931,11 +1052,18 @@ mod tests {
         let cs = Region::parse(&bson!({"$centerSphere": [[0, 0], 0.1]})).unwrap();
         assert!(cs.contains(&stored(bson!([5, 0]))));
         assert!(!cs.contains(&stored(bson!([6, 0]))));
+        // A meridian is a great circle and a straight line alike.
         let line = parse_intersects(&bson!({"$geometry": {"type": "LineString",
-            "coordinates": [[-1, 5], [11, 5]]}}))
+            "coordinates": [[5, -1], [5, 11]]}}))
         .unwrap();
         assert!(intersects(&line, &inside));
         assert!(!intersects(&line, &in_hole));
+        // Along a parallel the great circle runs north of it: (5, 5) is
+        // about 700 m south of the line from (-1, 5) to (11, 5).
+        let parallel = parse_intersects(&bson!({"$geometry": {"type": "LineString",
+            "coordinates": [[-1, 5], [11, 5]]}}))
+        .unwrap();
+        assert!(!intersects(&parallel, &inside));
         assert!(
             Region::parse(&bson!({"$geometry": {"type": "Point", "coordinates": [0, 0]}})).is_err()
         );

@@ -243,7 +243,20 @@ async fn within_and_intersects_with_and_without_index() {
             None,
         )
         .await;
-        assert_eq!(got, vec![100, 101, 102]);
+        // The road is a great circle, north of the parallel it starts
+        // on: 102's point (10.5, 10.5) lies about 13 m south of it.
+        assert_eq!(got, vec![100, 101]);
+        let avenue =
+            doc! {"$geometry": {"type": "LineString", "coordinates": [[10.5, 9.0], [10.5, 10.55]]}};
+        let got = ids(
+            &srv,
+            doc! {"location": {"$geoIntersects": avenue}},
+            None,
+            None,
+        )
+        .await;
+        // A meridian is one: it passes through 102's point.
+        assert_eq!(got, vec![100, 102]);
         let spot = doc! {"$geometry": point(10.6, 10.6)};
         let got = ids(
             &srv,
@@ -256,6 +269,27 @@ async fn within_and_intersects_with_and_without_index() {
         let cap = doc! {"$centerSphere": [[9.95, 9.95], 0.0005]};
         let got = ids(&srv, doc! {"location": {"$geoWithin": cap}}, None, None).await;
         assert_eq!(got, vec![105]);
+    }
+}
+
+/// A long polygon edge is a great circle, as in MongoDB: the edge from
+/// (90, 60) to (0, 60) bulges towards the pole (to about 67.8° at
+/// longitude 45), so a point at latitude 63 is inside and one at 70 is
+/// not, with or without the index.
+#[tokio::test]
+async fn long_polygon_edges_follow_great_circles() {
+    let places = vec![
+        doc! {"_id": 1, "k": 1, "location": point(45.0, 63.0)},
+        doc! {"_id": 2, "k": 2, "location": point(45.0, 70.0)},
+        doc! {"_id": 3, "k": 3, "location": point(45.0, 30.0)},
+        doc! {"_id": 4, "k": 4, "location": point(95.0, 30.0)},
+    ];
+    for indexes in [vec![doc! {"location": "2dsphere"}], vec![]] {
+        let srv = setup(places.clone(), &indexes).await;
+        let area = doc! {"$geometry": {"type": "Polygon", "coordinates":
+        [[[0.0, 0.0], [90.0, 0.0], [90.0, 60.0], [0.0, 60.0], [0.0, 0.0]]]}};
+        let got = ids(&srv, doc! {"location": {"$geoWithin": area}}, None, None).await;
+        assert_eq!(got, vec![1, 3], "indexes {indexes:?}");
     }
 }
 
