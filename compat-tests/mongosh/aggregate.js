@@ -7,23 +7,7 @@
 // orders, checked against the answer computed here in JavaScript. Any failed
 // check throws at the end, and mongosh then exits non-zero.
 
-const failures = [];
-function check(cond, what, got) {
-  if (!cond) {
-    const line = "FAILED: " + what + (got === undefined ? "" : " (got " + EJSON.stringify(got, { relaxed: false }) + ")");
-    print(line);
-    failures.push(line);
-  }
-}
-
-function attempt(what, fn) {
-  try {
-    return fn();
-  } catch (e) {
-    check(false, what + " threw " + e.message);
-    return undefined;
-  }
-}
+load(__dirname + "/lib/checks.js");
 
 const dbName = "aggreport";
 const rdb = db.getSiblingDB(dbName);

@@ -5,14 +5,7 @@
 // with SHARDGATE_URI_BASE=mongodb://127.0.0.1:PORT set for the logins it
 // makes itself. Any failed check throws, and mongosh then exits non-zero.
 
-const failures = [];
-function check(cond, what, got) {
-  if (!cond) {
-    const line = "FAILED: " + what + (got === undefined ? "" : " (got " + EJSON.stringify(got, { relaxed: false }) + ")");
-    print(line);
-    failures.push(line);
-  }
-}
+load(__dirname + "/lib/checks.js");
 function codeOf(f) {
   try { f(); return 0; } catch (e) { return e.code === undefined ? -1 : e.code; }
 }

@@ -9,14 +9,7 @@
 // through zlib both ways. Any failed check throws at the end, and mongosh
 // then exits non-zero.
 
-const failures = [];
-function check(cond, what, got) {
-  if (!cond) {
-    const line = "FAILED: " + what + (got === undefined ? "" : " (got " + EJSON.stringify(got, { relaxed: false }) + ")");
-    print(line);
-    failures.push(line);
-  }
-}
+load(__dirname + "/lib/checks.js");
 
 function zlibCounts() {
   const c = db.adminCommand({ serverStatus: 1 }).network.compression;

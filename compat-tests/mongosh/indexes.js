@@ -6,24 +6,7 @@
 //        compat-tests/mongosh/indexes.js
 // Any failed check throws at the end, and mongosh then exits non-zero.
 
-const failures = [];
-function check(cond, what, got) {
-  if (!cond) {
-    const line = "FAILED: " + what + (got === undefined ? "" : " (got " + EJSON.stringify(got, { relaxed: false }) + ")");
-    print(line);
-    failures.push(line);
-  }
-}
-
-// Runs `fn`; a throw is a failed check rather than the end of the script.
-function attempt(what, fn) {
-  try {
-    return fn();
-  } catch (e) {
-    check(false, what + " threw " + e.message);
-    return undefined;
-  }
-}
+load(__dirname + "/lib/checks.js");
 
 // Runs `fn`, which must throw a server error with `code`; returns the error.
 function expectError(what, code, fn) {

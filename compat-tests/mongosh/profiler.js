@@ -5,14 +5,7 @@
 // second mongosh, started from here (its path in $MONGOSH_BIN, else
 // `mongosh` on the PATH).
 
-const failures = [];
-function check(cond, what, got) {
-  if (!cond) {
-    const line = "FAILED: " + what + (got === undefined ? "" : " (got " + EJSON.stringify(got, { relaxed: false }) + ")");
-    print(line);
-    failures.push(line);
-  }
-}
+load(__dirname + "/lib/checks.js");
 
 const dbName = "mongosh_profiler";
 const pdb = db.getSiblingDB(dbName);

@@ -5,14 +5,7 @@
 
 // Failed checks are collected so that one run shows every problem; the
 // script throws at the end if there was any.
-const failures = [];
-function check(cond, what, got) {
-  if (!cond) {
-    const line = "FAILED: " + what + (got === undefined ? "" : " (got " + EJSON.stringify(got, { relaxed: false }) + ")");
-    print(line);
-    failures.push(line);
-  }
-}
+load(__dirname + "/lib/checks.js");
 
 function sameJSON(a, b) {
   return EJSON.stringify(a) === EJSON.stringify(b);

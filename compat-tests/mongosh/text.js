@@ -8,23 +8,7 @@
 // scores are MongoDB 7.0's, worked out from its formula. Any failed check
 // throws at the end, and mongosh then exits non-zero.
 
-const failures = [];
-function check(cond, what, got) {
-  if (!cond) {
-    const line = "FAILED: " + what + (got === undefined ? "" : " (got " + EJSON.stringify(got, { relaxed: false }) + ")");
-    print(line);
-    failures.push(line);
-  }
-}
-
-function attempt(what, fn) {
-  try {
-    return fn();
-  } catch (e) {
-    check(false, what + " threw " + e.message);
-    return undefined;
-  }
-}
+load(__dirname + "/lib/checks.js");
 
 const dbName = "textsearch";
 const sdb = db.getSiblingDB(dbName);

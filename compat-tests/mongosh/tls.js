@@ -8,14 +8,7 @@
 // checks the server answers hello as a mongos. Any failed check throws at
 // the end, and mongosh then exits non-zero.
 
-const failures = [];
-function check(cond, what, got) {
-  if (!cond) {
-    const line = "FAILED: " + what + (got === undefined ? "" : " (got " + EJSON.stringify(got, { relaxed: false }) + ")");
-    print(line);
-    failures.push(line);
-  }
-}
+load(__dirname + "/lib/checks.js");
 
 const hello = db.adminCommand({ hello: 1 });
 check(hello.ok === 1 && hello.msg === "isdbgrid", "hello over TLS", hello);
