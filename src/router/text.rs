@@ -42,7 +42,6 @@ pub(super) fn ranked(
 ) -> Option<MatchIter> {
     let keep = keep?;
     let filter = filter?;
-
     let text = filter.text()?;
     if text.args.sensitivity != Sensitivity::default() || !sort?.is_text_score_only() {
         return None;
