@@ -744,39 +744,14 @@ impl Router {
             let examined = Arc::new(Examined::default());
             let started = std::time::Instant::now();
             let (returned, request_charge) = charge::measured(|| -> Result<u64> {
-                let rings = geo::near_rings(
+                let matching = partition_matches(
                     &reader,
                     coll.id,
-                    &plan,
-                    std::slice::from_ref(part),
-                    spec.filter.as_ref(),
+                    (&plan, part),
+                    spec,
                     keep,
-                    vec![Some(examined.clone())],
-                )
-                .or_else(|| {
-                    text::ranked(
-                        &reader,
-                        coll.id,
-                        (&plan, part),
-                        (spec.filter.as_ref(), spec.sort.as_ref()),
-                        keep,
-                        Some(examined.clone()),
-                    )
-                });
-                let matching: geo::MatchIter = match rings {
-                    Some(rings) => rings,
-                    None => {
-                        let records = access_records(
-                            &reader,
-                            coll.id,
-                            &plan,
-                            part,
-                            spec.filter.as_ref(),
-                            Some(examined.clone()),
-                        );
-                        Box::new(filter_records(records, spec.filter.clone()))
-                    }
-                };
+                    Some(examined.clone()),
+                );
                 let returned_bytes = Returned::of(coll.id, &plan, part);
                 let mut returned = 0u64;
                 for item in matching {
@@ -1360,33 +1335,45 @@ fn partition_rows_now(
     spec: &FindSpec,
     keep: Option<usize>,
 ) -> Result<RowStream> {
-    let ordered = geo::near_rings(
+    let matching = partition_matches(reader, id, (plan, part), spec, keep, None);
+    rows_of(matching, id, plan, part, spec, keep)
+}
+
+/// One partition's matching records, through the access path its query
+/// needs: `$near` rings, the ranked `$text` fetch, or the plan's access
+/// path with the filter applied. `examined` counts what it reads.
+fn partition_matches(
+    reader: &Reader,
+    id: u64,
+    (plan, part): (&QueryPlan, &PartitionPlan),
+    spec: &FindSpec,
+    keep: Option<usize>,
+    examined: Option<Arc<Examined>>,
+) -> geo::MatchIter {
+    let filter = spec.filter.as_ref();
+    let rings = geo::near_rings(
         reader,
         id,
         plan,
         std::slice::from_ref(part),
-        spec.filter.as_ref(),
+        filter,
         keep,
-        Vec::new(),
-    )
-    .or_else(|| {
+        vec![examined.clone()],
+    );
+    let ordered = rings.or_else(|| {
         text::ranked(
             reader,
             id,
             (plan, part),
-            (spec.filter.as_ref(), spec.sort.as_ref()),
+            (filter, spec.sort.as_ref()),
             keep,
-            None,
+            examined.clone(),
         )
     });
-    let matching: geo::MatchIter = match ordered {
-        Some(rings) => rings,
-        None => {
-            let records = access_records(reader, id, plan, part, spec.filter.as_ref(), None);
-            Box::new(filter_records(records, spec.filter.clone()))
-        }
-    };
-    rows_of(matching, id, plan, part, spec, keep)
+    ordered.unwrap_or_else(|| {
+        let records = access_records(reader, id, plan, part, filter, examined);
+        Box::new(filter_records(records, spec.filter.clone()))
+    })
 }
 
 /// Rows of `matching`: projected, in the order the plan's sort strategy

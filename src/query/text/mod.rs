@@ -545,6 +545,17 @@ pub struct TextArgs {
     pub sensitivity: Sensitivity,
 }
 
+/// MongoDB's error for a `$text` argument of the wrong type.
+fn wrong_type(field: &str, expected: &str, value: &Bson) -> Error {
+    Error::new(
+        ErrorCode::TypeMismatch,
+        format!(
+            "{field} had the wrong type. Expected {expected}, found {}",
+            crate::query::compare::type_name(value)
+        ),
+    )
+}
+
 impl TextArgs {
     /// Parses `{$search, $language, $caseSensitive, $diacriticSensitive}`.
     pub fn parse(value: &Bson) -> Result<TextArgs> {
@@ -558,11 +569,7 @@ impl TextArgs {
             match key.as_str() {
                 "$search" => match v {
                     Bson::String(s) => search = Some(s.clone()),
-                    _ => crate::bail!(
-                        TypeMismatch,
-                        "$search had the wrong type. Expected string, found {}",
-                        crate::query::compare::type_name(v)
-                    ),
+                    _ => return Err(wrong_type(key, "string", v)),
                 },
                 "$language" => match v {
                     Bson::String(s) => {
@@ -573,27 +580,15 @@ impl TextArgs {
                             )
                         })?)
                     }
-                    _ => crate::bail!(
-                        TypeMismatch,
-                        "$language had the wrong type. Expected string, found {}",
-                        crate::query::compare::type_name(v)
-                    ),
+                    _ => return Err(wrong_type(key, "string", v)),
                 },
                 "$caseSensitive" => match v {
                     Bson::Boolean(b) => sensitivity.case = *b,
-                    _ => crate::bail!(
-                        TypeMismatch,
-                        "$caseSensitive had the wrong type. Expected bool, found {}",
-                        crate::query::compare::type_name(v)
-                    ),
+                    _ => return Err(wrong_type(key, "bool", v)),
                 },
                 "$diacriticSensitive" => match v {
                     Bson::Boolean(b) => sensitivity.diacritic = *b,
-                    _ => crate::bail!(
-                        TypeMismatch,
-                        "$diacriticSensitive had the wrong type. Expected bool, found {}",
-                        crate::query::compare::type_name(v)
-                    ),
+                    _ => return Err(wrong_type(key, "bool", v)),
                 },
                 other => crate::bail!(BadValue, "unknown operator: {other}"),
             }
