@@ -7,6 +7,7 @@
 //! bytes and not BSON logic, needs the same limits; it imports only
 //! `error`.
 
+pub mod clock;
 pub mod compressor;
 pub mod host;
 pub mod limits;

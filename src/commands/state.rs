@@ -47,7 +47,6 @@ pub struct StateInner {
     pub top: super::activity::Top,
     /// Authentication and authorization (`--auth`).
     pub security: Security,
-    cluster_time: AtomicU64,
 }
 
 impl std::ops::Deref for ServerState {
@@ -169,36 +168,13 @@ impl ServerState {
             metrics,
             top: super::activity::Top::default(),
             security: Security::new(config_auth, failures_per_second),
-            cluster_time: AtomicU64::new(0),
         }))
     }
 
     /// The next cluster time: wall-clock seconds with an increment, never
-    /// going backwards.
+    /// going backwards ([`crate::base::clock`]).
     pub fn tick_cluster_time(&self) -> Timestamp {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let floor = now << 32;
-        let mut prev = self.cluster_time.load(Ordering::Relaxed);
-        loop {
-            let next = (prev + 1).max(floor | 1);
-            match self.cluster_time.compare_exchange_weak(
-                prev,
-                next,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    return Timestamp {
-                        time: (next >> 32) as u32,
-                        increment: next as u32,
-                    }
-                }
-                Err(actual) => prev = actual,
-            }
-        }
+        crate::base::clock::unpack(crate::base::clock::tick())
     }
 }
 
