@@ -180,6 +180,7 @@ struct Spaces {
     catalog: Keyspace,
     index: Keyspace,
     usage: Keyspace,
+    changes: Keyspace,
 }
 
 impl Spaces {
@@ -189,6 +190,7 @@ impl Spaces {
             Space::Catalog => &self.catalog,
             Space::Index => &self.index,
             Space::Usage => &self.usage,
+            Space::Changes => &self.changes,
         }
     }
 }
@@ -368,6 +370,11 @@ impl EmbeddedEngine {
         let usage = db
             .keyspace("usage", KeyspaceCreateOptions::default)
             .map_err(engine_err)?;
+        let changes = db
+            .keyspace("changes", || {
+                KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+            })
+            .map_err(engine_err)?;
         let sync_db = db.clone();
         let journal = Mutex::new(ActiveJournal::new(dir.join("engine")));
         let errors = WriteErrors {
@@ -405,6 +412,7 @@ impl EmbeddedEngine {
                 catalog,
                 index,
                 usage,
+                changes,
             },
             group,
             errors,

@@ -12,11 +12,16 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 
-use super::layout::{self, KeyRange};
+use crate::base::clock;
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use super::layout::{self, ChangePosition, KeyRange};
 use super::{
-    CatalogKey, CommitSeq, IndexEntryKey, IndexScan, MetaStore, PartitionOf, RecordKey, RecordScan,
-    SharedView, StorageError, StorageResult, Store, StoreFuture, StoreStream, Usage, View,
-    WriteBatch, WriteOp,
+    CatalogKey, ChangeLog, CommitSeq, IndexEntryKey, IndexScan, MetaStore, PartitionOf, RecordKey,
+    RecordScan, SharedView, StorageError, StorageResult, Store, StoreFuture, StoreStream, Usage,
+    View, WriteBatch, WriteOp,
 };
 
 /// The key spaces an engine keeps apart.
@@ -30,10 +35,18 @@ pub enum Space {
     Index,
     /// Usage counters: per hash and per partition.
     Usage,
+    /// The change log, by [`ChangePosition`].
+    Changes,
 }
 
 impl Space {
-    pub const ALL: [Space; 4] = [Space::Records, Space::Catalog, Space::Index, Space::Usage];
+    pub const ALL: [Space; 5] = [
+        Space::Records,
+        Space::Catalog,
+        Space::Index,
+        Space::Usage,
+        Space::Changes,
+    ];
 }
 
 /// One raw change.
@@ -114,11 +127,35 @@ const CLEAR_BATCH: usize = 10_000;
 /// The partition-level store over one engine.
 pub struct KvStore {
     engine: Arc<dyn KvEngine>,
+    /// Held while a batch with change-log entries takes its time and
+    /// commits, so such batches commit in the order of their times.
+    logging: Mutex<()>,
+    /// The time of the newest batch that logged changes.
+    newest_change: watch::Sender<u64>,
 }
 
 impl KvStore {
     pub fn new(engine: Arc<dyn KvEngine>) -> Arc<KvStore> {
-        Arc::new(KvStore { engine })
+        Arc::new(KvStore {
+            engine,
+            logging: Mutex::new(()),
+            newest_change: watch::Sender::new(0),
+        })
+    }
+
+    /// Moves the cluster clock past every time the log holds, so the
+    /// changes logged from now on follow them even if the wall clock
+    /// stepped back while the server was down.
+    fn recover_clock(&self) -> StorageResult<()> {
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        if let Some(item) = self.engine.scan(Space::Changes, all, true).next() {
+            let (key, _) = item?;
+            let newest = ChangePosition::decode(&key)?.time;
+            clock::advance_past(newest);
+            self.newest_change.send_replace(newest);
+        }
+        clock::advance_past(ChangeLog::start(self)?);
+        Ok(())
     }
 
     fn clear(&self, ranges: Vec<(Space, KeyRange)>) -> StorageResult<CommitSeq> {
@@ -207,10 +244,12 @@ fn version_op() -> KvOp {
     }
 }
 
-/// The raw changes of a typed batch.
-pub fn raw_ops(batch: WriteBatch) -> Vec<KvOp> {
+/// The raw changes of a typed batch; its change-log entries go at
+/// cluster time `time`, in the batch's order.
+pub fn raw_ops(batch: WriteBatch, time: u64) -> Vec<KvOp> {
     let put = |space, key, value| Some(KvOp::Put { space, key, value });
     let delete = |space, key| Some(KvOp::Delete { space, key });
+    let mut index = 0u32;
     batch
         .ops
         .into_iter()
@@ -264,6 +303,11 @@ pub fn raw_ops(batch: WriteBatch) -> Vec<KvOp> {
             WriteOp::DeleteMeta(k) => delete(Space::Catalog, k.encode()),
             // One engine holds every partition: nothing to place.
             WriteOp::PutPartition { .. } | WriteOp::DeletePartition { .. } => None,
+            WriteOp::PutChange(entry) => {
+                let key = ChangePosition { time, index }.encode();
+                index += 1;
+                put(Space::Changes, key, entry)
+            }
         })
         .collect()
 }
@@ -286,8 +330,16 @@ impl Store for KvStore {
     }
 
     fn apply(&self, batch: WriteBatch) -> StoreFuture<CommitSeq> {
-        let result = self.engine.write(raw_ops(batch));
-        Box::pin(async move { result })
+        if !batch.logs_changes() {
+            return ready(self.engine.write(raw_ops(batch, 0)));
+        }
+        let _logging = self.logging.lock();
+        let time = clock::tick();
+        let result = self.engine.write(raw_ops(batch, time));
+        if result.is_ok() {
+            self.newest_change.send_replace(time);
+        }
+        ready(result)
     }
 
     fn durable(&self, seq: CommitSeq) -> StoreFuture<()> {
@@ -315,6 +367,71 @@ impl Store for KvStore {
     }
 
     fn ensure_format(&self, partition_of: PartitionOf<'_>) -> StorageResult<()> {
+        self.check_format(partition_of)?;
+        self.recover_clock()
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        self.engine.disk_bytes()
+    }
+
+    fn sync_stats(&self) -> Option<super::durability::SyncStats> {
+        self.engine.sync_stats()
+    }
+
+    fn change_log(&self) -> Option<&dyn ChangeLog> {
+        Some(self)
+    }
+
+    fn close(&self) -> StorageResult<()> {
+        self.engine.close()
+    }
+}
+
+impl ChangeLog for KvStore {
+    fn horizon(&self) -> u64 {
+        let _logging = self.logging.lock();
+        clock::tick()
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.newest_change.subscribe()
+    }
+
+    fn start(&self) -> StorageResult<u64> {
+        let stored = self
+            .engine
+            .get(Space::Catalog, &CatalogKey::ChangeLogStart.encode())?;
+        Ok(stored
+            .as_deref()
+            .and_then(layout::decode_counter)
+            .unwrap_or(0))
+    }
+
+    /// Records the new start first: a reader behind it is told its
+    /// changes are gone rather than finding some of them missing.
+    fn trim(&self, time: u64) -> StoreFuture<CommitSeq> {
+        let result = (|| {
+            if ChangeLog::start(self)? >= time {
+                return Ok(0);
+            }
+            self.engine.write(vec![KvOp::Put {
+                space: Space::Catalog,
+                key: CatalogKey::ChangeLogStart.encode(),
+                value: layout::encode_counter(time),
+            }])?;
+            let before = ChangePosition { time, index: 0 }.encode();
+            self.clear(vec![(
+                Space::Changes,
+                (Bound::Unbounded, Bound::Excluded(before)),
+            )])
+        })();
+        ready(result)
+    }
+}
+
+impl KvStore {
+    fn check_format(&self, partition_of: PartitionOf<'_>) -> StorageResult<()> {
         let found = self
             .engine
             .get(Space::Catalog, &CatalogKey::FormatVersion.encode())?;
@@ -345,18 +462,6 @@ impl Store for KvStore {
                 }
             }
         }
-    }
-
-    fn disk_bytes(&self) -> u64 {
-        self.engine.disk_bytes()
-    }
-
-    fn sync_stats(&self) -> Option<super::durability::SyncStats> {
-        self.engine.sync_stats()
-    }
-
-    fn close(&self) -> StorageResult<()> {
-        self.engine.close()
     }
 }
 
@@ -521,6 +626,14 @@ impl View for KvView {
         );
         ready(found.map(|v| v.as_deref().map(Usage::decode)))
     }
+
+    fn scan_changes(&self, after: ChangePosition) -> StoreStream<(ChangePosition, Vec<u8>)> {
+        let range = (Bound::Excluded(after.encode()), Bound::Unbounded);
+        from_iter(self.read.scan(Space::Changes, range, false).map(|item| {
+            let (key, value) = item?;
+            Ok((ChangePosition::decode(&key)?, value))
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -529,6 +642,66 @@ mod tests {
     use crate::storage::layout::v1;
     use crate::storage::memory::MemoryEngine;
     use crate::storage::{blocking, IndexScan};
+
+    fn logged(entries: &[&[u8]]) -> WriteBatch {
+        let mut batch = WriteBatch::default();
+        for e in entries {
+            batch.push(WriteOp::PutChange(e.to_vec()));
+        }
+        batch
+    }
+
+    #[test]
+    fn concurrent_batches_log_in_commit_order_and_trim_from_the_front() {
+        let (store, _engine) = MemoryEngine::store();
+        store.ensure_format(&|_, _| None).unwrap();
+        let log = store.change_log().unwrap();
+        let before = log.horizon();
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                let store = &store;
+                s.spawn(move || {
+                    for i in 0..50u8 {
+                        blocking::wait(store.apply(logged(&[&[t, i, 0], &[t, i, 1]]))).unwrap();
+                    }
+                });
+            }
+        });
+        let after = log.horizon();
+        let read: Vec<(ChangePosition, Vec<u8>)> =
+            blocking::iter(store.view().scan_changes(ChangePosition::end_of(before)))
+                .collect::<StorageResult<_>>()
+                .unwrap();
+        assert_eq!(read.len(), 400);
+        // Positions grow; a batch's two entries share a time, in order;
+        // each thread's batches appear in the order it made them.
+        assert!(read.windows(2).all(|w| w[0].0 < w[1].0));
+        for pair in read.chunks(2) {
+            assert_eq!(pair[0].0.time, pair[1].0.time);
+            assert_eq!((pair[0].0.index, pair[1].0.index), (0, 1));
+            assert_eq!(pair[0].1[..2], pair[1].1[..2]);
+        }
+        for t in 0..4u8 {
+            let order: Vec<u8> = read
+                .iter()
+                .filter(|(_, e)| e[0] == t && e[2] == 0)
+                .map(|(_, e)| e[1])
+                .collect();
+            assert_eq!(order, (0..50).collect::<Vec<u8>>());
+        }
+        assert!(read.iter().all(|(p, _)| p.time > before && p.time < after));
+        assert_eq!(*log.subscribe().borrow(), read[399].0.time);
+
+        // Trimming records the new start and removes what is older.
+        let middle = read[200].0.time;
+        blocking::wait(log.trim(middle)).unwrap();
+        assert_eq!(log.start().unwrap(), middle);
+        let left = blocking::iter(store.view().scan_changes(ChangePosition::default())).count();
+        assert_eq!(left, 200);
+        // A batch without changes leaves the log alone.
+        blocking::wait(store.apply(WriteBatch::default())).unwrap();
+        assert_eq!(*log.subscribe().borrow(), read[399].0.time);
+    }
 
     #[test]
     fn a_fresh_store_is_stamped_and_a_newer_one_refused() {

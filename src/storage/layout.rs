@@ -400,6 +400,8 @@ pub enum CatalogKey {
     NextCollectionId,
     NextPartitionId,
     FormatVersion,
+    /// The cluster time before which the change log was trimmed.
+    ChangeLogStart,
 }
 
 const NS_PREFIX: &[u8] = b"ns:";
@@ -421,6 +423,7 @@ impl CatalogKey {
             CatalogKey::NextCollectionId => b"\0next-collection-id".to_vec(),
             CatalogKey::NextPartitionId => b"\0next-partition-id".to_vec(),
             CatalogKey::FormatVersion => b"\0format-version".to_vec(),
+            CatalogKey::ChangeLogStart => b"\0change-log-start".to_vec(),
         }
     }
 
@@ -439,10 +442,51 @@ impl CatalogKey {
             CatalogKey::NextCollectionId,
             CatalogKey::NextPartitionId,
             CatalogKey::FormatVersion,
+            CatalogKey::ChangeLogStart,
         ]
         .into_iter()
         .find(|k| k.encode() == key)
         .ok_or_else(|| corrupt("catalog", key))
+    }
+}
+
+/// A place in the change log: the cluster time of the commit that wrote
+/// a change ([`crate::base::clock`]) and the change's place in it. Keys
+/// of the change space are these, big-endian, so the log reads in commit
+/// order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ChangePosition {
+    pub time: u64,
+    pub index: u32,
+}
+
+impl ChangePosition {
+    pub const ENCODED_LEN: usize = 12;
+
+    /// After every change of the commit at `time`.
+    pub fn end_of(time: u64) -> ChangePosition {
+        ChangePosition {
+            time,
+            index: u32::MAX,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut key = Vec::with_capacity(Self::ENCODED_LEN);
+        key.extend_from_slice(&self.time.to_be_bytes());
+        key.extend_from_slice(&self.index.to_be_bytes());
+        key
+    }
+
+    pub fn decode(key: &[u8]) -> StorageResult<ChangePosition> {
+        let (time, index) = key
+            .split_first_chunk::<8>()
+            .and_then(|(t, rest)| Some((t, <[u8; 4]>::try_from(rest).ok()?)))
+            .ok_or_else(|| corrupt("change log", key))?;
+        Ok(ChangePosition {
+            time: u64::from_be_bytes(*time),
+            index: u32::from_be_bytes(index),
+        })
     }
 }
 

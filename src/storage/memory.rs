@@ -21,7 +21,7 @@ type Table = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// Every space's map.
 #[derive(Clone, Default)]
-struct Tables([Table; 4]);
+struct Tables([Table; 5]);
 
 impl Tables {
     fn table(&self, space: Space) -> &Table {

@@ -41,13 +41,13 @@ pub mod postgres;
 /// The key-string encoding lives with the pure BSON logic; storage keeps the name.
 pub use crate::query::keystring;
 
-pub use layout::{CatalogKey, IndexEntryKey, RecordKey, Usage};
+pub use layout::{CatalogKey, ChangePosition, IndexEntryKey, RecordKey, Usage};
 
 use std::ops::Bound;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, StreamExt};
 
 /// A failure inside a storage backend. Mapped to a MongoDB error once, at
 /// the command boundary.
@@ -215,6 +215,18 @@ pub trait View: Send + Sync + 'static {
 
     /// The stored total of one partition.
     fn partition_total(&self, collection: u64, partition: u64) -> StoreFuture<Option<Usage>>;
+
+    /// The change-log entries after `after`, in commit order: `(position,
+    /// entry)`. Only a store with a change log ([`Store::change_log`]) has
+    /// any.
+    fn scan_changes(&self, after: ChangePosition) -> StoreStream<(ChangePosition, Vec<u8>)> {
+        let _ = after;
+        futures::stream::once(async { Err(no_change_log()) }).boxed()
+    }
+}
+
+fn no_change_log() -> StorageError {
+    StorageError::Format("this storage backend keeps no change log".into())
 }
 
 pub type SharedView = Arc<dyn View>;
@@ -366,8 +378,38 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
+    /// The change log, when the store keeps one: it writes the
+    /// [`WriteOp::PutChange`] entries of each batch with it, at a position
+    /// in commit order.
+    fn change_log(&self) -> Option<&dyn ChangeLog> {
+        None
+    }
+
     /// Syncs everything and stops background work; called at shutdown.
     fn close(&self) -> StorageResult<()>;
+}
+
+/// A store's log of changes, which change streams read.
+///
+/// A batch with [`WriteOp::PutChange`] entries takes its time from the
+/// cluster clock ([`crate::base::clock`]) as it commits, and batches
+/// commit in the order of their times: whoever sees one entry of the log
+/// sees every earlier one.
+pub trait ChangeLog: Send + Sync {
+    /// A time every later commit will pass and every commit at or before
+    /// it has completed: a view taken after this holds the whole log up
+    /// to it.
+    fn horizon(&self) -> u64;
+
+    /// The time of the newest commit that logged a change; it changes as
+    /// batches commit, so a reader that reached the end can wait for it.
+    fn subscribe(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// The time the log starts at: entries before it were trimmed.
+    fn start(&self) -> StorageResult<u64>;
+
+    /// Removes the entries older than `time`; returns the last commit.
+    fn trim(&self, time: u64) -> StoreFuture<CommitSeq>;
 }
 
 /// A server partitions are placed on ([`Store::servers`]).
@@ -459,6 +501,9 @@ pub enum WriteOp {
         collection: u64,
         partition: u64,
     },
+    /// An entry of the change log (a BSON document). The store places it
+    /// after every entry committed before it ([`ChangeLog`]).
+    PutChange(Vec<u8>),
 }
 
 /// Documents and bytes a write added to a partition (negative: removed).
@@ -499,6 +544,13 @@ impl WriteBatch {
 
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
+    }
+
+    /// Whether it writes to the change log.
+    pub fn logs_changes(&self) -> bool {
+        self.ops
+            .iter()
+            .any(|op| matches!(op, WriteOp::PutChange(_)))
     }
 }
 

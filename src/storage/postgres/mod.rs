@@ -839,7 +839,10 @@ fn route(placement: &Placement, op: &WriteOp) -> StorageResult<Option<ServerId>>
         WriteOp::PutIdEntry { .. }
         | WriteOp::DeleteIdEntry { .. }
         | WriteOp::PutPartition { .. }
-        | WriteOp::DeletePartition { .. } => Ok(None),
+        | WriteOp::DeletePartition { .. }
+        // The fleet keeps no change log (it offers none), so the router
+        // writes no entries for it.
+        | WriteOp::PutChange(_) => Ok(None),
     }
 }
 

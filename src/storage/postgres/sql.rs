@@ -1186,7 +1186,9 @@ impl ServerBatch {
             WriteOp::DeleteMeta(k) => {
                 self.catalog.insert(k.encode(), None);
             }
-            WriteOp::PutPartition { .. } | WriteOp::DeletePartition { .. } => {}
+            WriteOp::PutPartition { .. }
+            | WriteOp::DeletePartition { .. }
+            | WriteOp::PutChange(_) => {}
         }
     }
 
