@@ -220,6 +220,11 @@ pub struct Config {
     #[arg(long, default_value_t = 20 << 30)]
     pub logical_partition_max_bytes: u64,
 
+    /// Hours the change log keeps each change; change streams can resume
+    /// from any point within them. Fractions are allowed.
+    #[arg(long, default_value_t = 24.0, value_parser = positive_hours)]
+    pub change_log_retention_hours: f64,
+
     /// Seconds between passes of the TTL monitor, which deletes documents
     /// whose TTL index date has expired.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
@@ -453,6 +458,18 @@ impl Config {
             "warn" | "info" | "debug" | "trace" => format!("warn,shardgate={level}"),
             _ => level.to_string(),
         }
+    }
+}
+
+/// A positive number of hours, at most ten years.
+fn positive_hours(s: &str) -> Result<f64, String> {
+    let hours: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if hours.is_finite() && hours > 0.0 && hours <= 87_600.0 {
+        Ok(hours)
+    } else {
+        Err(format!(
+            "{s} is not a number of hours above 0 and at most 87600"
+        ))
     }
 }
 

@@ -5,6 +5,7 @@
 //! the wire.
 
 pub mod active;
+pub mod change_diff;
 pub mod collation;
 pub mod compare;
 pub mod expr;

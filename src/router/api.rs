@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use bson::Document;
+use bson::{doc, Document};
 
 use super::catalog::Collection;
 use super::indexes::{CreatedIndexes, ModifiedIndex, Validation};
@@ -143,9 +143,19 @@ impl Router {
                 let options = CollectionOptions::parse("collMod", ns, change(&before.document))?;
                 coll.set_options(Arc::new(options));
                 let mut batch = WriteBatch::default();
+                let description = doc! {"options": coll.options().document.clone()};
                 let committed = self
                     .catalog
                     .put_meta(coll, &mut batch)
+                    .and_then(|()| {
+                        super::changes::log_collection_event(
+                            &*self.store,
+                            &mut batch,
+                            "modify",
+                            coll,
+                            doc! {"operationDescription": description},
+                        )
+                    })
                     .and_then(|()| self.commit(batch));
                 if committed.is_err() {
                     coll.set_options(before);
@@ -182,6 +192,11 @@ impl Router {
                 if let Some(seq) = self.catalog.drop_collection(&c.ns)? {
                     last = last.max(seq);
                 }
+            }
+            if last > 0 && self.store.change_log().is_some() {
+                let mut batch = WriteBatch::default();
+                batch.push(super::changes::drop_database_event(db)?);
+                last = last.max(self.commit(batch)?);
             }
             Ok(last)
         })?;

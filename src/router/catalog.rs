@@ -14,6 +14,7 @@ use std::sync::Arc;
 use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, Document, Timestamp};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
+use super::changes::log_collection_event;
 use super::validation::CollectionOptions;
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
@@ -558,6 +559,20 @@ impl Catalog {
         place_partitions(&coll, &mut batch);
         batch.put_meta(ns_key(ns), encode(&coll.meta_document())?);
         batch.put_meta(CatalogKey::NextCollectionId, encode_counter(*next_id + 1));
+        let description = doc! {
+            "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
+        };
+        log_collection_event(
+            &*self.store,
+            &mut batch,
+            "create",
+            &coll,
+            doc! {"operationDescription": description},
+        )?;
+        if let Some(sharding) = &coll.sharding {
+            let details = super::changes::shard_details(sharding);
+            log_collection_event(&*self.store, &mut batch, "shardCollection", &coll, details)?;
+        }
         let seq = self.commit(batch)?;
         *next_id += 1;
         self.collections.write().insert(ns.clone(), coll.clone());
@@ -632,6 +647,7 @@ impl Catalog {
         self.collections.write().remove(ns);
         let mut batch = WriteBatch::default();
         batch.push(WriteOp::DeleteMeta(ns_key(ns)));
+        log_collection_event(&*self.store, &mut batch, "drop", &coll, Document::new())?;
         let mut seq = self.commit(batch)?;
         seq = seq.max(self.delete_records(coll.id)?);
         Ok(Some(seq))
@@ -669,6 +685,17 @@ impl Catalog {
         let mut batch = WriteBatch::default();
         batch.push(WriteOp::DeleteMeta(ns_key(from)));
         batch.put_meta(ns_key(to), encode(&renamed.meta_document())?);
+        let target = doc! {"db": &to.db, "coll": &to.coll};
+        log_collection_event(
+            &*self.store,
+            &mut batch,
+            "rename",
+            &coll,
+            doc! {
+                "to": target.clone(),
+                "operationDescription": {"to": target, "dropTarget": drop_target},
+            },
+        )?;
         seq = seq.max(self.commit(batch)?);
         // Writers holding the old handle re-resolve and find the new name.
         coll.dropped.store(true, Ordering::Release);

@@ -504,9 +504,20 @@ impl Router {
             let after = before + built.len();
             let mut all = current.to_vec();
             all.extend(built);
+            let specs: Vec<Bson> = all[current.len()..]
+                .iter()
+                .map(|i| Bson::Document(i.spec()))
+                .collect();
             coll.set_indexes(all);
             let mut batch = WriteBatch::default();
             self.catalog.put_meta(coll, &mut batch)?;
+            super::changes::log_collection_event(
+                &*self.store,
+                &mut batch,
+                "createIndexes",
+                coll,
+                doc! {"operationDescription": {"indexes": specs}},
+            )?;
             let seq = seq.max(self.commit(batch)?);
             Ok(CreatedIndexes {
                 before,
@@ -613,9 +624,21 @@ impl Router {
                 .filter(|i| !numbers.contains(&i.number))
                 .cloned()
                 .collect();
+            let specs: Vec<Bson> = current
+                .iter()
+                .filter(|i| numbers.contains(&i.number))
+                .map(|i| Bson::Document(i.spec()))
+                .collect();
             coll.set_indexes(kept);
             let mut batch = WriteBatch::default();
             self.catalog.put_meta(coll, &mut batch)?;
+            super::changes::log_collection_event(
+                &*self.store,
+                &mut batch,
+                "dropIndexes",
+                coll,
+                doc! {"operationDescription": {"indexes": specs}},
+            )?;
             let seq = self.commit(batch)?;
             let seq = seq.max(self.delete_index_entries(coll.id, &numbers)?);
             Ok((current.len() + 1, seq))

@@ -19,6 +19,8 @@ pub mod aggregate;
 mod api;
 pub mod capped;
 pub mod catalog;
+pub mod change_stream;
+mod changes;
 pub mod charge;
 pub mod config_db;
 mod geo;

@@ -139,6 +139,13 @@ impl Router {
                 ));
             }
             self.catalog.put_meta(&coll, &mut batch)?;
+            super::changes::log_collection_event(
+                &*self.store,
+                &mut batch,
+                "shardCollection",
+                &coll,
+                super::changes::shard_details(&sharding),
+            )?;
             seq = seq.max(self.commit(batch)?);
             self.catalog.replace(&old, coll.clone());
             seq = seq.max(self.catalog.delete_records(old.id)?);
@@ -157,7 +164,7 @@ impl Router {
         while records.peek().is_some() {
             interrupt::report_progress(COPY_PROGRESS, done, total.max(done));
             interrupt::check()?;
-            let mut writes = CollectionBatch::new(self, new);
+            let mut writes = CollectionBatch::new(self, new).unlogged();
             for item in records.by_ref().take(COPY_BATCH) {
                 done += 1;
                 let (_, bytes) = item?;

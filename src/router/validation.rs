@@ -124,6 +124,15 @@ impl CollectionOptions {
         None
     }
 
+    /// Whether change streams get the documents before and after each
+    /// change (`changeStreamPreAndPostImages: {enabled: true}`).
+    pub fn keeps_images(&self) -> bool {
+        matches!(
+            self.document.get("changeStreamPreAndPostImages"),
+            Some(Bson::Document(d)) if matches!(d.get_bool("enabled"), Ok(true))
+        )
+    }
+
     /// Whether writes to the collection must see whole documents to check
     /// them (so an update cannot be applied to stored bytes unseen).
     pub fn validates(&self, validation: DocumentValidation) -> bool {

@@ -14,6 +14,7 @@ use bson::{doc, oid::ObjectId, Bson, Document, RawDocument};
 
 use super::capped::CappedBatch;
 use super::catalog::Usage;
+use super::changes::ChangeRecorder;
 use super::charge;
 use super::indexes::IndexWrites;
 use super::validation::DocumentValidation;
@@ -497,6 +498,10 @@ pub(crate) struct CollectionBatch<'a> {
     index_batch: WriteBatch,
     /// A capped collection's inserts held back and its bounds kept.
     capped: Option<CappedBatch>,
+    /// Records each change in the change log, when the store keeps one.
+    recorder: Option<ChangeRecorder>,
+    /// The change-log entries, written with the changes they describe.
+    logged: Vec<WriteOp>,
 }
 
 impl<'a> CollectionBatch<'a> {
@@ -513,7 +518,16 @@ impl<'a> CollectionBatch<'a> {
             indexes: IndexWrites::new(coll),
             index_batch: WriteBatch::default(),
             capped: CappedBatch::new(coll),
+            recorder: ChangeRecorder::new(router, coll),
+            logged: Vec::new(),
         }
+    }
+
+    /// Writes nothing to the change log: for copies of documents that
+    /// stay the same (sharding a collection that holds data).
+    pub fn unlogged(mut self) -> Self {
+        self.recorder = None;
+        self
     }
 
     /// True when a document with this `_id` is stored (see
@@ -540,6 +554,9 @@ impl<'a> CollectionBatch<'a> {
     pub fn insert(&mut self, id: &Bson, bytes: Vec<u8>) -> Result<()> {
         if let Some(capped) = &self.capped {
             capped.check_fits(bytes.len())?;
+        }
+        if let Some(recorder) = &self.recorder {
+            self.logged.push(recorder.insert(id, &bytes)?);
         }
         let index_ops = if self.indexes.is_empty() {
             Vec::new()
@@ -585,8 +602,19 @@ impl<'a> CollectionBatch<'a> {
         charge::charge(self.coll.id, partition, micro);
     }
 
-    /// Replaces a stored document with `doc`, encoded as `bytes`.
-    pub fn replace(&mut self, old: &Record, doc: &Document, bytes: Vec<u8>) -> Result<()> {
+    /// Replaces a stored document with `doc`, encoded as `bytes`; made
+    /// by a replacement document (`replacement`) or update operators.
+    pub fn replace(
+        &mut self,
+        old: &Record,
+        doc: &Document,
+        bytes: Vec<u8>,
+        replacement: bool,
+    ) -> Result<()> {
+        if let Some(recorder) = &self.recorder {
+            self.logged
+                .push(recorder.update(&old.doc, doc, replacement)?);
+        }
         let index_ops = if self.indexes.is_empty() {
             Vec::new()
         } else {
@@ -614,9 +642,19 @@ impl<'a> CollectionBatch<'a> {
         self.indexes.untouched_by(paths)
     }
 
-    /// Replaces a stored document with `bytes`, which no index reads
-    /// differently: the caller checked [`Self::indexes_untouched_by`].
-    pub fn replace_unindexed(&mut self, old: &StoredRecord, bytes: Vec<u8>) -> Result<()> {
+    /// Replaces a stored document, `old_bytes`, with `bytes` (made by
+    /// update operators), which no index reads differently: the caller
+    /// checked [`Self::indexes_untouched_by`].
+    pub fn replace_unindexed(
+        &mut self,
+        old: &StoredRecord,
+        old_bytes: &[u8],
+        bytes: Vec<u8>,
+    ) -> Result<()> {
+        if let Some(recorder) = &self.recorder {
+            let (before, after) = (decode(old_bytes)?, decode(&bytes)?);
+            self.logged.push(recorder.update(&before, &after, false)?);
+        }
         self.put_replacement(old, bytes, 0)
     }
 
@@ -643,6 +681,9 @@ impl<'a> CollectionBatch<'a> {
 
     /// Removes a stored document.
     pub fn delete(&mut self, old: &Record) -> Result<()> {
+        if let Some(recorder) = &self.recorder {
+            self.logged.push(recorder.delete(&old.doc)?);
+        }
         if let Some(capped) = &mut self.capped {
             capped.forget(&self.live, &old.key.id, old.len, &mut self.index_batch)?;
         }
@@ -679,6 +720,7 @@ impl<'a> CollectionBatch<'a> {
             None => 0,
         };
         let mut index_ops = std::mem::take(&mut self.index_batch).ops;
+        index_ops.append(&mut self.logged);
         if self.indexes.meta_changed {
             let mut meta = WriteBatch::default();
             self.router.catalog.put_meta(self.coll, &mut meta)?;
@@ -1046,7 +1088,7 @@ impl Router {
                 key: &key,
                 len: bytes.len(),
             };
-            writes.replace_unindexed(&old, new)?;
+            writes.replace_unindexed(&old, &bytes, new)?;
         }
         Ok(Vec::new())
     }
@@ -1089,7 +1131,7 @@ impl Router {
             if changed {
                 let bytes = encode_document(&new_doc)?;
                 outcome.modified += 1;
-                writes.replace(&rec, &new_doc, bytes)?;
+                writes.replace(&rec, &new_doc, bytes, stmt.update.is_replacement())?;
             }
         }
         if outcome.matched == 0 && stmt.upsert {

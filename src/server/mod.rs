@@ -73,6 +73,9 @@ pub async fn run(
                 config.ttl_monitor_interval_secs,
             )),
     );
+    let trimmer = tokio::spawn(router.clone().run_change_log_trimmer(
+        std::time::Duration::from_secs_f64(config.change_log_retention_hours * 3600.0),
+    ));
     // Partitions that grew past the split size while the server was down.
     for coll in router.collections() {
         if coll.sharding.is_some() {
@@ -206,6 +209,7 @@ pub async fn run(
     }
     splitter.abort();
     ttl_monitor.abort();
+    trimmer.abort();
     router.close()?;
     tracing::info!("storage flushed; bye");
     Ok(())

@@ -1,0 +1,214 @@
+//! What writes record in the change log ([`crate::storage::ChangeLog`]),
+//! which change streams read ([`super::change_stream`]).
+//!
+//! Each entry is the change event as a stream shows it, less what its
+//! place in the log gives it (`_id`, the resume token, and `clusterTime`)
+//! and less what a stream adds on request (`fullDocument` of an update,
+//! looked up when read). An entry goes into the same atomic batch as the
+//! change it describes, so the log holds exactly the committed changes.
+//!
+//! Pre-images (`fullDocumentBeforeChange`) and post-images of updates are
+//! kept only for collections created or modified with
+//! `changeStreamPreAndPostImages: {enabled: true}`, as MongoDB does; they
+//! live in the entry under names no event shows ([`PRE_IMAGE`],
+//! [`POST_IMAGE`]).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bson::raw::cstr;
+use bson::{doc, Bson, DateTime, Document, RawDocument, RawDocumentBuf};
+
+use super::catalog::Collection;
+use super::Router;
+use crate::error::{Error, Result};
+use crate::storage::{blocking, WriteOp};
+
+/// An update's or delete's document before it, when the collection keeps
+/// images.
+pub const PRE_IMAGE: &str = "\u{1}pre";
+/// An update's document after it, when the collection keeps images.
+pub const POST_IMAGE: &str = "\u{1}post";
+
+/// Builds the change-log entries of one collection's writes.
+pub(crate) struct ChangeRecorder {
+    ns: Document,
+    uuid: bson::Binary,
+    shard_key: Option<crate::partition::ShardKey>,
+    images: bool,
+    wall: DateTime,
+}
+
+fn encoding(e: impl std::fmt::Display) -> Error {
+    Error::internal(format!("a change event does not encode: {e}"))
+}
+
+impl ChangeRecorder {
+    /// The recorder for writes to `coll`; `None` when the store keeps no
+    /// change log.
+    pub fn new(router: &Router, coll: &Collection) -> Option<ChangeRecorder> {
+        router.store.change_log()?;
+        Some(ChangeRecorder {
+            ns: doc! {"db": &coll.ns.db, "coll": &coll.ns.coll},
+            uuid: coll.uuid.clone(),
+            shard_key: coll.sharding.as_ref().map(|s| s.key.clone()),
+            images: coll.options().keeps_images(),
+            wall: DateTime::now(),
+        })
+    }
+
+    fn entry(&self, operation: &str) -> Document {
+        doc! {
+            "operationType": operation,
+            "wallTime": self.wall,
+            "ns": self.ns.clone(),
+            "collectionUUID": self.uuid.clone(),
+        }
+    }
+
+    /// `{<shard key>: …, _id: …}`, as MongoDB identifies a document.
+    fn document_key(&self, doc: &Document) -> Result<Document> {
+        let mut key = Document::new();
+        if let Some(shard_key) = &self.shard_key {
+            if shard_key.path != "_id" {
+                let value = shard_key.value(doc)?.cloned().unwrap_or(Bson::Null);
+                key.insert(shard_key.path.clone(), value);
+            }
+        }
+        key.insert("_id", doc.get("_id").cloned().unwrap_or(Bson::Null));
+        Ok(key)
+    }
+
+    /// An insert of the stored document `bytes`.
+    pub fn insert(&self, id: &Bson, bytes: &[u8]) -> Result<WriteOp> {
+        let stored = RawDocument::from_bytes(bytes).map_err(encoding)?;
+        let mut key = Document::new();
+        if let Some(shard_key) = &self.shard_key {
+            if shard_key.path != "_id" {
+                let value = shard_key.raw_value(stored)?.unwrap_or(Bson::Null);
+                key.insert(shard_key.path.clone(), value);
+            }
+        }
+        key.insert("_id", id.clone());
+        let mut entry = RawDocumentBuf::try_from(&self.entry("insert")).map_err(encoding)?;
+        entry.append(
+            cstr!("documentKey"),
+            RawDocumentBuf::try_from(&key).map_err(encoding)?,
+        );
+        entry.append(cstr!("fullDocument"), stored.to_owned());
+        Ok(WriteOp::PutChange(entry.into_bytes()))
+    }
+
+    /// A change of `old` to `new`: a `replace` when a replacement document
+    /// made it, else an `update` with its description.
+    pub fn update(&self, old: &Document, new: &Document, replacement: bool) -> Result<WriteOp> {
+        let mut entry = self.entry(if replacement { "replace" } else { "update" });
+        entry.insert("documentKey", self.document_key(new)?);
+        if replacement {
+            entry.insert("fullDocument", new.clone());
+        } else {
+            entry.insert(
+                "updateDescription",
+                crate::query::change_diff::describe(old, new),
+            );
+            if self.images {
+                entry.insert(POST_IMAGE, new.clone());
+            }
+        }
+        if self.images {
+            entry.insert(PRE_IMAGE, old.clone());
+        }
+        encode(&entry)
+    }
+
+    /// A delete of `old`.
+    pub fn delete(&self, old: &Document) -> Result<WriteOp> {
+        let mut entry = self.entry("delete");
+        entry.insert("documentKey", self.document_key(old)?);
+        if self.images {
+            entry.insert(PRE_IMAGE, old.clone());
+        }
+        encode(&entry)
+    }
+}
+
+fn encode(entry: &Document) -> Result<WriteOp> {
+    Ok(WriteOp::PutChange(entry.to_vec().map_err(encoding)?))
+}
+
+/// Adds the entry of a change to a collection itself (`drop`, `rename`,
+/// `create`, `createIndexes` …) to `batch`, when the store keeps a change
+/// log; `details` go after its namespace.
+pub(crate) fn log_collection_event(
+    router_store: &dyn crate::storage::Store,
+    batch: &mut crate::storage::WriteBatch,
+    operation: &str,
+    coll: &Collection,
+    details: Document,
+) -> Result<()> {
+    if router_store.change_log().is_some() {
+        batch.push(collection_event(operation, coll, details)?);
+    }
+    Ok(())
+}
+
+/// The details of a `shardCollection` event.
+pub(crate) fn shard_details(sharding: &super::Sharding) -> Document {
+    doc! {"operationDescription": {
+        "shardKey": sharding.key.pattern(),
+        "unique": false,
+        "presplitHashedZones": false,
+    }}
+}
+
+fn collection_event(operation: &str, coll: &Collection, details: Document) -> Result<WriteOp> {
+    let mut entry = doc! {
+        "operationType": operation,
+        "wallTime": DateTime::now(),
+        "ns": {"db": &coll.ns.db, "coll": &coll.ns.coll},
+        "collectionUUID": coll.uuid.clone(),
+    };
+    entry.extend(details);
+    encode(&entry)
+}
+
+/// The entry of a database's drop.
+pub(crate) fn drop_database_event(db: &str) -> Result<WriteOp> {
+    encode(&doc! {
+        "operationType": "dropDatabase",
+        "wallTime": DateTime::now(),
+        "ns": {"db": db},
+    })
+}
+
+impl Router {
+    /// Trims the change log to `retention` for as long as the router
+    /// lives, looking several times per retention period (at most every
+    /// minute).
+    pub async fn run_change_log_trimmer(self: std::sync::Arc<Self>, retention: Duration) {
+        if self.store.change_log().is_none() {
+            return;
+        }
+        let every = (retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let mut ticker = tokio::time::interval(every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            let cutoff = now.saturating_sub(retention).as_secs() << 32;
+            // Deleting many entries takes a while: off the async workers.
+            let router = self.clone();
+            let trimmed = tokio::task::spawn_blocking(move || match router.store.change_log() {
+                Some(log) => blocking::wait(log.trim(cutoff)).map(|_| ()),
+                None => Ok(()),
+            })
+            .await;
+            match trimmed {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!("trimming the change log failed: {e}"),
+                Err(e) => tracing::warn!("trimming the change log stopped: {e}"),
+            }
+        }
+    }
+}
