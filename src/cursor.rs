@@ -40,6 +40,7 @@ use crate::base::UserName;
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::size::document_size;
 use crate::router::capped::Tail;
+use crate::router::change_stream::ChangeStream;
 use crate::router::{Collection, Found, StoredStream};
 
 /// A result stream that can tell whether anything is left: documents,
@@ -49,6 +50,14 @@ pub enum CursorStream {
     Stored(Peekable<StoredStream>),
     /// A tailable cursor's: reaching the end leaves it open.
     Tail(Box<TailStream>),
+    /// A change stream's: open until invalidated.
+    Changes(Box<ChangeStream>),
+}
+
+impl From<ChangeStream> for CursorStream {
+    fn from(stream: ChangeStream) -> CursorStream {
+        CursorStream::Changes(Box::new(stream))
+    }
 }
 
 /// A tailable cursor's documents, with the one a full batch left over.
@@ -150,6 +159,16 @@ pub struct CursorRegistry {
 pub struct Batch {
     pub docs: BatchDocs,
     pub exhausted: bool,
+    /// A change stream's `postBatchResumeToken`.
+    pub resume_token: Option<Document>,
+}
+
+/// What a `getMore` that found nothing new waits for.
+pub enum Wake {
+    /// Inserts into a capped collection.
+    Appended(Arc<Collection>),
+    /// The change log's newest commit passing a time.
+    Changes(tokio::sync::watch::Receiver<u64>, u64),
 }
 
 /// The documents of a batch, as its stream gave them.
@@ -210,12 +229,27 @@ impl CursorStream {
                     Ok(size)
                 })?;
                 let docs = BatchDocs::Documents(docs.into_iter().map(Bson::Document).collect());
-                Ok(Batch { docs, exhausted })
+                Ok(Batch {
+                    docs,
+                    exhausted,
+                    resume_token: None,
+                })
             }
             CursorStream::Tail(t) => Ok(Batch {
                 docs: BatchDocs::Documents(t.next_documents(max_docs)?),
                 exhausted: false,
+                resume_token: None,
             }),
+            CursorStream::Changes(changes) => {
+                let batch = changes.next_batch(max_docs)?;
+                Ok(Batch {
+                    docs: BatchDocs::Documents(
+                        batch.events.into_iter().map(Bson::Document).collect(),
+                    ),
+                    exhausted: batch.closed,
+                    resume_token: Some(batch.resume_token),
+                })
+            }
             // Stored documents were checked against the size limit when
             // they were written.
             CursorStream::Stored(stored) => {
@@ -223,6 +257,7 @@ impl CursorStream {
                 Ok(Batch {
                     docs: BatchDocs::Stored(docs),
                     exhausted,
+                    resume_token: None,
                 })
             }
         }
@@ -230,12 +265,31 @@ impl CursorStream {
 }
 
 impl CursorStream {
-    /// For a tailable `awaitData` cursor, the collection whose inserts
-    /// it waits for when a `getMore` finds nothing new.
-    pub fn awaits(&self) -> Option<Arc<Collection>> {
+    /// For a tailable `awaitData` cursor or a change stream, what it
+    /// waits for when a `getMore` finds nothing new.
+    pub fn awaits(&self) -> Option<Wake> {
         match self {
-            CursorStream::Tail(t) if t.tail.await_data => Some(t.tail.collection().clone()),
+            CursorStream::Tail(t) if t.tail.await_data => {
+                Some(Wake::Appended(t.tail.collection().clone()))
+            }
+            CursorStream::Changes(changes) => {
+                changes.wake().map(|(log, seen)| Wake::Changes(log, seen))
+            }
             _ => None,
+        }
+    }
+}
+
+impl Wake {
+    /// Waits up to `limit` for what may have made something new.
+    pub async fn wait(self, limit: Duration) {
+        match self {
+            Wake::Appended(coll) => {
+                let _ = tokio::time::timeout(limit, coll.appended.notified()).await;
+            }
+            Wake::Changes(mut log, seen) => {
+                let _ = tokio::time::timeout(limit, log.wait_for(|&newest| newest > seen)).await;
+            }
         }
     }
 }
@@ -583,6 +637,23 @@ pub fn reply_with_cursor(
 /// The `cursor` sub-document of a `find`/`aggregate` reply.
 pub fn first_batch_reply(id: i64, ns: &str, docs: Vec<Bson>) -> Document {
     doc! {"cursor": {"firstBatch": docs, "id": id, "ns": ns}}
+}
+
+/// A change stream's batch: `{cursor: {<batch>: [...],
+/// postBatchResumeToken, id, ns}}`.
+pub fn change_batch_reply(
+    batch: &CStr,
+    id: i64,
+    ns: &str,
+    docs: Vec<Bson>,
+    resume_token: Document,
+) -> Document {
+    let mut cursor = Document::new();
+    cursor.insert(batch.as_str(), docs);
+    cursor.insert("postBatchResumeToken", resume_token);
+    cursor.insert("id", id);
+    cursor.insert("ns", ns);
+    doc! {"cursor": cursor}
 }
 
 /// The field of a query's first batch in its reply.

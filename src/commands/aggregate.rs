@@ -13,10 +13,14 @@ use super::explain_render::{self, Explain, Kind, Verbosity};
 use super::request::Request;
 use super::views;
 use crate::aggregate::{stage_arg, Context, Limits, ParseContext, Pipeline};
-use crate::cursor::{first_batch_reply, with_time_limit, CursorStream, DEFAULT_FIRST_BATCH};
+use crate::cursor::{
+    change_batch_reply, first_batch_reply, with_time_limit, CursorStream, DEFAULT_FIRST_BATCH,
+    FIRST_BATCH,
+};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::sort::SortSpec;
 use crate::router::aggregate::{leading_match, RouterContext, SplitPipeline};
+use crate::router::change_stream::{ChangeStream, ChangeStreamSpec};
 use crate::router::throttle::PartitionUnits;
 use crate::router::{DocStream, FindSpec, Namespace};
 
@@ -181,7 +185,11 @@ pub(crate) fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
     for (i, stage) in agg.pipeline.iter().enumerate().skip(1) {
         if let Bson::Document(d) = stage {
             if let Some(
-                name @ ("$collStats" | "$currentOp" | "$shardedDataDistribution" | "$documents"),
+                name @ ("$collStats"
+                | "$currentOp"
+                | "$shardedDataDistribution"
+                | "$documents"
+                | "$changeStream"),
             ) = d.keys().next().map(String::as_str)
             {
                 return Err(Error::new(
@@ -327,6 +335,9 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         }
     }
     let cursor_ns = agg.ns.full();
+    if first_stage(&agg.pipeline) == Some("$changeStream") {
+        return watch(req, agg, cursor_ns).await;
+    }
     if !agg.collectionless {
         // A view's pipeline runs first, over the collection it reads.
         if let Some(view) = views::resolve(&req.state.router, &agg.ns).await? {
@@ -341,6 +352,59 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         }
     }
     run_parsed(req, agg, cursor_ns).await
+}
+
+/// Opens a change stream (a pipeline that starts with `$changeStream`)
+/// and answers with its first batch: what the log holds after its start,
+/// at once, and a cursor that stays open until the stream is invalidated.
+async fn watch(req: &Request<'_>, agg: Aggregate, cursor_ns: String) -> Result<Document> {
+    if !agg.collectionless && views::find(&req.state.router, &agg.ns).await?.is_some() {
+        return Err(Error::new(
+            ErrorCode::CommandNotSupportedOnView,
+            format!("Namespace {} is a view, not a collection", agg.ns),
+        ));
+    }
+    let Some(Bson::Document(stage)) = agg.pipeline.first() else {
+        return Err(Error::internal("pipeline changed while running"));
+    };
+    let (_, arg) = stage_arg(stage)?;
+    let spec = ChangeStreamSpec::parse(arg, &agg.ns, agg.collectionless)?;
+    let router = req.state.router.clone();
+    let ctx: Arc<dyn Context> = RouterContext::shared(
+        router.clone(),
+        &agg.ns.db,
+        limits(req, agg.allow_disk_use),
+        None,
+        super::args::document_validation("aggregate", &req.body)?,
+    );
+    let parse_ctx = ParseContext {
+        vars: agg.vars.clone(),
+        ..ParseContext::default()
+    };
+    let (batch, stream) = router
+        .read_on(|| -> Result<_> {
+            let stream =
+                ChangeStream::open(router.clone(), spec, &agg.pipeline[1..], &parse_ctx, ctx)?;
+            let mut stream = CursorStream::from(stream);
+            let batch = stream.next_batch(Some(agg.batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
+            Ok((batch, stream))
+        })
+        .await?;
+    let id = if batch.exhausted {
+        0
+    } else {
+        req.state
+            .cursors
+            .open(cursor_ns.clone(), stream, req.cursor_opener())?
+    };
+    let token = batch.resume_token.unwrap_or_default();
+    Ok(change_batch_reply(
+        FIRST_BATCH,
+        id,
+        &cursor_ns,
+        batch.docs.into_documents()?,
+        token,
+    ))
 }
 
 /// Runs a parsed aggregation and answers with its first batch, the

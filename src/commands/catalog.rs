@@ -143,6 +143,11 @@ pub async fn create(req: &Request<'_>) -> Result<Document> {
             options.insert(k.clone(), v.clone());
         }
     }
+    if let Some(images) = super::coll_mod::images_option("create", &req.body)? {
+        if matches!(images.get_bool("enabled"), Ok(true)) {
+            options.insert("changeStreamPreAndPostImages", images);
+        }
+    }
     super::collation::normalise_create_option(&mut options)?;
     let router = &req.state.router;
     if let Some(existing) = router.collection(&ns) {

@@ -4,7 +4,7 @@
 //! and granularity (`timeseries`), or one index's options (`index`); or
 //! a view's definition (`viewOn` and `pipeline` together).
 
-use bson::Document;
+use bson::{doc, Bson, Document};
 
 use super::args::{check_fields, collection_namespace};
 use super::request::Request;
@@ -13,8 +13,39 @@ use crate::error::Result;
 use crate::router::validation::VALIDATION_OPTIONS;
 use crate::router::Namespace;
 
-/// Options of MongoDB 7.0's `collMod` that Shardgate does not offer yet.
-const NOT_YET: [&str; 1] = ["changeStreamPreAndPostImages"];
+/// The `changeStreamPreAndPostImages` option of `create` or `collMod`,
+/// checked: `{enabled: <bool>}`.
+pub(super) fn images_option(command: &str, body: &Document) -> Result<Option<Document>> {
+    let Some(value) = body.get("changeStreamPreAndPostImages") else {
+        return Ok(None);
+    };
+    let field = format!("{command}.changeStreamPreAndPostImages");
+    let Bson::Document(spec) = value else {
+        bail!(
+            TypeMismatch,
+            "BSON field '{field}' is the wrong type '{}', expected type 'object'",
+            crate::query::compare::type_name(value)
+        );
+    };
+    if let Some(unknown) = spec.keys().find(|k| k.as_str() != "enabled") {
+        bail!(
+            UnknownField,
+            "BSON field '{field}.{unknown}' is an unknown field."
+        );
+    }
+    match spec.get("enabled") {
+        Some(Bson::Boolean(enabled)) => Ok(Some(doc! {"enabled": enabled})),
+        Some(other) => bail!(
+            TypeMismatch,
+            "BSON field '{field}.enabled' is the wrong type '{}', expected type 'bool'",
+            crate::query::compare::type_name(other)
+        ),
+        None => bail!(
+            MissingField,
+            "BSON field '{field}.enabled' is missing but a required field"
+        ),
+    }
+}
 
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     let ns = collection_namespace("collMod", &req.db, &req.body)?;
@@ -26,16 +57,11 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         "cappedMax",
         "expireAfterSeconds",
         "timeseries",
+        "changeStreamPreAndPostImages",
     ];
     known.extend(VALIDATION_OPTIONS);
-    known.extend(NOT_YET);
     check_fields(req, &known)?;
-    if let Some(option) = NOT_YET.iter().find(|o| req.body.contains_key(**o)) {
-        bail!(
-            CommandNotSupported,
-            "collMod with '{option}' is not supported by Shardgate yet"
-        );
-    }
+    let images = images_option("collMod", &req.body)?;
     let router = &req.state.router;
     if router.collection(&ns).is_none() {
         if super::views::find(router, &ns).await?.is_some() {
@@ -55,11 +81,20 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         .iter()
         .filter_map(|o| req.body.get(*o).map(|v| (o.to_string(), v.clone())))
         .collect();
-    if !changes.is_empty() {
+    if !changes.is_empty() || images.is_some() {
         let changed = router
             .modify_options(&ns, |options| {
                 let mut options = options.clone();
                 options.extend(changes.clone());
+                match &images {
+                    Some(spec) if matches!(spec.get_bool("enabled"), Ok(true)) => {
+                        options.insert("changeStreamPreAndPostImages", spec.clone());
+                    }
+                    Some(_) => {
+                        options.remove("changeStreamPreAndPostImages");
+                    }
+                    None => {}
+                }
                 options
             })
             .await?;

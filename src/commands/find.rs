@@ -10,8 +10,8 @@ use bson::{doc, Bson, Document};
 use super::args::{self, bool_or, collection_namespace, opt_document, opt_non_negative};
 use super::request::{CommandReply, Request};
 use crate::cursor::{
-    stored_batch_reply, with_time_limit, BatchDocs, CursorStream, DEFAULT_FIRST_BATCH, FIRST_BATCH,
-    NEXT_BATCH,
+    change_batch_reply, stored_batch_reply, with_time_limit, BatchDocs, CursorStream,
+    DEFAULT_FIRST_BATCH, FIRST_BATCH, NEXT_BATCH,
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::index::plan::Hint;
@@ -346,14 +346,18 @@ pub async fn get_more(req: &Request<'_>) -> Result<CommandReply> {
             .await?;
         let now = Instant::now();
         match awaits {
-            Some(coll) if batch.docs.is_empty() && now < deadline => {
-                // Another gateway's inserts wake no one here: look again
+            Some(wake) if batch.docs.is_empty() && !batch.exhausted && now < deadline => {
+                // Another gateway's writes wake no one here: look again
                 // at least every 100 ms.
-                let nap = (deadline - now).min(Duration::from_millis(100));
-                let _ = tokio::time::timeout(nap, coll.appended.notified()).await;
+                wake.wait((deadline - now).min(Duration::from_millis(100)))
+                    .await;
             }
             _ => {
                 let id = if batch.exhausted { 0 } else { id };
+                if let Some(token) = batch.resume_token {
+                    let docs = batch.docs.into_documents()?;
+                    return Ok(change_batch_reply(NEXT_BATCH, id, &ns, docs, token).into());
+                }
                 return batch_reply(NEXT_BATCH, id, &ns, batch.docs);
             }
         }
