@@ -23,6 +23,7 @@ mod auth;
 mod bad_input;
 mod capped;
 mod catalog;
+mod change_streams;
 mod collation;
 mod command_options;
 mod compression;
