@@ -17,8 +17,13 @@
 //!
 //! `move-partition` (`partition_move`) times moving a partition between
 //! two PostgreSQL servers under load; bench/run-move.sh runs it.
+//!
+//! `change-latency` (`changes`) times the delivery of inserts through a
+//! change stream, and `--watchers` holds change streams open during
+//! `load`, `update` and `mixed`; bench/run-changes.sh runs both.
 
 mod aggregate;
+mod changes;
 mod cost;
 mod dataset;
 mod fanout;
@@ -221,6 +226,15 @@ struct Args {
     /// is deleted a minute after the move).
     #[arg(long, default_value_t = 75.0)]
     move_after_secs: f64,
+    /// change-latency: documents inserted a second, one at a time, by the
+    /// one writer (for `--duration` seconds).
+    #[arg(long, default_value_t = 1000)]
+    change_rate: u64,
+    /// load, update, mixed: change streams held open on the workload's
+    /// collection during each timed run, each consumed by its own task;
+    /// a server that refuses them runs without.
+    #[arg(long, default_value_t = 0)]
+    watchers: usize,
     /// Documents per insertMany during load.
     #[arg(long, default_value_t = 1000)]
     batch: usize,
@@ -307,6 +321,12 @@ impl Args {
             || self.ru_throughput == 0
         {
             return Err("partition counts must be at least 1".into());
+        }
+        if self.change_rate == 0 || self.change_rate > 1_000_000 {
+            return Err("--change-rate must be between 1 and 1000000".into());
+        }
+        if self.watchers > 1000 {
+            return Err("--watchers must be at most 1000".into());
         }
         if self.rounds == 0 {
             return Err("--rounds must be at least 1".into());
@@ -477,6 +497,7 @@ async fn run(args: Args) -> Result<(), String> {
             Workload::CursorMemory => robustness::cursor_memory(&args, &targets[0]).await?,
             Workload::RuEnforcement => request_units::ru_enforcement(&args, &targets[0]).await?,
             Workload::MovePartition => partition_move::move_partition(&args, &targets[0]).await?,
+            Workload::ChangeLatency => changes::change_latency(&args, &targets).await?,
             _ => {
                 let data = dataset(&args, &mut usertable);
                 unsharded(&args, &targets, &data, w).await?
@@ -551,18 +572,31 @@ async fn unsharded(
     w: Workload,
 ) -> Result<Outcome, String> {
     let mut measurements = Vec::new();
+    let watched = args.watchers > 0 && w.takes_watchers();
     for (level, &conc) in args.concurrency.iter().enumerate() {
         for (index, target) in targets.iter().enumerate() {
+            let mut watchers = None;
             let m = if w == Workload::Load {
                 let timeout = Duration::from_secs_f64(args.load_timeout);
                 let n = args.usertable_partitions;
-                let keep = if n > 0 && !args.no_drop {
+                let mut keep = if n > 0 && !args.no_drop {
                     let key = if args.tenants > 0 { "tenant" } else { "_id" };
                     sharded::shard_collection(target, key, n).await?;
                     true
                 } else {
                     args.no_drop
                 };
+                if watched {
+                    // Dropping a watched collection ends its streams: drop
+                    // it first, then open them.
+                    if !keep {
+                        target.docs.drop().await.map_err(|e| {
+                            format!("{}: dropping {}: {e}", target.label, target.namespace())
+                        })?;
+                        keep = true;
+                    }
+                    watchers = changes::Watchers::start(target, args.watchers, (w, conc)).await;
+                }
                 let mut m = workload::load(target, data, conc, keep, timeout)
                     .await
                     .map_err(|e| format!("{}: {}: {e}", target.label, w.name()))?;
@@ -579,13 +613,28 @@ async fn unsharded(
             } else {
                 let seed = args.seed ^ ((level as u64) << 32) ^ (w as u64) << 40;
                 let costs = args.costs_for(index);
+                let mut timing = args.timing();
+                if watched {
+                    // The streams open after the warm-up, so that they
+                    // start with no backlog.
+                    let (warmup, duration) = timing;
+                    if !warmup.is_zero() {
+                        workload::timed(target, data, w, conc, warmup, seed ^ 1)
+                            .await
+                            .map_err(|e| format!("{}: warm-up: {e}", target.label))?;
+                    }
+                    timing = (Duration::ZERO, duration);
+                    watchers = changes::Watchers::start(target, args.watchers, (w, conc)).await;
+                }
                 let mut m =
-                    workload::warmed_up(target, data, (w, conc), args.timing(), seed, costs)
-                        .await?;
+                    workload::warmed_up(target, data, (w, conc), timing, seed, costs).await?;
                 m.partitions = (args.usertable_partitions > 0).then_some(args.usertable_partitions);
                 m
             };
             report::print_measurement(&m);
+            if let Some(watchers) = watchers {
+                watchers.finish(&m).await;
+            }
             if w == Workload::Load && index == 0 {
                 print_memory(args.rss_pid, &format!("load conc={conc}"));
             }
@@ -603,7 +652,10 @@ async fn connect(args: &Args, label: &str, uri: &str, pool: usize) -> Result<Tar
         .client_options(uri)
         .await
         .map_err(|e| format!("{label}: {e}"))?;
-    let want = u32::try_from(pool).unwrap_or(u32::MAX).saturating_add(2);
+    // Each change stream holds a connection while it waits for events.
+    let want = u32::try_from(pool.saturating_add(args.watchers))
+        .unwrap_or(u32::MAX)
+        .saturating_add(2);
     options.max_pool_size = Some(options.max_pool_size.unwrap_or(0).max(want));
     options
         .app_name

@@ -98,6 +98,11 @@ pub enum Workload {
     /// JavaScript, per document (`javascript`). After `find-many` so that
     /// the workloads before it keep their seeds.
     JsCost,
+    /// One writer inserting at `--change-rate` while a change stream
+    /// receives the inserts: the delivery latency from acknowledgement to
+    /// event (`changes`). Last so that the workloads before it keep their
+    /// seeds.
+    ChangeLatency,
 }
 
 /// Documents one `find-many` operation reads (fewer when `--docs` is less).
@@ -132,6 +137,7 @@ impl Workload {
             Workload::MovePartition => "move-partition",
             Workload::FindMany => "find-many",
             Workload::JsCost => "js-cost",
+            Workload::ChangeLatency => "change-latency",
         }
     }
 
@@ -158,7 +164,13 @@ impl Workload {
                 | Workload::RuEnforcement
                 | Workload::MovePartition
                 | Workload::JsCost
+                | Workload::ChangeLatency
         )
+    }
+
+    /// Whether `--watchers` streams are held open during the workload.
+    pub fn takes_watchers(self) -> bool {
+        matches!(self, Workload::Load | Workload::Update | Workload::Mixed)
     }
 }
 
