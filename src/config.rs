@@ -225,6 +225,11 @@ pub struct Config {
     #[arg(long, default_value_t = 24.0, value_parser = positive_hours)]
     pub change_log_retention_hours: f64,
 
+    /// Most MiB the change log may take on disk; past it the oldest
+    /// changes go first, whatever their age (0: no bound but the hours).
+    #[arg(long, default_value_t = 10_240)]
+    pub change_log_max_mb: u64,
+
     /// Seconds between passes of the TTL monitor, which deletes documents
     /// whose TTL index date has expired.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use bson::{doc, Bson, Document, Timestamp};
 
-use super::changes::{POST_IMAGE, PRE_IMAGE};
+use super::changes::{HASH, POST_IMAGE, PRE_IMAGE};
 use super::{FindSpec, Namespace, Router};
 use crate::aggregate::{Context, ParseContext, Pipeline};
 use crate::bail;
@@ -84,24 +84,33 @@ pub struct ResumeToken {
     pub position: ChangePosition,
     /// The token of the `invalidate` after the change at `position`.
     pub invalidate: bool,
+    /// The shard-key hashes (both ends inclusive) of the one partition a
+    /// stream resumed from it follows (`GetChangeStreamTokens`).
+    pub hashes: Option<(i64, i64)>,
 }
 
 const TOKEN_VERSION: u8 = 1;
+const INVALIDATE: u8 = 1;
+const HASHES: u8 = 2;
 
 impl ResumeToken {
-    fn new(position: ChangePosition) -> ResumeToken {
-        ResumeToken {
-            position,
-            invalidate: false,
-        }
-    }
-
-    /// `{_data: "<hex>"}`: version, time, index and flags, upper-case hex
-    /// as MongoDB writes its tokens.
+    /// `{_data: "<hex>"}`: version, time, index, flags and the hash range
+    /// if there is one, upper-case hex as MongoDB writes its tokens.
     pub fn to_document(self) -> Document {
         let mut bytes = vec![TOKEN_VERSION];
         bytes.extend_from_slice(&self.position.encode());
-        bytes.push(u8::from(self.invalidate));
+        let mut flags = 0;
+        if self.invalidate {
+            flags |= INVALIDATE;
+        }
+        if self.hashes.is_some() {
+            flags |= HASHES;
+        }
+        bytes.push(flags);
+        if let Some((min, max)) = self.hashes {
+            bytes.extend_from_slice(&min.to_be_bytes());
+            bytes.extend_from_slice(&max.to_be_bytes());
+        }
         let data: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
         doc! {"_data": data}
     }
@@ -119,7 +128,7 @@ impl ResumeToken {
         let Some(Bson::String(data)) = d.get("_data") else {
             return Err(bad());
         };
-        if data.len() != 2 * (2 + ChangePosition::ENCODED_LEN) || !data.is_ascii() {
+        if data.len() % 2 != 0 || !data.is_ascii() {
             return Err(bad());
         }
         let bytes: Vec<u8> = (0..data.len())
@@ -127,14 +136,26 @@ impl ResumeToken {
             .map(|i| u8::from_str_radix(&data[i..i + 2], 16))
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| bad())?;
-        let (&version, rest) = bytes.split_first().ok_or_else(bad)?;
-        let (&flags, position) = rest.split_last().ok_or_else(bad)?;
-        if version != TOKEN_VERSION || flags > 1 {
+        const PLAIN: usize = 2 + ChangePosition::ENCODED_LEN;
+        let (Some(&TOKEN_VERSION), Some(&flags)) = (bytes.first(), bytes.get(PLAIN - 1)) else {
+            return Err(bad());
+        };
+        let hashes = match (flags & HASHES != 0, &bytes[PLAIN..]) {
+            (false, []) => None,
+            (true, range) if range.len() == 16 => {
+                let (min, max) = range.split_at(8);
+                let number = |b: &[u8]| b.try_into().map(i64::from_be_bytes).map_err(|_| bad());
+                Some((number(min)?, number(max)?))
+            }
+            _ => return Err(bad()),
+        };
+        if flags & !(INVALIDATE | HASHES) != 0 {
             return Err(bad());
         }
         Ok(ResumeToken {
-            position: ChangePosition::decode(position).map_err(|_| bad())?,
-            invalidate: flags == 1,
+            position: ChangePosition::decode(&bytes[1..PLAIN - 1]).map_err(|_| bad())?,
+            invalidate: flags & INVALIDATE != 0,
+            hashes,
         })
     }
 }
@@ -157,6 +178,8 @@ pub struct ChangeStreamSpec {
     before_change: BeforeChange,
     start: Start,
     show_expanded: bool,
+    /// One partition's hashes, from a `GetChangeStreamTokens` token.
+    hashes: Option<(i64, i64)>,
 }
 
 fn choice<T: Copy>(spec: &Document, field: &str, options: &[(&str, T)], default: T) -> Result<T> {
@@ -285,6 +308,7 @@ impl ChangeStreamSpec {
                 "Only one type of resume option is allowed, but multiple were found."
             );
         }
+        let mut hashes = None;
         let start = match (resume_after, start_after, at) {
             (Some(token), _, _) => {
                 let token = ResumeToken::parse(token)?;
@@ -294,9 +318,14 @@ impl ChangeStreamSpec {
                         "Attempting to resume a change stream using 'resumeAfter' is not allowed from an invalidate notification."
                     );
                 }
+                hashes = token.hashes;
                 Start::After(token.position)
             }
-            (_, Some(token), _) => Start::After(ResumeToken::parse(token)?.position),
+            (_, Some(token), _) => {
+                let token = ResumeToken::parse(token)?;
+                hashes = token.hashes;
+                Start::After(token.position)
+            }
             (_, _, Some(Bson::Timestamp(ts))) => Start::At(clock::pack(*ts)),
             (_, _, Some(other)) => bail!(
                 TypeMismatch,
@@ -311,6 +340,7 @@ impl ChangeStreamSpec {
             before_change,
             start,
             show_expanded: flag(spec, "showExpandedEvents")?,
+            hashes,
         })
     }
 }
@@ -395,7 +425,16 @@ impl ChangeStream {
     }
 
     pub fn resume_token(&self) -> Document {
-        ResumeToken::new(self.position).to_document()
+        self.token(self.position, false).to_document()
+    }
+
+    /// The token of `position` in this stream (keeping its partition).
+    fn token(&self, position: ChangePosition, invalidate: bool) -> ResumeToken {
+        ResumeToken {
+            position,
+            invalidate,
+            hashes: self.spec.hashes,
+        }
     }
 
     pub fn is_closed(&self) -> bool {
@@ -505,6 +544,12 @@ impl ChangeStream {
             (&self.spec.scope, operation.as_str()),
             (Scope::Collection(_), "drop" | "rename") | (Scope::Database(_), "dropDatabase")
         );
+        let hash = entry.remove(HASH);
+        if let (Some(Bson::Int64(hash)), Some((min, max))) = (hash, self.spec.hashes) {
+            if hash < min || hash > max {
+                return Ok(Vec::new());
+            }
+        }
         let pre = entry.remove(PRE_IMAGE);
         let post = entry.remove(POST_IMAGE);
         if !self.spec.show_expanded {
@@ -515,7 +560,7 @@ impl ChangeStream {
             time: (position.time >> 32) as u32,
             increment: position.time as u32,
         };
-        let token = ResumeToken::new(position);
+        let token = self.token(position, false);
         let mut event = doc! {
             "_id": token.to_document(),
             "operationType": &operation,
@@ -570,10 +615,7 @@ impl ChangeStream {
             out.push(doc);
         }
         if invalidates {
-            let token = ResumeToken {
-                position,
-                invalidate: true,
-            };
+            let token = self.token(position, true);
             out.push(doc! {
                 "_id": token.to_document(),
                 "operationType": "invalidate",
@@ -646,19 +688,25 @@ mod tests {
 
     #[test]
     fn tokens_round_trip_and_bad_ones_are_refused() {
-        let token = ResumeToken {
+        let mut token = ResumeToken {
             position: ChangePosition {
                 time: (1_700_000_000u64 << 32) | 7,
                 index: 3,
             },
             invalidate: true,
+            hashes: None,
         };
+        let doc = token.to_document();
+        assert_eq!(ResumeToken::parse(&Bson::Document(doc)).unwrap(), token);
+        token.hashes = Some((i64::MIN, -5));
         let doc = token.to_document();
         assert_eq!(ResumeToken::parse(&Bson::Document(doc)).unwrap(), token);
         for bad in [
             Bson::Int32(1),
             Bson::Document(doc! {"_data": "zz"}),
             Bson::Document(doc! {"_data": "02000000000000000000000000000000"}),
+            Bson::Document(doc! {"_data": "0100000000000000000000000002AB"}),
+            Bson::Document(doc! {"_data": "0100000000000000000000000004"}),
         ] {
             let e = ResumeToken::parse(&bad).unwrap_err();
             assert_eq!(e.code.number(), 260);
@@ -680,7 +728,12 @@ mod tests {
         assert_eq!(code(doc! {"bogus": 1}, false), 40415);
         assert_eq!(code(doc! {"fullDocument": "sometimes"}, false), 2);
         assert_eq!(code(doc! {"allChangesForCluster": true}, true), 72);
-        let token = ResumeToken::new(ChangePosition::default()).to_document();
+        let token = ResumeToken {
+            position: ChangePosition::default(),
+            invalidate: false,
+            hashes: None,
+        }
+        .to_document();
         assert_eq!(
             code(
                 doc! {"resumeAfter": token.clone(), "startAfter": token.clone()},
@@ -706,4 +759,46 @@ mod tests {
             check_stages(&[Bson::Document(doc! {"$match": {"operationType": "insert"}})]).is_ok()
         );
     }
+}
+
+/// One resume token per physical partition of `ns` (Cosmos DB's
+/// `GetChangeStreamTokens`): a stream resumed from one follows the
+/// changes of that partition's documents only, from now or from
+/// `start_at`, so consumers can share a collection's changes. A token
+/// keeps its hash range through later splits.
+pub fn partition_tokens(
+    router: &Router,
+    ns: &Namespace,
+    start_at: Option<Timestamp>,
+) -> Result<Vec<Document>> {
+    let log = change_log(router)?;
+    let Some(coll) = router.collection(ns) else {
+        bail!(NamespaceNotFound, "ns does not exist: {ns}");
+    };
+    let position = match start_at.map(clock::pack) {
+        None => ChangePosition::end_of(log.horizon()),
+        Some(0) => ChangePosition::default(),
+        Some(time) => ChangePosition::end_of(time - 1),
+    };
+    check_retained(position, log.start()?)?;
+    let ranges: Vec<(i64, i64)> = match &coll.sharding {
+        Some(sharding) => sharding
+            .map()
+            .partitions
+            .iter()
+            .map(|p| (p.min, p.max))
+            .collect(),
+        None => vec![(i64::MIN, i64::MAX)],
+    };
+    Ok(ranges
+        .into_iter()
+        .map(|hashes| {
+            ResumeToken {
+                position,
+                invalidate: false,
+                hashes: Some(hashes),
+            }
+            .to_document()
+        })
+        .collect())
 }

@@ -28,6 +28,9 @@ use crate::storage::{blocking, WriteOp};
 pub const PRE_IMAGE: &str = "\u{1}pre";
 /// An update's document after it, when the collection keeps images.
 pub const POST_IMAGE: &str = "\u{1}post";
+/// The shard-key hash of a sharded collection's changed document, for
+/// streams that follow one partition.
+pub const HASH: &str = "\u{1}hash";
 
 /// Builds the change-log entries of one collection's writes.
 pub(crate) struct ChangeRecorder {
@@ -65,31 +68,39 @@ impl ChangeRecorder {
         }
     }
 
-    /// `{<shard key>: …, _id: …}`, as MongoDB identifies a document.
-    fn document_key(&self, doc: &Document) -> Result<Document> {
+    /// Adds `documentKey`, `{<shard key>: …, _id: …}` as MongoDB
+    /// identifies a document, and on a sharded collection its hash.
+    fn identify(&self, entry: &mut Document, doc: &Document) -> Result<()> {
         let mut key = Document::new();
         if let Some(shard_key) = &self.shard_key {
+            let value = shard_key.value(doc)?;
+            entry.insert(HASH, super::write::key_hash(value));
             if shard_key.path != "_id" {
-                let value = shard_key.value(doc)?.cloned().unwrap_or(Bson::Null);
-                key.insert(shard_key.path.clone(), value);
+                key.insert(shard_key.path.clone(), value.cloned().unwrap_or(Bson::Null));
             }
         }
         key.insert("_id", doc.get("_id").cloned().unwrap_or(Bson::Null));
-        Ok(key)
+        entry.insert("documentKey", key);
+        Ok(())
     }
 
     /// An insert of the stored document `bytes`.
     pub fn insert(&self, id: &Bson, bytes: &[u8]) -> Result<WriteOp> {
         let stored = RawDocument::from_bytes(bytes).map_err(encoding)?;
         let mut key = Document::new();
+        let mut hash = None;
         if let Some(shard_key) = &self.shard_key {
+            let value = shard_key.raw_value(stored)?;
+            hash = Some(super::write::key_hash(value.as_ref()));
             if shard_key.path != "_id" {
-                let value = shard_key.raw_value(stored)?.unwrap_or(Bson::Null);
-                key.insert(shard_key.path.clone(), value);
+                key.insert(shard_key.path.clone(), value.unwrap_or(Bson::Null));
             }
         }
         key.insert("_id", id.clone());
         let mut entry = RawDocumentBuf::try_from(&self.entry("insert")).map_err(encoding)?;
+        if let Some(hash) = hash {
+            entry.append(cstr!("\u{1}hash"), hash);
+        }
         entry.append(
             cstr!("documentKey"),
             RawDocumentBuf::try_from(&key).map_err(encoding)?,
@@ -102,7 +113,7 @@ impl ChangeRecorder {
     /// made it, else an `update` with its description.
     pub fn update(&self, old: &Document, new: &Document, replacement: bool) -> Result<WriteOp> {
         let mut entry = self.entry(if replacement { "replace" } else { "update" });
-        entry.insert("documentKey", self.document_key(new)?);
+        self.identify(&mut entry, new)?;
         if replacement {
             entry.insert("fullDocument", new.clone());
         } else {
@@ -123,7 +134,7 @@ impl ChangeRecorder {
     /// A delete of `old`.
     pub fn delete(&self, old: &Document) -> Result<WriteOp> {
         let mut entry = self.entry("delete");
-        entry.insert("documentKey", self.document_key(old)?);
+        self.identify(&mut entry, old)?;
         if self.images {
             entry.insert(PRE_IMAGE, old.clone());
         }
@@ -181,10 +192,14 @@ pub(crate) fn drop_database_event(db: &str) -> Result<WriteOp> {
 }
 
 impl Router {
-    /// Trims the change log to `retention` for as long as the router
-    /// lives, looking several times per retention period (at most every
-    /// minute).
-    pub async fn run_change_log_trimmer(self: std::sync::Arc<Self>, retention: Duration) {
+    /// Trims the change log to `retention` and `max_bytes` (0: no bound)
+    /// for as long as the router lives, looking several times per
+    /// retention period (at most every minute).
+    pub async fn run_change_log_trimmer(
+        self: std::sync::Arc<Self>,
+        retention: Duration,
+        max_bytes: u64,
+    ) {
         if self.store.change_log().is_none() {
             return;
         }
@@ -200,7 +215,10 @@ impl Router {
             // Deleting many entries takes a while: off the async workers.
             let router = self.clone();
             let trimmed = tokio::task::spawn_blocking(move || match router.store.change_log() {
-                Some(log) => blocking::wait(log.trim(cutoff)).map(|_| ()),
+                Some(log) => {
+                    let cutoff = cutoff.max(size_cutoff(log, max_bytes)?);
+                    blocking::wait(log.trim(cutoff)).map(|_| ())
+                }
                 None => Ok(()),
             })
             .await;
@@ -210,5 +228,54 @@ impl Router {
                 Err(e) => tracing::warn!("trimming the change log stopped: {e}"),
             }
         }
+    }
+}
+
+/// The time before which the log must go to fit in `max_bytes` with a
+/// tenth to spare (0 when it fits), assuming changes spread evenly over
+/// the time it spans; each pass comes closer.
+fn size_cutoff(
+    log: &dyn crate::storage::ChangeLog,
+    max_bytes: u64,
+) -> crate::storage::StorageResult<u64> {
+    let bytes = log.bytes();
+    if max_bytes == 0 || bytes <= max_bytes {
+        return Ok(0);
+    }
+    let Some(oldest) = log.oldest()? else {
+        return Ok(0);
+    };
+    let newest = *log.subscribe().borrow();
+    let excess = 1.0 - (max_bytes as f64 * 0.9) / bytes as f64;
+    let span = newest.saturating_sub(oldest) as f64;
+    Ok(oldest + (span * excess) as u64 + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::memory::MemoryEngine;
+    use crate::storage::{ChangePosition, Store, WriteBatch};
+
+    #[test]
+    fn a_log_past_its_size_is_cut_from_the_oldest_end() {
+        let (store, _engine) = MemoryEngine::store();
+        store.ensure_format(&|_, _| None).unwrap();
+        for _ in 0..100 {
+            let mut batch = WriteBatch::default();
+            batch.push(WriteOp::PutChange(vec![0; 1000]));
+            blocking::wait(store.apply(batch)).unwrap();
+        }
+        let log = store.change_log().unwrap();
+        let bytes = log.bytes();
+        assert!(bytes >= 100_000, "{bytes}");
+        assert_eq!(size_cutoff(log, 0).unwrap(), 0);
+        assert_eq!(size_cutoff(log, bytes).unwrap(), 0);
+        // Half the size: about 55 of the 100 entries go.
+        let cutoff = size_cutoff(log, bytes / 2).unwrap();
+        blocking::wait(log.trim(cutoff)).unwrap();
+        let left = blocking::iter(store.view().scan_changes(ChangePosition::default())).count();
+        assert!((40..=50).contains(&left), "{left} entries left");
+        assert!(log.bytes() <= bytes / 2);
     }
 }

@@ -31,7 +31,7 @@ use crate::storage::{RecordKey, SharedView, UsageChange, WriteBatch, WriteOp};
 use crate::{bail, err};
 
 /// The hash a shard-key value (or its absence) is stored under.
-fn key_hash(value: Option<&Bson>) -> i64 {
+pub(crate) fn key_hash(value: Option<&Bson>) -> i64 {
     match value {
         Some(v) => crate::partition::hash::hash_value(v),
         None => crate::partition::hash::hash_missing(),

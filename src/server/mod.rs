@@ -75,6 +75,7 @@ pub async fn run(
     );
     let trimmer = tokio::spawn(router.clone().run_change_log_trimmer(
         std::time::Duration::from_secs_f64(config.change_log_retention_hours * 3600.0),
+        config.change_log_max_mb.saturating_mul(1 << 20),
     ));
     // Partitions that grew past the split size while the server was down.
     for coll in router.collections() {

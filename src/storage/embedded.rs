@@ -491,6 +491,10 @@ impl KvEngine for EmbeddedEngine {
         self.db.disk_space().unwrap_or(0)
     }
 
+    fn space_bytes(&self, space: Space) -> u64 {
+        self.spaces.get(space).disk_space()
+    }
+
     fn sync_stats(&self) -> Option<super::durability::SyncStats> {
         Some(self.group.stats())
     }

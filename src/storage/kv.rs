@@ -113,6 +113,12 @@ pub trait KvEngine: KvRead {
 
     fn disk_bytes(&self) -> u64;
 
+    /// Bytes one space takes (approximate; 0 when the engine cannot say).
+    fn space_bytes(&self, space: Space) -> u64 {
+        let _ = space;
+        0
+    }
+
     /// What the engine's group commit has done, when it has one.
     fn sync_stats(&self) -> Option<super::durability::SyncStats> {
         None
@@ -396,6 +402,18 @@ impl ChangeLog for KvStore {
 
     fn subscribe(&self) -> watch::Receiver<u64> {
         self.newest_change.subscribe()
+    }
+
+    fn oldest(&self) -> StorageResult<Option<u64>> {
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        match self.engine.scan(Space::Changes, all, false).next() {
+            Some(item) => Ok(Some(ChangePosition::decode(&item?.0)?.time)),
+            None => Ok(None),
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.engine.space_bytes(Space::Changes)
     }
 
     fn start(&self) -> StorageResult<u64> {

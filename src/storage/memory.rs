@@ -212,6 +212,16 @@ impl KvEngine for MemoryEngine {
         0
     }
 
+    fn space_bytes(&self, space: Space) -> u64 {
+        let state = self.inner.state.lock();
+        state
+            .current
+            .table(space)
+            .iter()
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum()
+    }
+
     fn close(&self) -> StorageResult<()> {
         self.hold_sync(false);
         Ok(())

@@ -408,6 +408,12 @@ pub trait ChangeLog: Send + Sync {
     /// The time the log starts at: entries before it were trimmed.
     fn start(&self) -> StorageResult<u64>;
 
+    /// The time of the oldest entry, if there is one.
+    fn oldest(&self) -> StorageResult<Option<u64>>;
+
+    /// The bytes the log takes (approximate).
+    fn bytes(&self) -> u64;
+
     /// Removes the entries older than `time`; returns the last commit.
     fn trim(&self, time: u64) -> StoreFuture<CommitSeq>;
 }
