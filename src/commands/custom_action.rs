@@ -37,11 +37,31 @@ async fn run(req: &Request<'_>) -> Result<Document> {
         "CreateCollection" => create_collection(req).await,
         "UpdateCollection" => update_collection(req).await,
         "GetCollection" => get_collection(req),
+        "GetChangeStreamTokens" => get_change_stream_tokens(req),
         other => Err(err!(
             CommandNotFound,
-            "customAction '{other}' is not supported; use CreateDatabase, UpdateDatabase, GetDatabase, CreateCollection, UpdateCollection or GetCollection"
+            "customAction '{other}' is not supported; use CreateDatabase, UpdateDatabase, GetDatabase, CreateCollection, UpdateCollection, GetCollection or GetChangeStreamTokens"
         )),
     }
+}
+
+/// `GetChangeStreamTokens`: one resume token per physical partition of
+/// `collection`, from now or `startAtOperationTime`; a stream resumed
+/// from one follows that partition's changes (`resumeAfterTokens`).
+fn get_change_stream_tokens(req: &Request<'_>) -> Result<Document> {
+    args::check_fields(req, &["collection", "startAtOperationTime"])?;
+    let ns = collection_arg(req)?;
+    let start_at = match req.body.get("startAtOperationTime") {
+        None => None,
+        Some(Bson::Timestamp(ts)) => Some(*ts),
+        Some(other) => bail!(
+            TypeMismatch,
+            "BSON field 'customAction.startAtOperationTime' is the wrong type '{}', expected type 'timestamp'",
+            crate::query::compare::type_name(other)
+        ),
+    };
+    let tokens = crate::router::change_stream::partition_tokens(&req.state.router, &ns, start_at)?;
+    Ok(doc! {"resumeAfterTokens": tokens})
 }
 
 /// Adds Cosmos DB's `errMsg` beside MongoDB's `errmsg`.

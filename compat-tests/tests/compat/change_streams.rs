@@ -821,3 +821,74 @@ async fn every_acknowledged_write_appears_once_and_in_order_through_splits() {
     let stats = run(&srv.db(DB), doc! {"collStats": "busy"}).await;
     assert!(num(&stats, "nchunks") > 2, "the partitions split: {stats}");
 }
+
+#[tokio::test]
+async fn partition_tokens_share_a_collections_changes() {
+    if skip() {
+        return;
+    }
+    let srv = TestServer::start_with_args(&["--partition-split-bytes", "8000"]).await;
+    let db = srv.db(DB);
+    assert_ok(
+        &run(
+            &srv.db("admin"),
+            doc! {"shardCollection": "streams.shared", "key": {"tenant": "hashed"}, "numInitialChunks": 4},
+        )
+        .await,
+    );
+    let reply = run(
+        &db,
+        doc! {"customAction": "GetChangeStreamTokens", "collection": "shared"},
+    )
+    .await;
+    let tokens = reply.get_array("resumeAfterTokens").unwrap().clone();
+    assert_eq!(tokens.len(), 4, "one token per partition: {reply}");
+    let c: Collection<Document> = db.collection("shared");
+    let mut streams = Vec::new();
+    for token in &tokens {
+        let Bson::Document(token) = token else {
+            panic!("a token is a document: {reply}");
+        };
+        let token: ResumeToken =
+            compat_tests::bson::from_document(token.clone()).expect("a resume token");
+        streams.push(c.watch().resume_after(token).await.unwrap());
+    }
+    // Enough documents that partitions split while the streams follow
+    // them; each partition's stream keeps its hash range.
+    let pad = "p".repeat(300);
+    for i in 0..200 {
+        c.insert_one(doc! {"_id": i, "tenant": format!("t{i}"), "pad": &pad})
+            .await
+            .unwrap();
+    }
+    let mut seen: HashMap<i32, usize> = HashMap::new();
+    let mut per_stream = Vec::new();
+    for stream in &mut streams {
+        let mut n = 0;
+        while let Ok(Some(Ok(e))) =
+            tokio::time::timeout(Duration::from_millis(1500), stream.next()).await
+        {
+            let Bson::Int32(id) = id_of(&e) else {
+                panic!("unexpected event {e:?}");
+            };
+            *seen.entry(id).or_default() += 1;
+            n += 1;
+        }
+        per_stream.push(n);
+    }
+    assert_eq!(seen.len(), 200, "every insert in some partition's stream");
+    assert!(seen.values().all(|&n| n == 1), "and in one only");
+    assert!(
+        per_stream.iter().all(|&n| n > 0),
+        "every partition has some: {per_stream:?}"
+    );
+    let stats = run(&db, doc! {"collStats": "shared"}).await;
+    assert!(num(&stats, "nchunks") > 4, "the partitions split: {stats}");
+    expect_command_error(
+        &db,
+        doc! {"customAction": "GetChangeStreamTokens", "collection": "absent"},
+        26,
+        "NamespaceNotFound",
+    )
+    .await;
+}
