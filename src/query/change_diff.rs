@@ -11,19 +11,22 @@
 //! element (`$push` adds `"tags.2"`), and a shorter one as truncated;
 //! anything else replaces the array.
 
-use bson::{doc, Bson, Document};
+use bson::raw::RawBsonRef;
+use bson::{doc, Bson, Document, RawDocument};
 
 /// The `updateDescription` of the change from `old` to `new`.
 pub fn describe(old: &Document, new: &Document) -> Document {
     let mut diff = Diff::default();
     diff.documents("", old, new);
-    doc! {
-        "updatedFields": diff.updated,
-        "removedFields": diff.removed,
-        "truncatedArrays": diff.truncated,
-        // MongoDB 7.0 reports `disambiguatedPaths` only when asked for
-        // expanded events and a path needs it; none here do.
-    }
+    diff.into_description()
+}
+
+/// [`describe`] of stored documents, decoding only what changed: an
+/// update of one field of a large document costs that field.
+pub fn describe_raw(old: &RawDocument, new: &RawDocument) -> bson::error::Result<Document> {
+    let mut diff = Diff::default();
+    diff.raw_documents("", old, new)?;
+    Ok(diff.into_description())
 }
 
 #[derive(Default)]
@@ -42,6 +45,60 @@ fn join(prefix: &str, field: &str) -> String {
 }
 
 impl Diff {
+    fn into_description(self) -> Document {
+        doc! {
+            "updatedFields": self.updated,
+            "removedFields": self.removed,
+            "truncatedArrays": self.truncated,
+            // MongoDB 7.0 reports `disambiguatedPaths` only when asked for
+            // expanded events and a path needs it; none here do.
+        }
+    }
+
+    fn raw_documents(
+        &mut self,
+        prefix: &str,
+        old: &RawDocument,
+        new: &RawDocument,
+    ) -> bson::error::Result<()> {
+        let before: Vec<(&str, RawBsonRef)> = old
+            .iter()
+            .map(|e| e.map(|(k, v)| (k.as_str(), v)))
+            .collect::<bson::error::Result<_>>()?;
+        let mut kept = vec![false; before.len()];
+        for (i, element) in new.iter().enumerate() {
+            let (field, value) = element?;
+            let field = field.as_str();
+            // Fields mostly keep their places; look there first.
+            let found = match before.get(i) {
+                Some((f, _)) if *f == field => Some(i),
+                _ => before.iter().position(|(f, _)| *f == field),
+            };
+            let path = join(prefix, field);
+            let Some(j) = found else {
+                self.updated.insert(path, Bson::try_from(value)?);
+                continue;
+            };
+            kept[j] = true;
+            let was = before[j].1;
+            if was == value {
+                continue;
+            }
+            match (was, value) {
+                (RawBsonRef::Document(a), RawBsonRef::Document(b)) if raw_keeps_fields(a, b)? => {
+                    self.raw_documents(&path, a, b)?
+                }
+                _ => self.value(path, &Bson::try_from(was)?, &Bson::try_from(value)?),
+            }
+        }
+        for ((field, _), kept) in before.iter().zip(kept) {
+            if !kept {
+                self.removed.push(Bson::String(join(prefix, field)));
+            }
+        }
+        Ok(())
+    }
+
     fn documents(&mut self, prefix: &str, old: &Document, new: &Document) {
         for (field, value) in new {
             let path = join(prefix, field);
@@ -94,6 +151,25 @@ impl Diff {
     }
 }
 
+/// [`keeps_fields`] of stored documents.
+fn raw_keeps_fields(old: &RawDocument, new: &RawDocument) -> bson::error::Result<bool> {
+    let mut fields = new.iter();
+    for element in old {
+        let (field, _) = element?;
+        loop {
+            match fields.next() {
+                Some(next) => {
+                    if next?.0 == field {
+                        break;
+                    }
+                }
+                None => return Ok(false),
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// Whether `new` holds every field of `old`, in `old`'s order.
 fn keeps_fields(old: &Document, new: &Document) -> bool {
     let mut fields = new.keys();
@@ -126,6 +202,30 @@ mod tests {
             describe(&old, &new).get_document("updatedFields").unwrap(),
             &doc! {"a": {"x": 1}}
         );
+    }
+
+    #[test]
+    fn stored_documents_are_described_as_decoded_ones_are() {
+        let cases = [
+            (
+                doc! {"_id": 1, "a": 1, "b": {"c": 1, "d": 2}, "gone": true},
+                doc! {"_id": 1, "a": 2, "b": {"c": 1, "d": 3, "e": 4}, "f": "new"},
+            ),
+            (doc! {"a": {"x": 0, "y": 2}}, doc! {"a": {"x": 1}}),
+            (
+                doc! {"tags": ["a", "b", "c"], "n": [{"k": 1}], "z": 1},
+                doc! {"z": 1.0, "tags": ["a", "z"], "n": [{"k": 2}, {"k": 3}]},
+            ),
+            (doc! {"same": [1, {"x": 1}]}, doc! {"same": [1, {"x": 1}]}),
+        ];
+        for (old, new) in cases {
+            let raw = describe_raw(
+                &bson::RawDocumentBuf::try_from(&old).unwrap(),
+                &bson::RawDocumentBuf::try_from(&new).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(raw, describe(&old, &new), "{old} -> {new}");
+        }
     }
 
     #[test]

@@ -15,8 +15,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bson::raw::cstr;
-use bson::{doc, Bson, DateTime, Document, RawDocument, RawDocumentBuf};
+use bson::{doc, Bson, DateTime, Document, RawDocument};
 
 use super::catalog::Collection;
 use super::Router;
@@ -39,6 +38,9 @@ pub(crate) struct ChangeRecorder {
     shard_key: Option<crate::partition::ShardKey>,
     images: bool,
     wall: DateTime,
+    /// The elements every insert entry of this recorder starts with,
+    /// encoded once: inserts come in large batches.
+    insert_prefix: std::sync::OnceLock<Vec<u8>>,
 }
 
 fn encoding(e: impl std::fmt::Display) -> Error {
@@ -56,6 +58,7 @@ impl ChangeRecorder {
             shard_key: coll.sharding.as_ref().map(|s| s.key.clone()),
             images: coll.options().keeps_images(),
             wall: DateTime::now(),
+            insert_prefix: std::sync::OnceLock::new(),
         })
     }
 
@@ -97,16 +100,37 @@ impl ChangeRecorder {
             }
         }
         key.insert("_id", id.clone());
-        let mut entry = RawDocumentBuf::try_from(&self.entry("insert")).map_err(encoding)?;
+        let key = key.to_vec().map_err(encoding)?;
+        let prefix = match self.insert_prefix.get() {
+            Some(prefix) => prefix,
+            None => {
+                let header = self.entry("insert").to_vec().map_err(encoding)?;
+                // The elements alone: no length, no terminating 0.
+                let elements = header.get(4..header.len() - 1).unwrap_or_default();
+                self.insert_prefix.get_or_init(|| elements.to_vec())
+            }
+        };
+        // One buffer of the entry's final size: the document is copied once.
+        let mut entry =
+            Vec::with_capacity(4 + prefix.len() + 40 + key.len() + 16 + bytes.len() + 1);
+        entry.extend_from_slice(&[0; 4]);
+        entry.extend_from_slice(prefix);
         if let Some(hash) = hash {
-            entry.append(cstr!("\u{1}hash"), hash);
+            entry.push(0x12);
+            entry.extend_from_slice(HASH.as_bytes());
+            entry.push(0);
+            entry.extend_from_slice(&hash.to_le_bytes());
         }
-        entry.append(
-            cstr!("documentKey"),
-            RawDocumentBuf::try_from(&key).map_err(encoding)?,
-        );
-        entry.append(cstr!("fullDocument"), stored.to_owned());
-        Ok(WriteOp::PutChange(entry.into_bytes()))
+        for (name, document) in [("documentKey", &key[..]), ("fullDocument", bytes)] {
+            entry.push(0x03);
+            entry.extend_from_slice(name.as_bytes());
+            entry.push(0);
+            entry.extend_from_slice(document);
+        }
+        entry.push(0);
+        let len = i32::try_from(entry.len()).map_err(encoding)?;
+        entry[..4].copy_from_slice(&len.to_le_bytes());
+        Ok(WriteOp::PutChange(entry))
     }
 
     /// A change of `old` to `new`: a `replace` when a replacement document
@@ -128,6 +152,44 @@ impl ChangeRecorder {
         if self.images {
             entry.insert(PRE_IMAGE, old.clone());
         }
+        encode(&entry)
+    }
+
+    /// A change, by update operators, of the stored document `old` to
+    /// `new`, described without decoding either whole unless the
+    /// collection keeps images.
+    pub fn update_stored(&self, old: &[u8], new: &[u8]) -> Result<WriteOp> {
+        if self.images {
+            let decode = |bytes: &[u8]| {
+                RawDocument::from_bytes(bytes)
+                    .and_then(Document::try_from)
+                    .map_err(encoding)
+            };
+            return self.update(&decode(old)?, &decode(new)?, false);
+        }
+        let (old, new) = (
+            RawDocument::from_bytes(old).map_err(encoding)?,
+            RawDocument::from_bytes(new).map_err(encoding)?,
+        );
+        let mut entry = self.entry("update");
+        let mut key = Document::new();
+        if let Some(shard_key) = &self.shard_key {
+            let value = shard_key.raw_value(new)?;
+            entry.insert(HASH, super::write::key_hash(value.as_ref()));
+            if shard_key.path != "_id" {
+                key.insert(shard_key.path.clone(), value.unwrap_or(Bson::Null));
+            }
+        }
+        let id = new
+            .get("_id")
+            .map_err(encoding)?
+            .map(Bson::try_from)
+            .transpose()
+            .map_err(encoding)?;
+        key.insert("_id", id.unwrap_or(Bson::Null));
+        entry.insert("documentKey", key);
+        let description = crate::query::change_diff::describe_raw(old, new).map_err(encoding)?;
+        entry.insert("updateDescription", description);
         encode(&entry)
     }
 

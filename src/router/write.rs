@@ -652,8 +652,7 @@ impl<'a> CollectionBatch<'a> {
         bytes: Vec<u8>,
     ) -> Result<()> {
         if let Some(recorder) = &self.recorder {
-            let (before, after) = (decode(old_bytes)?, decode(&bytes)?);
-            self.logged.push(recorder.update(&before, &after, false)?);
+            self.logged.push(recorder.update_stored(old_bytes, &bytes)?);
         }
         self.put_replacement(old, bytes, 0)
     }
