@@ -682,6 +682,48 @@ fn change_log(router: &Router) -> Result<&dyn ChangeLog> {
     })
 }
 
+/// One resume token per physical partition of `ns` (Cosmos DB's
+/// `GetChangeStreamTokens`): a stream resumed from one follows the
+/// changes of that partition's documents only, from now or from
+/// `start_at`, so consumers can share a collection's changes. A token
+/// keeps its hash range through later splits.
+pub fn partition_tokens(
+    router: &Router,
+    ns: &Namespace,
+    start_at: Option<Timestamp>,
+) -> Result<Vec<Document>> {
+    let log = change_log(router)?;
+    let Some(coll) = router.collection(ns) else {
+        bail!(NamespaceNotFound, "ns does not exist: {ns}");
+    };
+    let position = match start_at.map(clock::pack) {
+        None => ChangePosition::end_of(log.horizon()),
+        Some(0) => ChangePosition::default(),
+        Some(time) => ChangePosition::end_of(time - 1),
+    };
+    check_retained(position, log.start()?)?;
+    let ranges: Vec<(i64, i64)> = match &coll.sharding {
+        Some(sharding) => sharding
+            .map()
+            .partitions
+            .iter()
+            .map(|p| (p.min, p.max))
+            .collect(),
+        None => vec![(i64::MIN, i64::MAX)],
+    };
+    Ok(ranges
+        .into_iter()
+        .map(|hashes| {
+            ResumeToken {
+                position,
+                invalidate: false,
+                hashes: Some(hashes),
+            }
+            .to_document()
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -759,46 +801,4 @@ mod tests {
             check_stages(&[Bson::Document(doc! {"$match": {"operationType": "insert"}})]).is_ok()
         );
     }
-}
-
-/// One resume token per physical partition of `ns` (Cosmos DB's
-/// `GetChangeStreamTokens`): a stream resumed from one follows the
-/// changes of that partition's documents only, from now or from
-/// `start_at`, so consumers can share a collection's changes. A token
-/// keeps its hash range through later splits.
-pub fn partition_tokens(
-    router: &Router,
-    ns: &Namespace,
-    start_at: Option<Timestamp>,
-) -> Result<Vec<Document>> {
-    let log = change_log(router)?;
-    let Some(coll) = router.collection(ns) else {
-        bail!(NamespaceNotFound, "ns does not exist: {ns}");
-    };
-    let position = match start_at.map(clock::pack) {
-        None => ChangePosition::end_of(log.horizon()),
-        Some(0) => ChangePosition::default(),
-        Some(time) => ChangePosition::end_of(time - 1),
-    };
-    check_retained(position, log.start()?)?;
-    let ranges: Vec<(i64, i64)> = match &coll.sharding {
-        Some(sharding) => sharding
-            .map()
-            .partitions
-            .iter()
-            .map(|p| (p.min, p.max))
-            .collect(),
-        None => vec![(i64::MIN, i64::MAX)],
-    };
-    Ok(ranges
-        .into_iter()
-        .map(|hashes| {
-            ResumeToken {
-                position,
-                invalidate: false,
-                hashes: Some(hashes),
-            }
-            .to_document()
-        })
-        .collect())
 }
