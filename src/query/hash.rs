@@ -109,6 +109,12 @@ pub fn hash_missing() -> i64 {
     hash_value(&Bson::Null)
 }
 
+/// The hash a document with shard-key value `value` (`None`: the field
+/// is missing) is stored under.
+pub fn hash_of(value: Option<&Bson>) -> i64 {
+    value.map_or_else(hash_missing, hash_value)
+}
+
 /// `canonicalizeBSONType` from `src/mongo/bson/bsontypes.h`: the
 /// comparison class of [`canonical_type_rank`], except that MinKey is -1
 /// and `undefined` is 0 of its own (comparison folds it into null's class).

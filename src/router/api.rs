@@ -148,7 +148,7 @@ impl Router {
                     .catalog
                     .put_meta(coll, &mut batch)
                     .and_then(|()| {
-                        super::changes::log_collection_event(
+                        super::catalog::log_collection_event(
                             &*self.store,
                             &mut batch,
                             "modify",

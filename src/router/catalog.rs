@@ -14,7 +14,6 @@ use std::sync::Arc;
 use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, Document, Timestamp};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
-use super::changes::log_collection_event;
 use super::validation::CollectionOptions;
 use crate::bail;
 use crate::error::{Error, ErrorCode, Result};
@@ -570,7 +569,7 @@ impl Catalog {
             doc! {"operationDescription": description},
         )?;
         if let Some(sharding) = &coll.sharding {
-            let details = super::changes::shard_details(sharding);
+            let details = shard_details(sharding);
             log_collection_event(&*self.store, &mut batch, "shardCollection", &coll, details)?;
         }
         let seq = self.commit(batch)?;
@@ -704,6 +703,49 @@ impl Catalog {
         map.insert(to.clone(), renamed);
         Ok(seq)
     }
+}
+
+/// Adds the entry of a change to a collection itself (`drop`, `rename`,
+/// `create`, `createIndexes` …) to `batch`, when the store keeps a change
+/// log; `details` go after its namespace.
+pub(crate) fn log_collection_event(
+    router_store: &dyn crate::storage::Store,
+    batch: &mut crate::storage::WriteBatch,
+    operation: &str,
+    coll: &Collection,
+    details: Document,
+) -> Result<()> {
+    if router_store.change_log().is_some() {
+        batch.push(collection_event(operation, coll, details)?);
+    }
+    Ok(())
+}
+
+/// The details of a `shardCollection` event.
+pub(crate) fn shard_details(sharding: &super::Sharding) -> Document {
+    doc! {"operationDescription": {
+        "shardKey": sharding.key.pattern(),
+        "unique": false,
+        "presplitHashedZones": false,
+    }}
+}
+
+fn collection_event(
+    operation: &str,
+    coll: &Collection,
+    details: Document,
+) -> Result<crate::storage::WriteOp> {
+    let mut entry = doc! {
+        "operationType": operation,
+        "wallTime": bson::DateTime::now(),
+        "ns": {"db": &coll.ns.db, "coll": &coll.ns.coll},
+        "collectionUUID": coll.uuid.clone(),
+    };
+    entry.extend(details);
+    let bytes = entry
+        .to_vec()
+        .map_err(|e| Error::internal(format!("a change event does not encode: {e}")))?;
+    Ok(crate::storage::WriteOp::PutChange(bytes))
 }
 
 /// Adds to `batch` where each physical partition of a new collection

@@ -77,7 +77,7 @@ impl ChangeRecorder {
         let mut key = Document::new();
         if let Some(shard_key) = &self.shard_key {
             let value = shard_key.value(doc)?;
-            entry.insert(HASH, super::write::key_hash(value));
+            entry.insert(HASH, crate::partition::hash::hash_of(value));
             if shard_key.path != "_id" {
                 key.insert(shard_key.path.clone(), value.cloned().unwrap_or(Bson::Null));
             }
@@ -94,7 +94,7 @@ impl ChangeRecorder {
         let mut hash = None;
         if let Some(shard_key) = &self.shard_key {
             let value = shard_key.raw_value(stored)?;
-            hash = Some(super::write::key_hash(value.as_ref()));
+            hash = Some(crate::partition::hash::hash_of(value.as_ref()));
             if shard_key.path != "_id" {
                 key.insert(shard_key.path.clone(), value.unwrap_or(Bson::Null));
             }
@@ -175,7 +175,7 @@ impl ChangeRecorder {
         let mut key = Document::new();
         if let Some(shard_key) = &self.shard_key {
             let value = shard_key.raw_value(new)?;
-            entry.insert(HASH, super::write::key_hash(value.as_ref()));
+            entry.insert(HASH, crate::partition::hash::hash_of(value.as_ref()));
             if shard_key.path != "_id" {
                 key.insert(shard_key.path.clone(), value.unwrap_or(Bson::Null));
             }
@@ -206,42 +206,6 @@ impl ChangeRecorder {
 
 fn encode(entry: &Document) -> Result<WriteOp> {
     Ok(WriteOp::PutChange(entry.to_vec().map_err(encoding)?))
-}
-
-/// Adds the entry of a change to a collection itself (`drop`, `rename`,
-/// `create`, `createIndexes` …) to `batch`, when the store keeps a change
-/// log; `details` go after its namespace.
-pub(crate) fn log_collection_event(
-    router_store: &dyn crate::storage::Store,
-    batch: &mut crate::storage::WriteBatch,
-    operation: &str,
-    coll: &Collection,
-    details: Document,
-) -> Result<()> {
-    if router_store.change_log().is_some() {
-        batch.push(collection_event(operation, coll, details)?);
-    }
-    Ok(())
-}
-
-/// The details of a `shardCollection` event.
-pub(crate) fn shard_details(sharding: &super::Sharding) -> Document {
-    doc! {"operationDescription": {
-        "shardKey": sharding.key.pattern(),
-        "unique": false,
-        "presplitHashedZones": false,
-    }}
-}
-
-fn collection_event(operation: &str, coll: &Collection, details: Document) -> Result<WriteOp> {
-    let mut entry = doc! {
-        "operationType": operation,
-        "wallTime": DateTime::now(),
-        "ns": {"db": &coll.ns.db, "coll": &coll.ns.coll},
-        "collectionUUID": coll.uuid.clone(),
-    };
-    entry.extend(details);
-    encode(&entry)
 }
 
 /// The entry of a database's drop.

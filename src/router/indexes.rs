@@ -511,7 +511,7 @@ impl Router {
             coll.set_indexes(all);
             let mut batch = WriteBatch::default();
             self.catalog.put_meta(coll, &mut batch)?;
-            super::changes::log_collection_event(
+            super::catalog::log_collection_event(
                 &*self.store,
                 &mut batch,
                 "createIndexes",
@@ -632,7 +632,7 @@ impl Router {
             coll.set_indexes(kept);
             let mut batch = WriteBatch::default();
             self.catalog.put_meta(coll, &mut batch)?;
-            super::changes::log_collection_event(
+            super::catalog::log_collection_event(
                 &*self.store,
                 &mut batch,
                 "dropIndexes",

@@ -139,12 +139,12 @@ impl Router {
                 ));
             }
             self.catalog.put_meta(&coll, &mut batch)?;
-            super::changes::log_collection_event(
+            super::catalog::log_collection_event(
                 &*self.store,
                 &mut batch,
                 "shardCollection",
                 &coll,
-                super::changes::shard_details(&sharding),
+                super::catalog::shard_details(&sharding),
             )?;
             seq = seq.max(self.commit(batch)?);
             self.catalog.replace(&old, coll.clone());

@@ -31,11 +31,8 @@ use crate::storage::{RecordKey, SharedView, UsageChange, WriteBatch, WriteOp};
 use crate::{bail, err};
 
 /// The hash a shard-key value (or its absence) is stored under.
-pub(crate) fn key_hash(value: Option<&Bson>) -> i64 {
-    match value {
-        Some(v) => crate::partition::hash::hash_value(v),
-        None => crate::partition::hash::hash_missing(),
-    }
+fn key_hash(value: Option<&Bson>) -> i64 {
+    crate::partition::hash::hash_of(value)
 }
 
 /// The result of an insert batch.
