@@ -243,9 +243,7 @@ impl CursorStream {
             CursorStream::Changes(changes) => {
                 let batch = changes.next_batch(max_docs)?;
                 Ok(Batch {
-                    docs: BatchDocs::Documents(
-                        batch.events.into_iter().map(Bson::Document).collect(),
-                    ),
+                    docs: BatchDocs::Stored(batch.events),
                     exhausted: batch.closed,
                     resume_token: Some(batch.resume_token),
                 })
@@ -666,7 +664,8 @@ pub const NEXT_BATCH: &CStr = cstr!("nextBatch");
 const REPLY_HEADROOM: usize = 256;
 
 /// The whole reply to a batch of stored documents, `ok` included:
-/// `{cursor: {<batch>: [...], id, ns}, ok: 1}`, the reply
+/// `{cursor: {<batch>: [...], postBatchResumeToken?, id, ns}, ok: 1}`,
+/// the reply
 /// [`first_batch_reply`] gives for a first batch. It is written straight
 /// into one buffer of its final size: through the `bson` crate's builders
 /// each level of nesting would copy the documents once more.
@@ -675,6 +674,7 @@ pub fn stored_batch_reply(
     id: i64,
     ns: &str,
     docs: Vec<RawDocumentBuf>,
+    resume_token: Option<&Document>,
 ) -> Result<RawDocumentBuf> {
     const DOCUMENT: u8 = 0x03;
     const ARRAY: u8 = 0x04;
@@ -697,6 +697,13 @@ pub fn stored_batch_reply(
         out.extend_from_slice(doc.as_bytes());
     }
     close_document(&mut out, array)?;
+    if let Some(token) = resume_token {
+        // A change stream's `postBatchResumeToken`.
+        put_name(&mut out, DOCUMENT, "postBatchResumeToken");
+        token
+            .to_writer(&mut out)
+            .map_err(|e| Error::internal(format!("a resume token does not encode: {e}")))?;
+    }
     put_name(&mut out, INT64, "id");
     out.extend_from_slice(&id.to_le_bytes());
     put_name(&mut out, STRING, "ns");
@@ -765,16 +772,22 @@ mod tests {
         let BatchDocs::Stored(raw) = batch.docs else {
             panic!("a stored stream gave decoded documents");
         };
-        let reply = stored_batch_reply(FIRST_BATCH, 7, "db.c", raw.clone()).unwrap();
+        let reply = stored_batch_reply(FIRST_BATCH, 7, "db.c", raw.clone(), None).unwrap();
         let as_bson = || docs.iter().cloned().map(Bson::from).collect::<Vec<_>>();
         let mut expected = first_batch_reply(7, "db.c", as_bson());
         expected.insert("ok", 1.0);
         assert_eq!(reply.into_bytes(), expected.to_vec().unwrap());
-        let reply = stored_batch_reply(NEXT_BATCH, 0, "d.ü", raw).unwrap();
+        let reply = stored_batch_reply(NEXT_BATCH, 0, "d.ü", raw.clone(), None).unwrap();
         let expected =
             doc! {"cursor": {"nextBatch": as_bson(), "id": 0i64, "ns": "d.ü"}, "ok": 1.0};
         assert_eq!(reply.into_bytes(), expected.to_vec().unwrap());
-        let empty = stored_batch_reply(FIRST_BATCH, 0, "db.c", Vec::new()).unwrap();
+        // A change stream's batch: its resume token after the batch.
+        let token = doc! {"_data": "01AB"};
+        let reply = stored_batch_reply(NEXT_BATCH, 5, "d.c", raw, Some(&token)).unwrap();
+        let mut expected = change_batch_reply(NEXT_BATCH, 5, "d.c", as_bson(), token);
+        expected.insert("ok", 1.0);
+        assert_eq!(reply.into_bytes(), expected.to_vec().unwrap());
+        let empty = stored_batch_reply(FIRST_BATCH, 0, "db.c", Vec::new(), None).unwrap();
         let mut expected = first_batch_reply(0, "db.c", Vec::new());
         expected.insert("ok", 1.0);
         assert_eq!(empty.into_bytes(), expected.to_vec().unwrap());

@@ -14,8 +14,8 @@ use super::request::Request;
 use super::views;
 use crate::aggregate::{stage_arg, Context, Limits, ParseContext, Pipeline};
 use crate::cursor::{
-    change_batch_reply, first_batch_reply, with_time_limit, CursorStream, DEFAULT_FIRST_BATCH,
-    FIRST_BATCH,
+    change_batch_reply, first_batch_reply, with_time_limit, Batch, CursorStream,
+    DEFAULT_FIRST_BATCH, FIRST_BATCH,
 };
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::sort::SortSpec;
@@ -381,22 +381,11 @@ async fn watch(req: &Request<'_>, agg: Aggregate, cursor_ns: String) -> Result<D
         vars: agg.vars.clone(),
         ..ParseContext::default()
     };
-    let (batch, stream) = router
-        .read_on(|| -> Result<_> {
-            let stream =
-                ChangeStream::open(router.clone(), spec, &agg.pipeline[1..], &parse_ctx, ctx)?;
-            let mut stream = CursorStream::from(stream);
-            let batch = stream.next_batch(Some(agg.batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
-            Ok((batch, stream))
-        })
-        .await?;
-    let id = if batch.exhausted {
-        0
-    } else {
-        req.state
-            .cursors
-            .open(cursor_ns.clone(), stream, req.cursor_opener())?
+    let open = || -> Result<CursorStream> {
+        let stream = ChangeStream::open(router.clone(), spec, &agg.pipeline[1..], &parse_ctx, ctx)?;
+        Ok(stream.into())
     };
+    let (id, batch) = first_batch(req, &cursor_ns, agg.batch_size, open).await?;
     let token = batch.resume_token.unwrap_or_default();
     Ok(change_batch_reply(
         FIRST_BATCH,
@@ -405,6 +394,34 @@ async fn watch(req: &Request<'_>, agg: Aggregate, cursor_ns: String) -> Result<D
         batch.docs.into_documents()?,
         token,
     ))
+}
+
+/// Opens a result stream (`open` runs where reads may block), takes its
+/// first batch, and keeps the rest as cursor `ns` unless that batch ended
+/// it (id 0).
+async fn first_batch(
+    req: &Request<'_>,
+    ns: &str,
+    batch_size: Option<usize>,
+    open: impl FnOnce() -> Result<CursorStream>,
+) -> Result<(i64, Batch)> {
+    let (batch, stream) = req
+        .state
+        .router
+        .read_on(|| -> Result<_> {
+            let mut stream = open()?;
+            let batch = stream.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
+            Ok((batch, stream))
+        })
+        .await?;
+    let id = if batch.exhausted {
+        0
+    } else {
+        req.state
+            .cursors
+            .open(ns.to_string(), stream, req.cursor_opener())?
+    };
+    Ok((id, batch))
 }
 
 /// Runs a parsed aggregation and answers with its first batch, the
@@ -417,25 +434,15 @@ pub(crate) async fn run_parsed(
     if !agg.collectionless {
         req.state.router.admit_namespace(&agg.ns).await?;
     }
-    let full = cursor_ns;
-    let (batch, stream) = req
-        .state
-        .router
-        .read_on(|| -> Result<_> {
-            let stream = with_time_limit(execute(req, &agg)?, agg.max_time_ms);
-            let mut stream = CursorStream::from(stream);
-            let batch = stream.next_batch(Some(agg.batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
-            Ok((batch, stream))
-        })
-        .await?;
-    let id = if batch.exhausted {
-        0
-    } else {
-        req.state
-            .cursors
-            .open(full.clone(), stream, req.cursor_opener())?
+    let open = || -> Result<CursorStream> {
+        Ok(with_time_limit(execute(req, &agg)?, agg.max_time_ms).into())
     };
-    Ok(first_batch_reply(id, &full, batch.docs.into_documents()?))
+    let (id, batch) = first_batch(req, &cursor_ns, agg.batch_size, open).await?;
+    Ok(first_batch_reply(
+        id,
+        &cursor_ns,
+        batch.docs.into_documents()?,
+    ))
 }
 
 /// Answers a `find` on a view: its filter, sort, skip, limit and

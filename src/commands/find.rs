@@ -255,7 +255,9 @@ async fn tail(req: &Request<'_>, f: Find) -> Result<CommandReply> {
 /// they are stored, undecoded.
 fn batch_reply(field: &CStr, id: i64, ns: &str, docs: BatchDocs) -> Result<CommandReply> {
     Ok(match docs {
-        BatchDocs::Stored(docs) => CommandReply::Encoded(stored_batch_reply(field, id, ns, docs)?),
+        BatchDocs::Stored(docs) => {
+            CommandReply::Encoded(stored_batch_reply(field, id, ns, docs, None)?)
+        }
         BatchDocs::Documents(docs) => {
             let mut cursor = Document::new();
             cursor.insert(field.as_str(), docs);
@@ -354,11 +356,17 @@ pub async fn get_more(req: &Request<'_>) -> Result<CommandReply> {
             }
             _ => {
                 let id = if batch.exhausted { 0 } else { id };
-                if let Some(token) = batch.resume_token {
-                    let docs = batch.docs.into_documents()?;
-                    return Ok(change_batch_reply(NEXT_BATCH, id, &ns, docs, token).into());
-                }
-                return batch_reply(NEXT_BATCH, id, &ns, batch.docs);
+                return match (batch.resume_token, batch.docs) {
+                    // A change stream's events, as they were written.
+                    (Some(token), BatchDocs::Stored(docs)) => Ok(CommandReply::Encoded(
+                        stored_batch_reply(NEXT_BATCH, id, &ns, docs, Some(&token))?,
+                    )),
+                    (Some(token), docs) => {
+                        let docs = docs.into_documents()?;
+                        Ok(change_batch_reply(NEXT_BATCH, id, &ns, docs, token).into())
+                    }
+                    (None, docs) => batch_reply(NEXT_BATCH, id, &ns, docs),
+                };
             }
         }
     }

@@ -19,7 +19,8 @@
 
 use std::sync::Arc;
 
-use bson::{doc, Bson, Document, Timestamp};
+use bson::raw::cstr;
+use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf, Timestamp};
 
 use super::changes::{HASH, POST_IMAGE, PRE_IMAGE};
 use super::{FindSpec, Namespace, Router};
@@ -371,7 +372,8 @@ pub fn check_stages(rest: &[Bson]) -> Result<()> {
 
 /// One batch of a stream.
 pub struct ChangeBatch {
-    pub events: Vec<Document>,
+    /// The events, encoded: most are written straight from their entry.
+    pub events: Vec<RawDocumentBuf>,
     /// `postBatchResumeToken`.
     pub resume_token: Document,
     /// The stream was invalidated: the cursor closes.
@@ -467,13 +469,22 @@ impl ChangeStream {
                 break;
             }
             let (position, entry) = item?;
-            let entry = bson::RawDocument::from_bytes(&entry)
-                .and_then(Document::try_from)
-                .map_err(|e| Error::internal(format!("a change-log entry is not BSON: {e}")))?;
-            let produced = self.events_of(position, entry)?;
+            let entry = RawDocument::from_bytes(&entry).map_err(not_bson)?;
+            let produced = match self.plain_event(position, entry)? {
+                Plain::Event(event) => vec![event],
+                Plain::Skipped => Vec::new(),
+                Plain::NotPlain => {
+                    let entry = Document::try_from(entry).map_err(not_bson)?;
+                    self.events_of(position, entry)?
+                        .iter()
+                        .map(RawDocumentBuf::try_from)
+                        .collect::<std::result::Result<_, _>>()
+                        .map_err(not_bson)?
+                }
+            };
             let before = events.len();
             for event in produced {
-                let size = crate::query::size::document_size(&event);
+                let size = event.as_bytes().len();
                 if !events.is_empty() && bytes + size > BATCH_BYTES {
                     // The entry is read again by the next batch.
                     events.truncate(before);
@@ -496,7 +507,7 @@ impl ChangeStream {
         Ok(self.batch(events))
     }
 
-    fn batch(&self, events: Vec<Document>) -> ChangeBatch {
+    fn batch(&self, events: Vec<RawDocumentBuf>) -> ChangeBatch {
         ChangeBatch {
             events,
             resume_token: self.resume_token(),
@@ -513,6 +524,59 @@ impl ChangeStream {
             Scope::Database(d) => d == db && !system,
             Scope::Cluster => !internal_db && !system,
         }
+    }
+
+    /// The event of an entry written straight from its bytes, when it
+    /// needs nothing but them: no stages to run, no document to look up
+    /// or image to add, no `invalidate` to follow.
+    fn plain_event(&self, position: ChangePosition, entry: &RawDocument) -> Result<Plain> {
+        if !self.pipeline.stages.is_empty() {
+            return Ok(Plain::NotPlain);
+        }
+        let str_of = |d: &RawDocument, key: &str| d.get_str(key).ok().map(str::to_string);
+        let Some(operation) = str_of(entry, "operationType") else {
+            return Ok(Plain::NotPlain);
+        };
+        let Ok(ns) = entry.get_document("ns") else {
+            return Ok(Plain::Skipped);
+        };
+        let (db, coll) = (str_of(ns, "db").unwrap_or_default(), str_of(ns, "coll"));
+        if !self.watches(&db, coll.as_deref()) {
+            return Ok(Plain::Skipped);
+        }
+        let needs_more = match operation.as_str() {
+            "insert" => false,
+            "update" => {
+                self.spec.full_document != FullDocument::Default
+                    || self.spec.before_change != BeforeChange::Off
+            }
+            "replace" | "delete" => self.spec.before_change != BeforeChange::Off,
+            // DDL, and what may invalidate the stream.
+            _ => true,
+        };
+        if needs_more {
+            return Ok(Plain::NotPlain);
+        }
+        if let (Ok(hash), Some((min, max))) = (entry.get_i64(HASH), self.spec.hashes) {
+            if hash < min || hash > max {
+                return Ok(Plain::Skipped);
+            }
+        }
+        let token = RawDocumentBuf::try_from(&self.token(position, false).to_document())
+            .map_err(not_bson)?;
+        let mut event = RawDocumentBuf::new();
+        event.append(cstr!("_id"), token);
+        event.append(cstr!("operationType"), operation.as_str());
+        event.append(cstr!("clusterTime"), clock::unpack(position.time));
+        for element in entry {
+            let (field, value) = element.map_err(not_bson)?;
+            let hidden = field.as_str().starts_with('\u{1}')
+                || (!self.spec.show_expanded && field.as_str() == "collectionUUID");
+            if !hidden && field.as_str() != "operationType" {
+                event.append(field, value);
+            }
+        }
+        Ok(Plain::Event(event))
     }
 
     /// The events an entry makes in this stream: none, one, or a change
@@ -664,6 +728,19 @@ fn check_retained(position: ChangePosition, start: u64) -> Result<()> {
             );
     }
     Ok(())
+}
+
+/// What [`ChangeStream::plain_event`] made of an entry.
+enum Plain {
+    Event(RawDocumentBuf),
+    /// Not this stream's.
+    Skipped,
+    /// It needs the general path.
+    NotPlain,
+}
+
+fn not_bson(e: bson::error::Error) -> Error {
+    Error::internal(format!("a change event is not valid BSON: {e}"))
 }
 
 fn missing_image(which: &str) -> Error {
