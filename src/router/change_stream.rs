@@ -473,7 +473,7 @@ impl ChangeStream {
             let produced = match self.plain_event(position, entry)? {
                 Plain::Event(event) => vec![event],
                 Plain::Skipped => Vec::new(),
-                Plain::NotPlain => {
+                Plain::General => {
                     let entry = Document::try_from(entry).map_err(not_bson)?;
                     self.events_of(position, entry)?
                         .iter()
@@ -531,11 +531,11 @@ impl ChangeStream {
     /// or image to add, no `invalidate` to follow.
     fn plain_event(&self, position: ChangePosition, entry: &RawDocument) -> Result<Plain> {
         if !self.pipeline.stages.is_empty() {
-            return Ok(Plain::NotPlain);
+            return Ok(Plain::General);
         }
         let str_of = |d: &RawDocument, key: &str| d.get_str(key).ok().map(str::to_string);
         let Some(operation) = str_of(entry, "operationType") else {
-            return Ok(Plain::NotPlain);
+            return Ok(Plain::General);
         };
         let Ok(ns) = entry.get_document("ns") else {
             return Ok(Plain::Skipped);
@@ -555,7 +555,7 @@ impl ChangeStream {
             _ => true,
         };
         if needs_more {
-            return Ok(Plain::NotPlain);
+            return Ok(Plain::General);
         }
         if let (Ok(hash), Some((min, max))) = (entry.get_i64(HASH), self.spec.hashes) {
             if hash < min || hash > max {
@@ -736,7 +736,7 @@ enum Plain {
     /// Not this stream's.
     Skipped,
     /// It needs the general path.
-    NotPlain,
+    General,
 }
 
 fn not_bson(e: bson::error::Error) -> Error {
