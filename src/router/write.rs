@@ -74,8 +74,12 @@ pub struct ModifyOutcome {
 /// catalog under it.
 const MAX_STALE_RETRIES: u64 = 20;
 
-/// Insert batches up to this size run on the async worker itself.
+/// Insert batches up to this size run on the async worker itself...
 const INLINE_INSERTS: usize = 64;
+/// ...when their documents also hold no more bytes than this: copying
+/// and logging a large document takes long enough to hold up the other
+/// connections that worker serves.
+const INLINE_INSERT_BYTES: usize = 1 << 20;
 
 /// Runs short work (point reads and writes: microseconds) right on the
 /// async worker, and anything that may scan where blocking is allowed,
@@ -852,7 +856,9 @@ impl Router {
             .admit_inserts(ns, prepared, ordered, &mut outcome)
             .await?;
         let first_error = outcome.errors.first().map(|(i, _)| *i);
-        let result = maybe_blocking(self.inline(prepared.len() <= INLINE_INSERTS), || {
+        let bytes: usize = prepared.iter().map(|(_, _, doc)| doc.len()).sum();
+        let cheap = prepared.len() <= INLINE_INSERTS && bytes <= INLINE_INSERT_BYTES;
+        let result = maybe_blocking(self.inline(cheap), || {
             self.with_write_lock(ns, true, |coll| {
                 let options = coll.options();
                 let validates = options.validates(validation);
