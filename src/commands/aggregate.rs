@@ -112,6 +112,22 @@ fn limits(req: &Request<'_>, allow_disk_use: bool) -> Limits {
     }
 }
 
+/// What the stages of `agg` run with: the router, its database, the
+/// limits of blocking stages and the time it must end by.
+fn context(
+    req: &Request<'_>,
+    agg: &Aggregate,
+    deadline: Option<std::time::Instant>,
+) -> Result<Arc<dyn Context>> {
+    Ok(RouterContext::shared(
+        req.state.router.clone(),
+        &agg.ns.db,
+        limits(req, agg.allow_disk_use),
+        deadline,
+        super::args::document_validation("aggregate", &req.body)?,
+    ))
+}
+
 /// Runs the pipeline and returns its output stream.
 pub(crate) fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
     let router = req.state.router.clone();
@@ -119,13 +135,7 @@ pub(crate) fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
         .max_time_ms
         .filter(|&ms| ms > 0)
         .map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
-    let ctx: Arc<dyn Context> = RouterContext::shared(
-        router.clone(),
-        &agg.ns.db,
-        limits(req, agg.allow_disk_use),
-        deadline,
-        super::args::document_validation("aggregate", &req.body)?,
-    );
+    let ctx = context(req, agg, deadline)?;
     let collation = if agg.collectionless {
         None
     } else {
@@ -370,13 +380,7 @@ async fn watch(req: &Request<'_>, agg: Aggregate, cursor_ns: String) -> Result<D
     let (_, arg) = stage_arg(stage)?;
     let spec = ChangeStreamSpec::parse(arg, &agg.ns, agg.collectionless)?;
     let router = req.state.router.clone();
-    let ctx: Arc<dyn Context> = RouterContext::shared(
-        router.clone(),
-        &agg.ns.db,
-        limits(req, agg.allow_disk_use),
-        None,
-        super::args::document_validation("aggregate", &req.body)?,
-    );
+    let ctx = context(req, &agg, None)?;
     let parse_ctx = ParseContext {
         vars: agg.vars.clone(),
         ..ParseContext::default()

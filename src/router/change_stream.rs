@@ -112,7 +112,13 @@ impl ResumeToken {
             bytes.extend_from_slice(&min.to_be_bytes());
             bytes.extend_from_slice(&max.to_be_bytes());
         }
-        let data: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
+        // Written for every event: no string per byte.
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        let data: String = bytes
+            .iter()
+            .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]])
+            .map(char::from)
+            .collect();
         doc! {"_data": data}
     }
 
@@ -620,10 +626,7 @@ impl ChangeStream {
             entry.remove("collectionUUID");
             entry.remove("operationDescription");
         }
-        let time = Timestamp {
-            time: (position.time >> 32) as u32,
-            increment: position.time as u32,
-        };
+        let time = clock::unpack(position.time);
         let token = self.token(position, false);
         let mut event = doc! {
             "_id": token.to_document(),

@@ -87,19 +87,26 @@ impl ChangeRecorder {
         Ok(())
     }
 
-    /// An insert of the stored document `bytes`.
-    pub fn insert(&self, id: &Bson, bytes: &[u8]) -> Result<WriteOp> {
-        let stored = RawDocument::from_bytes(bytes).map_err(encoding)?;
+    /// [`Self::identify`] of a stored document whose `_id` is `id`: its
+    /// `documentKey` and, on a sharded collection, its hash.
+    fn identify_stored(&self, doc: &RawDocument, id: Bson) -> Result<(Document, Option<i64>)> {
         let mut key = Document::new();
         let mut hash = None;
         if let Some(shard_key) = &self.shard_key {
-            let value = shard_key.raw_value(stored)?;
+            let value = shard_key.raw_value(doc)?;
             hash = Some(crate::partition::hash::hash_of(value.as_ref()));
             if shard_key.path != "_id" {
                 key.insert(shard_key.path.clone(), value.unwrap_or(Bson::Null));
             }
         }
-        key.insert("_id", id.clone());
+        key.insert("_id", id);
+        Ok((key, hash))
+    }
+
+    /// An insert of the stored document `bytes`.
+    pub fn insert(&self, id: &Bson, bytes: &[u8]) -> Result<WriteOp> {
+        let stored = RawDocument::from_bytes(bytes).map_err(encoding)?;
+        let (key, hash) = self.identify_stored(stored, id.clone())?;
         let key = key.to_vec().map_err(encoding)?;
         let prefix = match self.insert_prefix.get() {
             Some(prefix) => prefix,
@@ -171,22 +178,17 @@ impl ChangeRecorder {
             RawDocument::from_bytes(old).map_err(encoding)?,
             RawDocument::from_bytes(new).map_err(encoding)?,
         );
-        let mut entry = self.entry("update");
-        let mut key = Document::new();
-        if let Some(shard_key) = &self.shard_key {
-            let value = shard_key.raw_value(new)?;
-            entry.insert(HASH, crate::partition::hash::hash_of(value.as_ref()));
-            if shard_key.path != "_id" {
-                key.insert(shard_key.path.clone(), value.unwrap_or(Bson::Null));
-            }
-        }
         let id = new
             .get("_id")
             .map_err(encoding)?
             .map(Bson::try_from)
             .transpose()
             .map_err(encoding)?;
-        key.insert("_id", id.unwrap_or(Bson::Null));
+        let (key, hash) = self.identify_stored(new, id.unwrap_or(Bson::Null))?;
+        let mut entry = self.entry("update");
+        if let Some(hash) = hash {
+            entry.insert(HASH, hash);
+        }
         entry.insert("documentKey", key);
         let description = crate::query::change_diff::describe_raw(old, new).map_err(encoding)?;
         entry.insert("updateDescription", description);
