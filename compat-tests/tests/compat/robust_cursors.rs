@@ -363,6 +363,19 @@ async fn group_of_big_strings_batches_within_limits_or_fails_with_10334() {
             .expect("insert 15 MB document");
     }
     drop(big);
+    // Read once so the engine's block cache already holds the documents:
+    // the baseline is then the cache's, and what follows measures the
+    // queries alone.
+    let mut seen = 0;
+    let mut cursor = db
+        .collection::<Document>("big")
+        .find(doc! {})
+        .await
+        .expect("find");
+    while cursor.advance().await.expect("read a document") {
+        seen += 1;
+    }
+    assert_eq!(seen, 6);
     let before = settled_rss(&srv).await;
     let first = run(
         &db,
