@@ -20,8 +20,8 @@ use tokio::sync::watch;
 use super::layout::{self, ChangePosition, KeyRange};
 use super::{
     CatalogKey, ChangeLog, CommitSeq, IndexEntryKey, IndexScan, MetaStore, PartitionOf, RecordKey,
-    RecordScan, SharedView, StorageError, StorageResult, Store, StoreFuture, StoreStream, Usage,
-    View, WriteBatch, WriteOp,
+    RecordScan, SharedView, StorageError, StorageResult, Store, StoreFuture, StoreStream,
+    Transaction, Usage, View, WriteBatch, WriteOp,
 };
 
 /// The key spaces an engine keeps apart.
@@ -147,6 +147,37 @@ impl KvStore {
             logging: Mutex::new(()),
             newest_change: watch::Sender::new(0),
         })
+    }
+
+    pub(super) fn engine(&self) -> &Arc<dyn KvEngine> {
+        &self.engine
+    }
+
+    /// Writes `ops` and the change-log entries `changes` in one atomic
+    /// batch, the entries at the next cluster time, in order.
+    pub(super) fn write_with_changes(
+        &self,
+        mut ops: Vec<KvOp>,
+        changes: Vec<Vec<u8>>,
+    ) -> StorageResult<CommitSeq> {
+        if changes.is_empty() {
+            return self.engine.write(ops);
+        }
+        let _logging = self.logging.lock();
+        let time = clock::tick();
+        ops.extend(changes.into_iter().enumerate().map(|(i, value)| {
+            let index = u32::try_from(i).unwrap_or(u32::MAX);
+            KvOp::Put {
+                space: Space::Changes,
+                key: ChangePosition { time, index }.encode(),
+                value,
+            }
+        }));
+        let result = self.engine.write(ops);
+        if result.is_ok() {
+            self.newest_change.send_replace(time);
+        }
+        result
     }
 
     /// Moves the cluster clock past every time the log holds, so the
@@ -389,6 +420,10 @@ impl Store for KvStore {
         Some(self)
     }
 
+    fn begin(self: Arc<Self>) -> Option<Arc<dyn Transaction>> {
+        Some(Arc::new(super::kv_txn::KvTransaction::begin(self)))
+    }
+
     fn close(&self) -> StorageResult<()> {
         self.engine.close()
     }
@@ -521,8 +556,14 @@ impl MetaStore for KvStore {
 }
 
 /// Typed reads over raw reads.
-struct KvView {
+pub(super) struct KvView {
     read: Arc<dyn KvRead>,
+}
+
+impl KvView {
+    pub(super) fn over(read: Arc<dyn KvRead>) -> SharedView {
+        Arc::new(KvView { read })
+    }
 }
 
 fn ready<T: Send + 'static>(value: StorageResult<T>) -> StoreFuture<T> {

@@ -35,6 +35,7 @@
 pub mod durability;
 pub mod embedded;
 pub mod kv;
+mod kv_txn;
 pub mod layout;
 pub mod memory;
 pub mod postgres;
@@ -378,6 +379,12 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
+    /// Begins a multi-document transaction over the store as it is now;
+    /// `None` when the backend has none.
+    fn begin(self: Arc<Self>) -> Option<Arc<dyn Transaction>> {
+        None
+    }
+
     /// The change log, when the store keeps one: it writes the
     /// [`WriteOp::PutChange`] entries of each batch with it, at a position
     /// in commit order.
@@ -387,6 +394,27 @@ pub trait Store: Send + Sync + 'static {
 
     /// Syncs everything and stops background work; called at shutdown.
     fn close(&self) -> StorageResult<()>;
+}
+
+/// A multi-document transaction ([`Store::begin`]): a store whose reads
+/// see one snapshot with the transaction's own writes over it, and whose
+/// writes wait, unseen by anyone else, for [`Transaction::commit`].
+pub trait Transaction: Store {
+    /// The collections it has written.
+    fn collections(&self) -> Vec<u64>;
+
+    /// Writes everything in one atomic batch, unless a key it wrote was
+    /// changed by another commit since its snapshot
+    /// ([`StorageError::Conflict`]); resolves to the commit (0 when it
+    /// wrote nothing). The caller holds the write locks of
+    /// [`Transaction::collections`]. A transaction ends once, by commit
+    /// or [`Transaction::abort`].
+    fn commit(&self) -> StoreFuture<CommitSeq>;
+
+    /// Drops its writes and ends it.
+    fn abort(&self);
+
+    fn as_store(self: Arc<Self>) -> SharedStore;
 }
 
 /// A store's log of changes, which change streams read.
