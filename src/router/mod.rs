@@ -36,6 +36,7 @@ mod tests;
 mod text;
 pub mod throttle;
 pub mod timeseries;
+pub mod transaction;
 pub mod validation;
 mod write;
 
@@ -168,17 +169,22 @@ impl Default for PartitionOptions {
     }
 }
 
+/// Plans and runs every operation over the store and the catalog.
+///
+/// A clone shares everything; a transaction's router
+/// ([`Router::begin_transaction`]) is a clone over the transaction's store.
+#[derive(Clone)]
 pub struct Router {
     store: SharedStore,
-    catalog: Catalog,
-    options: PartitionOptions,
-    splits: sharding::SplitQueue,
-    budgets: throttle::Budgets,
+    catalog: Arc<Catalog>,
+    options: Arc<PartitionOptions>,
+    splits: Arc<sharding::SplitQueue>,
+    budgets: Arc<throttle::Budgets>,
     /// The operations running now (`currentOp`): client commands, which
     /// the commands layer lists, and the router's own background work.
     operations: Arc<ActiveOps>,
     /// Hot keys and splits for the HTTP side port; `None` without it.
-    activity: Option<activity::Activity>,
+    activity: Option<Arc<activity::Activity>>,
 }
 
 /// One stored document and where it lives.
@@ -295,10 +301,10 @@ impl Router {
         let catalog = Catalog::load(store.clone())?;
         Ok(Router {
             store,
-            catalog,
-            options,
-            splits: sharding::SplitQueue::default(),
-            budgets: throttle::Budgets::default(),
+            catalog: Arc::new(catalog),
+            options: Arc::new(options),
+            splits: Arc::default(),
+            budgets: Arc::default(),
             operations: Arc::default(),
             activity: None,
         })
@@ -309,13 +315,12 @@ impl Router {
     /// values and splits ([`activity`]). Without this call none of it is
     /// recorded.
     pub fn track_activity(&mut self) {
-        self.activity
-            .get_or_insert_with(activity::Activity::default);
+        self.activity.get_or_insert_with(Arc::default);
     }
 
     /// What [`Router::track_activity`] records; `None` without it.
     pub fn activity(&self) -> Option<&activity::Activity> {
-        self.activity.as_ref()
+        self.activity.as_deref()
     }
 
     /// Bytes of documents past which a partition splits.
