@@ -15,16 +15,6 @@ pub async fn ok(_req: &Request<'_>) -> Result<Document> {
     Ok(Document::new())
 }
 
-pub async fn no_transaction(req: &Request<'_>) -> Result<Document> {
-    Err(Error::new(
-        ErrorCode::NoSuchTransaction,
-        format!(
-            "{}: there is no transaction in progress; multi-document transactions are not supported yet",
-            req.name
-        ),
-    ))
-}
-
 pub async fn build_info(_req: &Request<'_>) -> Result<Document> {
     Ok(doc! {
         "version": MONGODB_VERSION,

@@ -120,7 +120,7 @@ fn context(
     deadline: Option<std::time::Instant>,
 ) -> Result<Arc<dyn Context>> {
     Ok(RouterContext::shared(
-        req.state.router.clone(),
+        req.router().clone(),
         &agg.ns.db,
         limits(req, agg.allow_disk_use),
         deadline,
@@ -130,7 +130,7 @@ fn context(
 
 /// Runs the pipeline and returns its output stream.
 pub(crate) fn execute(req: &Request<'_>, agg: &Aggregate) -> Result<DocStream> {
-    let router = req.state.router.clone();
+    let router = req.router().clone();
     let deadline = agg
         .max_time_ms
         .filter(|&ms| ms > 0)
@@ -337,7 +337,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         return explain_render::explain(req, explain, Verbosity::QueryPlanner).await;
     }
     if let Some(target) = output_namespace(&agg.pipeline, &req.db) {
-        if views::find(&req.state.router, &target).await?.is_some() {
+        if views::find(req.router(), &target).await?.is_some() {
             return Err(Error::new(
                 ErrorCode::CommandNotSupportedOnView,
                 format!("Namespace {target} is a view, not a collection"),
@@ -350,7 +350,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     }
     if !agg.collectionless {
         // A view's pipeline runs first, over the collection it reads.
-        if let Some(view) = views::resolve(&req.state.router, &agg.ns).await? {
+        if let Some(view) = views::resolve(req.router(), &agg.ns).await? {
             agg.collation = Some(Bson::Document(views::read_collation(
                 agg.collation.as_ref(),
                 &view,
@@ -368,7 +368,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
 /// and answers with its first batch: what the log holds after its start,
 /// at once, and a cursor that stays open until the stream is invalidated.
 async fn watch(req: &Request<'_>, agg: Aggregate, cursor_ns: String) -> Result<Document> {
-    if !agg.collectionless && views::find(&req.state.router, &agg.ns).await?.is_some() {
+    if !agg.collectionless && views::find(req.router(), &agg.ns).await?.is_some() {
         return Err(Error::new(
             ErrorCode::CommandNotSupportedOnView,
             format!("Namespace {} is a view, not a collection", agg.ns),
@@ -379,7 +379,7 @@ async fn watch(req: &Request<'_>, agg: Aggregate, cursor_ns: String) -> Result<D
     };
     let (_, arg) = stage_arg(stage)?;
     let spec = ChangeStreamSpec::parse(arg, &agg.ns, agg.collectionless)?;
-    let router = req.state.router.clone();
+    let router = req.router().clone();
     let ctx = context(req, &agg, None)?;
     let parse_ctx = ParseContext {
         vars: agg.vars.clone(),
@@ -410,8 +410,7 @@ async fn first_batch(
     open: impl FnOnce() -> Result<CursorStream>,
 ) -> Result<(i64, Batch)> {
     let (batch, stream) = req
-        .state
-        .router
+        .router()
         .read_on(|| -> Result<_> {
             let mut stream = open()?;
             let batch = stream.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
@@ -436,7 +435,7 @@ pub(crate) async fn run_parsed(
     cursor_ns: String,
 ) -> Result<Document> {
     if !agg.collectionless {
-        req.state.router.admit_namespace(&agg.ns).await?;
+        req.router().admit_namespace(&agg.ns).await?;
     }
     let open = || -> Result<CursorStream> {
         Ok(with_time_limit(execute(req, &agg)?, agg.max_time_ms).into())
@@ -481,7 +480,7 @@ pub(crate) async fn read_view<T>(
 ) -> Result<T> {
     let body = views::aggregation(req, view, stages, None)?;
     let agg = parse(&view.collection.db, &body)?;
-    let router = &req.state.router;
+    let router = req.router();
     router.admit_namespace(&agg.ns).await?;
     router.read_on(|| read(execute(req, &agg)?)).await
 }

@@ -70,7 +70,7 @@ fn check_statement(entry: &Document) -> Result<Statement<'_>> {
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     super::args::check_fields(req, &["deletes", "ordered", "let"])?;
     let ns = collection_namespace("delete", &req.db, &req.body)?;
-    super::views::refuse(&req.state.router, &ns).await?;
+    super::views::refuse(req.router(), &ns).await?;
     let entries = document_list(req, "deletes")?;
     check_batch_size(entries.len())?;
     let ordered = bool_or("delete", &req.body, "ordered", true)?;
@@ -83,12 +83,11 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let vars = super::args::let_variables("delete", &req.body)?;
     for (i, st) in statements.iter().enumerate() {
         req.state.counters.op_delete.fetch_add(1, Ordering::Relaxed);
-        let parsed =
-            super::collation::effective(&req.state.router, &ns, st.collation).and_then(|c| {
-                Filter::parse_collated(&super::args::bind_in_filter(st.q, &vars), c.as_ref())
-            });
+        let parsed = super::collation::effective(req.router(), &ns, st.collation).and_then(|c| {
+            Filter::parse_collated(&super::args::bind_in_filter(st.q, &vars), c.as_ref())
+        });
         let result = match parsed {
-            Ok(filter) => req.state.router.delete(&ns, &filter, st.multi, None).await,
+            Ok(filter) => req.router().delete(&ns, &filter, st.multi, None).await,
             Err(e) => Err(e),
         };
         match result {

@@ -50,7 +50,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         return Err(Error::bad_value("distinct key cannot be empty"));
     }
     let path: Vec<&str> = key.split('.').collect();
-    let collation = super::collation::effective(&req.state.router, &ns, b.get("collation"))?;
+    let collation = super::collation::effective(req.router(), &ns, b.get("collation"))?;
     let filter = opt_document("distinct", b, "query")?
         .filter(|q| !q.is_empty())
         .map(|q| Filter::parse_collated(q, collation.as_ref()))
@@ -59,7 +59,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         filter,
         ..FindSpec::default()
     };
-    let router = req.state.router.clone();
+    let router = req.router().clone();
     let values = match super::views::resolve(&router, &ns).await? {
         Some(view) => {
             let stages = match opt_document("distinct", b, "query")?.filter(|q| !q.is_empty()) {

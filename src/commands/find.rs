@@ -173,10 +173,10 @@ pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
         ],
     )?;
     let ns = collection_namespace("find", &req.db, &req.body)?;
-    let collation = super::collation::effective(&req.state.router, &ns, req.body.get("collation"))?;
+    let collation = super::collation::effective(req.router(), &ns, req.body.get("collation"))?;
     let mut f = parse_collated(&req.db, &req.body, collation.as_ref())?;
     req.state.counters.op_query.fetch_add(1, Ordering::Relaxed);
-    if let Some(view) = super::views::resolve(&req.state.router, &f.ns).await? {
+    if let Some(view) = super::views::resolve(req.router(), &f.ns).await? {
         return super::aggregate::find_on_view(req, &view)
             .await
             .map(CommandReply::from);
@@ -199,8 +199,7 @@ pub async fn find(req: &Request<'_>) -> Result<CommandReply> {
     };
     let max_time_ms = f.max_time_ms;
     let (batch, stream) = req
-        .state
-        .router
+        .router()
         .find(&f.ns, f.spec, |found| {
             let mut stream = CursorStream::from(match found {
                 Found::Stored(stored) => Found::Stored(with_time_limit(stored, max_time_ms)),
@@ -226,7 +225,7 @@ async fn tail(req: &Request<'_>, f: Find) -> Result<CommandReply> {
     let ns = f.ns.full();
     let first = f.batch_size.unwrap_or(DEFAULT_FIRST_BATCH);
     let first = f.spec.limit.map_or(first, |l| first.min(l as usize));
-    let router = &req.state.router;
+    let router = req.router();
     let opened = router.read_on(|| -> Result<Option<_>> {
         let Some((tail, holds)) =
             router.tail(&f.ns, f.spec.filter, f.spec.projection, f.await_data)?

@@ -33,9 +33,9 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     let cmd = req.name.as_str();
     let b = &req.body;
     let ns = collection_namespace(cmd, &req.db, b)?;
-    super::views::refuse(&req.state.router, &ns).await?;
+    super::views::refuse(req.router(), &ns).await?;
     // MongoDB 7.0 serves a time-series collection through a view.
-    if let Some(coll) = req.state.router.collection(&ns) {
+    if let Some(coll) = req.router().collection(&ns) {
         if coll.options().timeseries.is_some() {
             return Err(Error::new(
                 ErrorCode::CommandNotSupportedOnView,
@@ -45,7 +45,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     }
     let vars = super::args::let_variables(cmd, b)?;
     let b = &super::args::bind_in_statement(b, &vars, "query", "update");
-    let collation = super::collation::effective(&req.state.router, &ns, b.get("collation"))?;
+    let collation = super::collation::effective(req.router(), &ns, b.get("collation"))?;
     let filter = Filter::parse_collated(
         opt_document(cmd, b, "query")?.unwrap_or(&Document::new()),
         collation.as_ref(),
@@ -80,8 +80,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
                 ));
             }
             let (n, doc) = req
-                .state
-                .router
+                .router()
                 .delete(&ns, &filter, false, sort.as_ref())
                 .await?;
             Ok(doc! {
@@ -111,7 +110,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
                 return_documents: true,
                 validation: super::args::document_validation(cmd, b)?,
             };
-            let outcome = req.state.router.update(&ns, &stmt).await?;
+            let outcome = req.router().update(&ns, &stmt).await?;
             let upserted = outcome.upserted_id.is_some();
             let mut last = doc! {
                 "n": if outcome.matched > 0 || upserted { 1 } else { 0 },

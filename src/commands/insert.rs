@@ -13,17 +13,13 @@ use crate::error::Result;
 pub async fn run(req: &Request<'_>) -> Result<Document> {
     super::args::check_fields(req, &["documents", "ordered", "bypassDocumentValidation"])?;
     let ns = collection_namespace("insert", &req.db, &req.body)?;
-    super::views::refuse(&req.state.router, &ns).await?;
+    super::views::refuse(req.router(), &ns).await?;
     let docs = raw_document_list(req, "documents")?;
     check_batch_size(docs.len())?;
     let ordered = bool_or("insert", &req.body, "ordered", true)?;
     let count = docs.len() as u64;
     let validation = super::args::document_validation("insert", &req.body)?;
-    let outcome = req
-        .state
-        .router
-        .insert(&ns, docs, ordered, validation)
-        .await?;
+    let outcome = req.router().insert(&ns, docs, ordered, validation).await?;
     req.state
         .counters
         .op_insert

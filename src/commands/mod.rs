@@ -48,9 +48,11 @@ pub mod request;
 pub mod request_statistics;
 pub mod retry;
 pub mod roles;
+pub mod sessions;
 pub mod sharding;
 pub mod state;
 pub mod timeseries;
+pub mod transactions;
 pub mod update;
 pub mod users;
 pub mod version;
@@ -398,7 +400,6 @@ async fn run(
     if db != crate::base::EXTERNAL_DB {
         crate::router::catalog::validate_db_name(&db)?;
     }
-    refuse_transactions(&body)?;
     let Some(entry) = registry::lookup(&name) else {
         return Err(Error::new(
             ErrorCode::CommandNotFound,
@@ -440,9 +441,11 @@ async fn run(
             Some(action)
         }
     };
+    let transaction = state.sessions.enter(&state.router, &name, &body)?;
     let write_concern = write_concern::check(&name, &body)?;
     state.counters.op_command.fetch_add(1, Ordering::Relaxed);
-    let retry = retry::is_retryable_write(&name)
+    let alone = matches!(transaction, transactions::Entered::Alone);
+    let retry = (alone && retry::is_retryable_write(&name))
         .then(|| retry::retry_key(&body))
         .flatten();
     if let Some((session, txn)) = &retry {
@@ -458,6 +461,7 @@ async fn run(
         body,
         sequences,
         exhaust_allowed,
+        transaction,
     };
     if !READS_NO_CATALOG.contains(&req.name.as_str()) {
         state.router.sync_catalog().await?;
@@ -477,8 +481,18 @@ async fn run(
                 stale += 1;
                 state.router.refresh_catalog()?;
             }
-            done => break done?,
+            done => break done,
         }
+    };
+    // A statement that fails aborts its transaction.
+    let reply = match &req.transaction {
+        transactions::Entered::Statement(running)
+            if !matches!(req.name.as_str(), "commitTransaction" | "abortTransaction") =>
+        {
+            let reply = reply.and_then(CommandReply::into_document);
+            state.sessions.after_statement(running, reply)?.into()
+        }
+        _ => reply?,
     };
     if write_concern.error.is_none() && retry.is_none() && failing.is_none() {
         return Ok(reply);
@@ -503,21 +517,6 @@ async fn run(
 
 /// Commands only `--enable-test-commands` offers.
 const TEST_COMMANDS: &[&str] = &["configureFailPoint"];
-
-/// Multi-document transactions are not built yet; a command that would
-/// start or continue one fails instead of running outside a transaction.
-fn refuse_transactions(body: &Document) -> Result<()> {
-    let starts = matches!(body.get("startTransaction"), Some(Bson::Boolean(true)));
-    let in_txn = matches!(body.get("autocommit"), Some(Bson::Boolean(false)));
-    if starts || in_txn {
-        return Err(Error::new(
-            ErrorCode::IllegalOperation,
-            "Multi-document transactions are not supported by this server yet; \
-             run the operations without a transaction",
-        ));
-    }
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests {

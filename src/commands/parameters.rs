@@ -3,8 +3,9 @@
 //! The parameters `getParameter` reports are the ones a client may ask
 //! about; of those, `internalQueryMaxBlockingSortMemoryUsageBytes` (the
 //! memory a blocking sort or stage may hold, `--max-blocking-stage-bytes`
-//! at start) can be changed at runtime, as in MongoDB; the others are
-//! fixed at start, and `setParameter` refuses them as mongod does.
+//! at start) and `transactionLifetimeLimitSeconds` (default 60) can be
+//! changed at runtime, as in MongoDB; the others are fixed at start, and
+//! `setParameter` refuses them as mongod does.
 
 use bson::{doc, Bson, Document};
 
@@ -14,10 +15,15 @@ use super::state::Parameters;
 use crate::bail;
 use crate::error::Result;
 
+/// How long a transaction may run before it is aborted.
+const TXN_LIFETIME: &str = "transactionLifetimeLimitSeconds";
+
 pub async fn get_parameter(req: &Request<'_>) -> Result<Document> {
     let everything = matches!(req.body.get("getParameter"), Some(Bson::String(s)) if s == "*");
     let mut reply = Document::new();
-    for (k, v) in req.state.parameters.all() {
+    let mut all = req.state.parameters.all();
+    all.insert(TXN_LIFETIME, req.state.sessions.lifetime_secs() as i64);
+    for (k, v) in all {
         if everything || req.body.contains_key(&k) {
             reply.insert(k, v);
         }
@@ -48,6 +54,17 @@ pub async fn set_parameter(req: &Request<'_>) -> Result<Document> {
         );
     }
     let parameters = &req.state.parameters;
+    if name == TXN_LIFETIME {
+        let secs = match number_as_i64(value) {
+            Some(n) if n > 0 => n as u64,
+            _ => bail!(
+                BadValue,
+                "Invalid value for {TXN_LIFETIME}: a number of seconds greater than 0 is required"
+            ),
+        };
+        let was = req.state.sessions.set_lifetime_secs(secs);
+        return Ok(doc! {"was": was as i64});
+    }
     if name == Parameters::BLOCKING_BYTES {
         let bytes = match number_as_i64(value) {
             Some(n) if n > 0 => n as u64,

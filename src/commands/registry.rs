@@ -8,7 +8,7 @@ use super::request::{CommandReply, Handler, Request};
 use super::{
     admin, aggregate, auth, capped, catalog, coll_mod, count, current_op, custom_action, delete,
     distinct, explain, find, find_and_modify, handshake, indexes, insert, map_reduce, parameters,
-    profile, request_statistics, roles, sharding, update, users,
+    profile, request_statistics, roles, sessions, sharding, update, users,
 };
 use crate::error::Result;
 
@@ -35,7 +35,7 @@ macro_rules! command {
 pub static COMMANDS: &[CommandEntry] = &[
     command!(
         "abortTransaction",
-        admin::no_transaction,
+        sessions::abort_transaction,
         true,
         "abort a transaction"
     ),
@@ -90,7 +90,7 @@ pub static COMMANDS: &[CommandEntry] = &[
     ),
     command!(
         "commitTransaction",
-        admin::no_transaction,
+        sessions::commit_transaction,
         true,
         "commit a transaction"
     ),
@@ -170,7 +170,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         true,
         "allow sharding in a database"
     ),
-    command!("endSessions", admin::ok, false, "end logical sessions"),
+    command!(
+        "endSessions",
+        sessions::end_sessions,
+        false,
+        "end logical sessions"
+    ),
     command!(
         "explain",
         explain::run,
@@ -246,7 +251,12 @@ pub static COMMANDS: &[CommandEntry] = &[
         true,
         "stop a running operation"
     ),
-    command!("killSessions", admin::ok, false, "kill logical sessions"),
+    command!(
+        "killSessions",
+        sessions::end_sessions,
+        false,
+        "kill logical sessions"
+    ),
     command!(
         "listCollections",
         catalog::list_collections,

@@ -6,8 +6,10 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 
 use super::state::{ConnectionInfo, ServerState, UserName};
+use super::transactions::Entered;
 use crate::cursor::Opener;
 use crate::error::Result;
+use crate::router::SharedRouter;
 
 /// One command to run.
 pub struct Request<'a> {
@@ -24,6 +26,8 @@ pub struct Request<'a> {
     /// The client would take a stream of replies (OP_MSG's
     /// `exhaustAllowed`); only the streaming `hello` gives one.
     pub exhaust_allowed: bool,
+    /// The transaction it runs in, if any.
+    pub transaction: Entered,
 }
 
 impl Request<'_> {
@@ -34,6 +38,14 @@ impl Request<'_> {
             return None;
         }
         self.conn.auth.lock().user.clone()
+    }
+
+    /// The router the command runs on: its transaction's, inside one.
+    pub fn router(&self) -> &SharedRouter {
+        match &self.transaction {
+            Entered::Statement(running) => running.router(),
+            _ => &self.state.router,
+        }
     }
 
     /// Who opens a cursor this command leaves open: the connection, and

@@ -32,6 +32,8 @@ pub struct StateInner {
     pub started: Instant,
     pub counters: Counters,
     pub retries: retry::RetryTable,
+    /// Every session's latest transaction.
+    pub sessions: super::transactions::Sessions,
     /// `configureFailPoint`'s fail points (`--enable-test-commands`).
     pub fail_points: super::fail_point::FailPoints,
     /// The server parameters `setParameter` may change.
@@ -163,6 +165,7 @@ impl ServerState {
             started: Instant::now(),
             counters: Counters::default(),
             retries: retry::RetryTable::default(),
+            sessions: super::transactions::Sessions::default(),
             fail_points: super::fail_point::FailPoints::default(),
             topology: Topology::new(),
             metrics,

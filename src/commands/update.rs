@@ -82,7 +82,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
         &["updates", "ordered", "bypassDocumentValidation", "let"],
     )?;
     let ns = collection_namespace("update", &req.db, &req.body)?;
-    super::views::refuse(&req.state.router, &ns).await?;
+    super::views::refuse(req.router(), &ns).await?;
     let entries = document_list(req, "updates")?;
     check_batch_size(entries.len())?;
     let ordered = bool_or("update", &req.body, "ordered", true)?;
@@ -125,8 +125,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
     }
     let vars = super::args::let_variables("update", &req.body)?;
     let timeseries = req
-        .state
-        .router
+        .router()
         .collection(&ns)
         .and_then(|c| c.options().timeseries.clone());
     for (i, entry) in entries.iter().enumerate() {
@@ -145,7 +144,7 @@ pub async fn run(req: &Request<'_>) -> Result<Document> {
                         filter,
                         ..stmt
                     };
-                    req.state.router.update(&ns, &stmt).await
+                    req.router().update(&ns, &stmt).await
                 }
                 Err(e) => Err(e),
             },
@@ -185,7 +184,7 @@ fn collated_filter(
     ns: &crate::router::Namespace,
     entry: &Document,
 ) -> Result<Option<Filter>> {
-    let collation = super::collation::effective(&req.state.router, ns, entry.get("collation"))?;
+    let collation = super::collation::effective(req.router(), ns, entry.get("collation"))?;
     match (collation, entry.get("q")) {
         (Some(c), Some(Bson::Document(q))) => Ok(Some(Filter::parse_collated(q, Some(&c))?)),
         _ => Ok(None),

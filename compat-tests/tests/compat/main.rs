@@ -63,5 +63,6 @@ mod streaming_hello;
 mod text_search;
 mod timeseries;
 mod tls;
+mod transactions;
 mod validation;
 mod views;
