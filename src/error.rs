@@ -164,6 +164,7 @@ error_codes! {
     CannotIndexParallelArrays = 171,
     PrimarySteppedDown = 189,
     InvalidIndexSpecificationOption = 197,
+    IncompleteTransactionHistory = 217,
     QueryFeatureNotAllowed = 224,
     TransactionTooOld = 225,
     SnapshotTooOld = 239,

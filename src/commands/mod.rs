@@ -67,6 +67,7 @@ use bson::{doc, Bson, Document};
 use crate::error::{Error, ErrorCode, Result};
 use crate::query::interrupt::{self, Operation};
 use crate::router::charge::{self, Meter};
+use crate::router::sessions::{retryable_write, Outcome};
 use crate::wire::Command;
 pub use request::CommandReply;
 use request::Request;
@@ -441,7 +442,7 @@ async fn run(
             Some(action)
         }
     };
-    let transaction = state.sessions.enter(&state.router, &name, &body)?;
+    let transaction = state.sessions.enter(&state.router, &name, &body).await?;
     let write_concern = write_concern::check(&name, &body)?;
     state.counters.op_command.fetch_add(1, Ordering::Relaxed);
     let alone = matches!(transaction, transactions::Entered::Alone);
@@ -449,7 +450,7 @@ async fn run(
         .then(|| retry::retry_key(&body))
         .flatten();
     if let Some((session, txn)) = &retry {
-        if let Some(reply) = state.retries.lookup(session, *txn)? {
+        if let Some(reply) = replayed(state, session, *txn).await? {
             return Ok(reply.into());
         }
     }
@@ -469,6 +470,12 @@ async fn run(
     let mut stale = 0;
     let reply = loop {
         let handled = (entry.handler)(&req);
+        let handled = async {
+            match &retry {
+                Some((session, txn)) => retryable_write(session, *txn, handled).await,
+                None => handled.await,
+            }
+        };
         let handled = if write_concern.journal {
             handled.await
         } else {
@@ -502,6 +509,7 @@ async fn run(
         reply.insert("writeConcernError", e);
     }
     if let Some((session, txn)) = retry {
+        state.router.record_reply(&session, txn, &reply)?;
         state.retries.record(session, txn, &reply);
     }
     // The fail point's error is not part of the write's outcome: a retry
@@ -513,6 +521,35 @@ async fn run(
         }
     }
     Ok(reply.into())
+}
+
+/// The first reply of retryable write `txn` of `session` when it is sent
+/// again: from memory or, for a session memory does not hold, from its
+/// record in storage. A write whose reply was lost with the server is not
+/// run again either.
+async fn replayed(state: &ServerState, session: &[u8], txn: i64) -> Result<Option<Document>> {
+    match state.retries.lookup(session, txn)? {
+        retry::Lookup::Replay(reply) => return Ok(Some(reply)),
+        retry::Lookup::Run => return Ok(None),
+        retry::Lookup::Unknown => {}
+    }
+    let Some(record) = state.router.session_record(session).await? else {
+        return Ok(None);
+    };
+    retry::check_newest(txn, record.txn_number)?;
+    if txn > record.txn_number {
+        return Ok(None);
+    }
+    match record.outcome {
+        Outcome::Replied(reply) => Ok(Some(reply)),
+        Outcome::Applied | Outcome::Committed => Err(Error::new(
+            ErrorCode::IncompleteTransactionHistory,
+            format!(
+                "Retryable write with txnNumber {txn} was applied, but the server stopped \
+                 before its reply was recorded; it is not applied again"
+            ),
+        )),
+    }
 }
 
 /// Commands only `--enable-test-commands` offers.

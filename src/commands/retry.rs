@@ -4,8 +4,11 @@
 //! twice.
 //!
 //! Each session keeps the reply of its latest transaction number, as
-//! MongoDB does; an older number is refused. The table lives in memory
-//! and is bounded: the oldest sessions are forgotten first.
+//! MongoDB does; an older number is refused. The table here is the
+//! memory of it, bounded: the oldest sessions are forgotten first. What
+//! it forgets, or a restart took, storage still has
+//! ([`crate::router::sessions`]): every write carries its mark, and its
+//! reply is recorded before it is sent.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -39,6 +42,31 @@ pub fn retry_key(body: &Document) -> Option<(Vec<u8>, i64)> {
     Some((session, txn))
 }
 
+/// What to do with a retryable write.
+#[derive(Debug, PartialEq)]
+pub enum Lookup {
+    /// It ran: answer with its reply.
+    Replay(Document),
+    /// It is new: run it.
+    Run,
+    /// The session is not remembered in memory.
+    Unknown,
+}
+
+/// Refuses transaction number `txn` when the session has run `newest`.
+pub fn check_newest(txn: i64, newest: i64) -> Result<()> {
+    if txn < newest {
+        return Err(Error::new(
+            ErrorCode::TransactionTooOld,
+            format!(
+                "Retryable write with txnNumber {txn} is prohibited on session because a \
+                 newer retryable write with txnNumber {newest} has already started"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 struct Entry {
     txn: i64,
     reply: Document,
@@ -61,23 +89,19 @@ pub struct RetryTable {
 
 impl RetryTable {
     /// The remembered reply for this write, an error if the transaction
-    /// number is older than the session's latest, or `None` to run it.
-    pub fn lookup(&self, session: &[u8], txn: i64) -> Result<Option<Document>> {
+    /// number is older than the session's latest, [`Lookup::Run`] to run
+    /// it, or [`Lookup::Unknown`] when the session is not remembered here
+    /// (its record in storage decides).
+    pub fn lookup(&self, session: &[u8], txn: i64) -> Result<Lookup> {
         let table = self.table.lock();
         let Some(entry) = table.sessions.get(session) else {
-            return Ok(None);
+            return Ok(Lookup::Unknown);
         };
-        if txn < entry.txn {
-            return Err(Error::new(
-                ErrorCode::TransactionTooOld,
-                format!(
-                    "Retryable write with txnNumber {txn} is prohibited on session because a \
-                     newer retryable write with txnNumber {} has already started",
-                    entry.txn
-                ),
-            ));
-        }
-        Ok((txn == entry.txn).then(|| entry.reply.clone()))
+        check_newest(txn, entry.txn)?;
+        Ok(match txn == entry.txn {
+            true => Lookup::Replay(entry.reply.clone()),
+            false => Lookup::Run,
+        })
     }
 
     /// Remembers the reply of a write that ran.
@@ -120,13 +144,13 @@ mod tests {
     #[test]
     fn the_same_transaction_number_replays_and_an_older_one_is_refused() {
         let t = RetryTable::default();
-        assert_eq!(t.lookup(b"s1", 5).unwrap(), None);
+        assert_eq!(t.lookup(b"s1", 5).unwrap(), Lookup::Unknown);
         t.record(b"s1".to_vec(), 5, &doc! {"n": 1});
-        assert_eq!(t.lookup(b"s1", 5).unwrap(), Some(doc! {"n": 1}));
-        assert_eq!(t.lookup(b"s1", 6).unwrap(), None);
+        assert_eq!(t.lookup(b"s1", 5).unwrap(), Lookup::Replay(doc! {"n": 1}));
+        assert_eq!(t.lookup(b"s1", 6).unwrap(), Lookup::Run);
         let e = t.lookup(b"s1", 4).unwrap_err();
         assert_eq!(e.code, ErrorCode::TransactionTooOld);
-        assert_eq!(t.lookup(b"s2", 5).unwrap(), None);
+        assert_eq!(t.lookup(b"s2", 5).unwrap(), Lookup::Unknown);
     }
 
     #[test]

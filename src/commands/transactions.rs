@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 use bson::{Bson, Document};
 use parking_lot::Mutex;
 
-use super::args::type_name;
 use super::retry::retry_key;
 use crate::error::{Error, ErrorCode, Result};
+use crate::query::compare::type_name;
+use crate::router::sessions::Outcome;
 use crate::router::transaction::Transaction;
 use crate::router::Router;
 
@@ -141,7 +142,7 @@ impl Sessions {
 
     /// Places command `name` in its session's transaction, beginning one
     /// on `startTransaction`; refuses what MongoDB refuses.
-    pub fn enter(&self, router: &Router, name: &str, body: &Document) -> Result<Entered> {
+    pub async fn enter(&self, router: &Router, name: &str, body: &Document) -> Result<Entered> {
         match body.get("autocommit") {
             None => {
                 if body.contains_key("startTransaction") {
@@ -204,8 +205,25 @@ impl Sessions {
             ));
         }
         self.sweep();
+        // A session this process has not seen (since a restart) may have
+        // committed the transaction already.
+        let known = self.table.lock().contains_key(&session);
+        let stored = match known {
+            true => None,
+            false => router.session_record(&session).await?,
+        };
         let mut table = self.table.lock();
         let now = Instant::now();
+        if let Some(record) = stored {
+            table.entry(session.clone()).or_insert_with(|| Session {
+                number: record.txn_number,
+                state: match record.outcome {
+                    Outcome::Committed => State::Committed,
+                    _ => State::Aborted { why: "" },
+                },
+                used: now,
+            });
+        }
         let current = table.get_mut(&session);
         if let Some(s) = &current {
             if number < s.number {
@@ -329,7 +347,7 @@ impl Sessions {
                 running.number
             )));
         }
-        match running.txn.commit().await {
+        match running.txn.commit(&running.session, running.number).await {
             Ok(()) => {
                 self.end(running, State::Committed);
                 Ok(Document::new())
@@ -497,8 +515,7 @@ mod tests {
     use bson::doc;
 
     fn router() -> Router {
-        let engine = Arc::new(crate::storage::memory::MemoryEngine::new());
-        Router::open(crate::storage::kv::KvStore::new(engine)).unwrap()
+        Router::in_memory()
     }
 
     fn statement(number: i64, extra: Document) -> Document {
@@ -523,36 +540,53 @@ mod tests {
     async fn a_session_runs_one_transaction_at_a_time_and_commits_once() {
         let (sessions, router) = (Sessions::default(), router());
         let start = statement(3, doc! {"startTransaction": true});
-        let Ok(Entered::Statement(first)) = sessions.enter(&router, "find", &start) else {
+        let Ok(Entered::Statement(first)) = sessions.enter(&router, "find", &start).await else {
             panic!("not started");
         };
         assert!(matches!(
-            sessions.enter(&router, "find", &statement(3, doc! {})),
+            sessions
+                .enter(&router, "find", &statement(3, doc! {}))
+                .await,
             Ok(Entered::Statement(_))
         ));
         assert_eq!(
-            code(sessions.enter(&router, "find", &start)),
+            code(sessions.enter(&router, "find", &start).await),
             ErrorCode::ConflictingOperationInProgress
         );
         assert_eq!(
-            code(sessions.enter(&router, "find", &statement(2, doc! {}))),
+            code(
+                sessions
+                    .enter(&router, "find", &statement(2, doc! {}))
+                    .await
+            ),
             ErrorCode::TransactionTooOld
         );
         assert_eq!(
-            code(sessions.enter(&router, "count", &statement(3, doc! {}))),
+            code(
+                sessions
+                    .enter(&router, "count", &statement(3, doc! {}))
+                    .await
+            ),
             ErrorCode::OperationNotSupportedInTransaction
         );
         sessions.commit(&first).await.unwrap();
         assert!(matches!(
-            sessions.enter(&router, "commitTransaction", &statement(3, doc! {})),
+            sessions
+                .enter(&router, "commitTransaction", &statement(3, doc! {}))
+                .await,
             Ok(Entered::Committed)
         ));
         assert_eq!(
-            code(sessions.enter(&router, "find", &statement(3, doc! {}))),
+            code(
+                sessions
+                    .enter(&router, "find", &statement(3, doc! {}))
+                    .await
+            ),
             ErrorCode::TransactionCommitted
         );
         let e = sessions
             .enter(&router, "find", &statement(4, doc! {}))
+            .await
             .err()
             .unwrap();
         assert_eq!(e.code, ErrorCode::NoSuchTransaction);

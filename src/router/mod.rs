@@ -29,6 +29,7 @@ pub mod kinds;
 mod merge;
 pub mod plan;
 pub mod provision;
+pub mod sessions;
 pub mod sharding;
 pub mod strict;
 #[cfg(test)]
@@ -310,6 +311,13 @@ impl Router {
         })
     }
 
+    /// A router over a fresh in-memory store.
+    #[cfg(test)]
+    pub fn in_memory() -> Router {
+        let engine = Arc::new(crate::storage::memory::MemoryEngine::new());
+        Router::open(crate::storage::kv::KvStore::new(engine)).expect("a fresh store opens")
+    }
+
     /// Notes, from now on, what the HTTP side port shows beyond request
     /// units: operations per partition by kind, sampled hot shard-key
     /// values and splits ([`activity`]). Without this call none of it is
@@ -407,8 +415,10 @@ impl Router {
         tokio::task::block_in_place(|| self.catalog.refresh())
     }
 
-    /// Applies a batch; returns its commit.
-    pub(crate) fn commit(&self, batch: WriteBatch) -> Result<u64> {
+    /// Applies a batch (with the running retryable write's mark,
+    /// [`sessions::retryable_write`]); returns its commit.
+    pub(crate) fn commit(&self, mut batch: WriteBatch) -> Result<u64> {
+        sessions::mark(&mut batch);
         Ok(blocking::wait(self.store.apply(batch))?)
     }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::write::maybe_blocking;
 use super::{Router, SharedRouter};
 use crate::error::{Error, ErrorCode, Result};
-use crate::storage::{blocking, Transaction as StoreTransaction};
+use crate::storage::{blocking, Transaction as StoreTransaction, WriteBatch};
 
 /// A running transaction.
 pub struct Transaction {
@@ -44,10 +44,20 @@ impl Transaction {
 
     /// Commits it, durably (or, inside
     /// [`super::without_journal_wait`], once it survives a crash of the
-    /// process). Fails with 112 `WriteConflict` when another write got to
-    /// a document it wrote first, or a collection it wrote was dropped.
-    pub async fn commit(&self) -> Result<()> {
-        let seq = maybe_blocking(!self.writes(), || self.commit_locked())?;
+    /// process), with the record that transaction `number` of `session`
+    /// committed when it wrote anything. Fails with 112 `WriteConflict`
+    /// when another write got to a document it wrote first, or a
+    /// collection it wrote was dropped.
+    pub async fn commit(&self, session: &[u8], number: i64) -> Result<()> {
+        if !self.writes() {
+            return Ok(());
+        }
+        let mut record = WriteBatch::default();
+        record.push(Router::committed_record(session, number));
+        let seq = maybe_blocking(false, || {
+            blocking::wait(self.store.apply(record))?;
+            self.commit_locked()
+        })?;
         self.router.durable(seq).await
     }
 

@@ -77,6 +77,10 @@ pub async fn run(
         std::time::Duration::from_secs_f64(config.change_log_retention_hours * 3600.0),
         config.change_log_max_mb.saturating_mul(1 << 20),
     ));
+    let session_trimmer = tokio::spawn(router.clone().run_session_trimmer(
+        crate::commands::transactions::SESSION_TIMEOUT,
+        std::time::Duration::from_secs(60),
+    ));
     // Partitions that grew past the split size while the server was down.
     for coll in router.collections() {
         if coll.sharding.is_some() {
@@ -211,6 +215,7 @@ pub async fn run(
     splitter.abort();
     ttl_monitor.abort();
     trimmer.abort();
+    session_trimmer.abort();
     router.close()?;
     tracing::info!("storage flushed; bye");
     Ok(())

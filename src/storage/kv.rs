@@ -539,6 +539,21 @@ impl MetaStore for KvStore {
         Box::pin(async move { result })
     }
 
+    fn sessions(&self) -> StoreFuture<Vec<(Vec<u8>, Vec<u8>)>> {
+        let result = self
+            .engine
+            .scan(Space::Catalog, layout::session_range(), false)
+            .map(|item| {
+                let (k, v) = item?;
+                match CatalogKey::decode(&k)? {
+                    CatalogKey::Session(id) => Ok((id, v)),
+                    _ => Err(StorageError::Corrupt("catalog key out of place".into())),
+                }
+            })
+            .collect();
+        Box::pin(async move { result })
+    }
+
     fn databases(&self) -> StoreFuture<Vec<(String, Vec<u8>)>> {
         let result = self
             .engine

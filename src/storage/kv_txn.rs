@@ -251,6 +251,10 @@ impl Store for KvTransaction {
         self.store.disk_bytes()
     }
 
+    fn answers_at_once(&self) -> bool {
+        self.store.answers_at_once()
+    }
+
     fn lock_collection(&self, collection: u64) -> StoreFuture<Option<StoreLock>> {
         self.store.lock_collection(collection)
     }

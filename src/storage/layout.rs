@@ -402,10 +402,14 @@ pub enum CatalogKey {
     FormatVersion,
     /// The cluster time before which the change log was trimmed.
     ChangeLogStart,
+    /// The latest retryable write or transaction of one logical session,
+    /// by session id.
+    Session(Vec<u8>),
 }
 
 const NS_PREFIX: &[u8] = b"ns:";
 const DB_PREFIX: &[u8] = b"db:";
+const SESSION_PREFIX: &[u8] = b"ss:";
 
 impl CatalogKey {
     pub fn encode(&self) -> Vec<u8> {
@@ -424,6 +428,7 @@ impl CatalogKey {
             CatalogKey::NextPartitionId => b"\0next-partition-id".to_vec(),
             CatalogKey::FormatVersion => b"\0format-version".to_vec(),
             CatalogKey::ChangeLogStart => b"\0change-log-start".to_vec(),
+            CatalogKey::Session(id) => [SESSION_PREFIX, id].concat(),
         }
     }
 
@@ -437,6 +442,9 @@ impl CatalogKey {
             return std::str::from_utf8(db)
                 .map(|s| CatalogKey::Database(s.to_string()))
                 .map_err(|_| corrupt("catalog", key));
+        }
+        if let Some(id) = key.strip_prefix(SESSION_PREFIX) {
+            return Ok(CatalogKey::Session(id.to_vec()));
         }
         [
             CatalogKey::NextCollectionId,
@@ -498,6 +506,11 @@ pub fn namespace_range() -> KeyRange {
 /// Every database-settings key.
 pub fn database_range() -> KeyRange {
     prefix_range(DB_PREFIX.to_vec())
+}
+
+/// Every session record's key.
+pub fn session_range() -> KeyRange {
+    prefix_range(SESSION_PREFIX.to_vec())
 }
 
 /// A stored counter (next ids, the format version).

@@ -241,6 +241,12 @@ pub trait MetaStore: Send + Sync {
 
     /// Every database's stored settings: `(db, value)`.
     fn databases(&self) -> StoreFuture<Vec<(String, Vec<u8>)>>;
+
+    /// Every session record: `(session id, value)`. A store that keeps
+    /// none lists none.
+    fn sessions(&self) -> StoreFuture<Vec<(Vec<u8>, Vec<u8>)>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
 
 /// Finds the partition (its start hash) of a version-1 index entry from

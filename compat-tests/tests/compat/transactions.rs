@@ -532,3 +532,59 @@ async fn transactions_past_their_lifetime_are_aborted() {
     let coll = srv.db(DB).collection::<Document>("old");
     assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 0);
 }
+
+/// After kill -9 and a restart, a retryable write sent again answers
+/// with its first reply and is not applied twice, an older one is
+/// refused, and a committed transaction's commit sent again succeeds.
+#[tokio::test]
+async fn retries_are_answered_from_storage_after_kill_9() {
+    let mut srv = TestServer::start().await;
+    let mut c = RawConn::connect(srv.addr).await;
+    let retryable = |txn: i64, mut cmd: Document| {
+        cmd.insert("lsid", lsid(7));
+        cmd.insert("txnNumber", txn);
+        cmd
+    };
+    let insert = retryable(
+        1,
+        doc! {"insert": "retried", "documents": [{"_id": 1, "n": 0}]},
+    );
+    assert_ok(&c.command(DB, insert.clone()).await);
+    let bump = retryable(
+        2,
+        doc! {"findAndModify": "retried", "query": {"_id": 1}, "update": {"$inc": {"n": 1}}, "new": true},
+    );
+    let first = c.command(DB, bump.clone()).await;
+    assert_eq!(num(first.get_document("value").unwrap(), "n"), 1, "{first}");
+    assert_ok(
+        &c.command(
+            DB,
+            statement(
+                8,
+                3,
+                doc! {"insert": "retried", "documents": [{"_id": 2}]},
+                true,
+            ),
+        )
+        .await,
+    );
+    let commit = statement(8, 3, doc! {"commitTransaction": 1}, false);
+    assert_ok(&c.command("admin", commit.clone()).await);
+
+    srv.kill9();
+    srv.restart().await;
+    let mut c = RawConn::connect(srv.addr).await;
+    let again = c.command(DB, bump).await;
+    assert_eq!(
+        again.get_document("value").unwrap(),
+        first.get_document("value").unwrap(),
+        "{again}"
+    );
+    let older = c.command(DB, insert).await;
+    assert_eq!(code_of(&older).0, 225, "{older}");
+    assert_ok(&c.command("admin", commit).await);
+    let coll = srv.db(DB).collection::<Document>("retried");
+    let one = coll.find_one(doc! {"_id": 1}).await.unwrap().unwrap();
+    assert_eq!(num(&one, "n"), 1, "the retried write was applied twice");
+    assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 2);
+}
