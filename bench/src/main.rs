@@ -21,6 +21,10 @@
 //! `change-latency` (`changes`) times the delivery of inserts through a
 //! change stream, and `--watchers` holds change streams open during
 //! `load`, `update` and `mixed`; bench/run-changes.sh runs both.
+//!
+//! `txn-single` and `txn-cross` (`transactions`) time multi-document
+//! transactions through the driver's convenient API, and add the
+//! accounts up after each run; bench/run-transactions.sh runs them.
 
 mod aggregate;
 mod changes;
@@ -37,6 +41,7 @@ mod robustness;
 mod scan_filter;
 mod search;
 mod sharded;
+mod transactions;
 mod workload;
 
 use std::process::ExitCode;
@@ -81,7 +86,8 @@ struct Args {
     #[arg(long, default_value = "usertable")]
     collection: String,
     /// Documents loaded; `_id`s are the integers 0..N. Also what
-    /// partitioned-read loads per partition count.
+    /// partitioned-read loads per partition count, and the accounts of
+    /// txn-single and txn-cross.
     #[arg(long, default_value_t = 200_000)]
     docs: u64,
     /// Approximate encoded size of each document in bytes.
@@ -256,7 +262,7 @@ struct Args {
     /// e.g. a PostgreSQL postmaster and its backends) whose CPU time during
     /// each timed run on the server under test is printed per operation on
     /// a `COST` line (read, update, mixed, scan, partitioned-read,
-    /// fanout-query). Repeat for several groups.
+    /// fanout-query, txn-single, txn-cross). Repeat for several groups.
     #[arg(long = "cost", value_name = "NAME=PIDS", value_parser = cost::parse_group)]
     costs: Vec<cost::CostGroup>,
     /// `--cost` for the comparison server's runs (e.g. the ceiling itself).
@@ -498,6 +504,9 @@ async fn run(args: Args) -> Result<(), String> {
             Workload::RuEnforcement => request_units::ru_enforcement(&args, &targets[0]).await?,
             Workload::MovePartition => partition_move::move_partition(&args, &targets[0]).await?,
             Workload::ChangeLatency => changes::change_latency(&args, &targets).await?,
+            Workload::TxnSingle | Workload::TxnCross => {
+                transactions::run(&args, &targets, w).await?
+            }
             _ => {
                 let data = dataset(&args, &mut usertable);
                 unsharded(&args, &targets, &data, w).await?

@@ -100,9 +100,17 @@ pub enum Workload {
     JsCost,
     /// One writer inserting at `--change-rate` while a change stream
     /// receives the inserts: the delivery latency from acknowledgement to
-    /// event (`changes`). Last so that the workloads before it keep their
-    /// seeds.
+    /// event (`changes`). After `js-cost` so that the workloads before
+    /// it keep their seeds.
     ChangeLatency,
+    /// Transactions through the driver's convenient API, each two
+    /// updates of one account (`acct: k`, the shard key) and a commit
+    /// (`transactions`). After `change-latency` so that the workloads
+    /// before it keep their seeds.
+    TxnSingle,
+    /// Transactions moving 1 between two random accounts, so (mostly)
+    /// two partitions (`transactions`).
+    TxnCross,
 }
 
 /// Documents one `find-many` operation reads (fewer when `--docs` is less).
@@ -138,6 +146,8 @@ impl Workload {
             Workload::FindMany => "find-many",
             Workload::JsCost => "js-cost",
             Workload::ChangeLatency => "change-latency",
+            Workload::TxnSingle => "txn-single",
+            Workload::TxnCross => "txn-cross",
         }
     }
 
@@ -165,6 +175,8 @@ impl Workload {
                 | Workload::MovePartition
                 | Workload::JsCost
                 | Workload::ChangeLatency
+                | Workload::TxnSingle
+                | Workload::TxnCross
         )
     }
 
