@@ -418,7 +418,9 @@ impl Router {
     /// Applies a batch (with the running retryable write's mark,
     /// [`sessions::retryable_write`]); returns its commit.
     pub(crate) fn commit(&self, mut batch: WriteBatch) -> Result<u64> {
-        sessions::mark(&mut batch);
+        if self.store.records_sessions() {
+            sessions::mark(&mut batch);
+        }
         Ok(blocking::wait(self.store.apply(batch))?)
     }
 

@@ -10,7 +10,9 @@
 //! stopped between the write and its reply's record, the mark alone: the
 //! write is not run again. A transaction's commit writes its record in
 //! its own batch. Records idle longer than a session lives are trimmed
-//! ([`Router::run_session_trimmer`]).
+//! ([`Router::run_session_trimmer`]). A store whose catalog commits
+//! apart from its data (the PostgreSQL fleet) keeps no records: there
+//! retries are answered from memory only.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,6 +117,9 @@ pub(super) fn mark(batch: &mut WriteBatch) {
 impl Router {
     /// The stored record of `session`, if any.
     pub async fn session_record(&self, session: &[u8]) -> Result<Option<SessionRecord>> {
+        if !self.store.records_sessions() {
+            return Ok(None);
+        }
         let key = CatalogKey::Session(session.to_vec());
         match self.store.meta().get(&key).await? {
             Some(bytes) => SessionRecord::decode(&bytes).map(Some),
@@ -127,6 +132,9 @@ impl Router {
     /// the journal's sync. Lost with the machine, it leaves the write's
     /// mark, which still keeps a retry from applying the write again.
     pub fn record_reply(&self, session: &[u8], txn_number: i64, reply: &Document) -> Result<()> {
+        if !self.store.records_sessions() {
+            return Ok(());
+        }
         let record = SessionRecord::new(txn_number, Outcome::Replied(reply.clone()));
         let mut batch = WriteBatch::default();
         batch.put_meta(CatalogKey::Session(session.to_vec()), record.encode());

@@ -420,6 +420,10 @@ impl Store for KvStore {
         Some(self)
     }
 
+    fn records_sessions(&self) -> bool {
+        true
+    }
+
     fn begin(self: Arc<Self>) -> Option<Arc<dyn Transaction>> {
         Some(Arc::new(super::kv_txn::KvTransaction::begin(self)))
     }

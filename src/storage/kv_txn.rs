@@ -251,6 +251,10 @@ impl Store for KvTransaction {
         self.store.disk_bytes()
     }
 
+    fn records_sessions(&self) -> bool {
+        true
+    }
+
     fn answers_at_once(&self) -> bool {
         self.store.answers_at_once()
     }

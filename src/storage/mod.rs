@@ -385,6 +385,12 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
+    /// Whether session records ([`CatalogKey::Session`]) may ride in any
+    /// batch: true where the catalog and the data commit together.
+    fn records_sessions(&self) -> bool {
+        false
+    }
+
     /// Begins a multi-document transaction over the store as it is now;
     /// `None` when the backend has none.
     fn begin(self: Arc<Self>) -> Option<Arc<dyn Transaction>> {
