@@ -468,11 +468,17 @@ async fn run(
         state.router.sync_catalog().await?;
     }
     let mut stale = 0;
+    // The newest commit of a retryable write, still to be made durable.
+    let mut pending = 0;
     let reply = loop {
         let handled = (entry.handler)(&req);
         let handled = async {
             match &retry {
-                Some((session, txn)) => retryable_write(session, *txn, handled).await,
+                Some((session, txn)) => {
+                    let (handled, newest) = retryable_write(session, *txn, handled).await;
+                    pending = pending.max(newest);
+                    handled
+                }
                 None => handled.await,
             }
         };
@@ -491,6 +497,12 @@ async fn run(
             done => break done,
         }
     };
+    if let (Some((session, txn)), Err(_)) = (&retry, &reply) {
+        let router = &state.router;
+        router
+            .finish_retryable_write(session, *txn, None, pending, write_concern.journal)
+            .await?;
+    }
     // A statement that fails aborts its transaction.
     let reply = match &req.transaction {
         transactions::Entered::Statement(running)
@@ -509,7 +521,10 @@ async fn run(
         reply.insert("writeConcernError", e);
     }
     if let Some((session, txn)) = retry {
-        state.router.record_reply(&session, txn, &reply)?;
+        let router = &state.router;
+        router
+            .finish_retryable_write(&session, txn, Some(&reply), pending, write_concern.journal)
+            .await?;
         state.retries.record(session, txn, &reply);
     }
     // The fail point's error is not part of the write's outcome: a retry

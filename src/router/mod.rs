@@ -425,9 +425,11 @@ impl Router {
     }
 
     /// Waits until the commit `seq` is durable; inside
-    /// [`without_journal_wait`], until it survives a crash of the process.
+    /// [`without_journal_wait`], until it survives a crash of the process;
+    /// inside [`sessions::retryable_write`], not yet: the write waits once,
+    /// at its end.
     pub async fn durable(&self, seq: u64) -> Result<()> {
-        if seq == 0 {
+        if seq == 0 || sessions::defer_durability(seq) {
             return Ok(());
         }
         if UNJOURNALED.try_with(|_| ()).is_ok() {

@@ -5,8 +5,9 @@
 //! A retryable write runs inside [`retryable_write`]: every batch it
 //! commits also marks the session's record with the write's transaction
 //! number, in the same atomic batch, so whatever of the write survives a
-//! crash, the mark survives with it. Its reply is recorded right after
-//! ([`Router::record_reply`]), before it is sent. A retry finds the reply, or, if the server
+//! crash, the mark survives with it. Its reply is recorded right after,
+//! and the write waits for durability once, for both, before it is
+//! answered ([`Router::finish_retryable_write`]). A retry finds the reply, or, if the server
 //! stopped between the write and its reply's record, the mark alone: the
 //! write is not run again. A transaction's commit writes its record in
 //! its own batch. Records idle longer than a session lives are trimmed
@@ -14,6 +15,7 @@
 //! apart from its data (the PostgreSQL fleet) keeps no records: there
 //! retries are answered from memory only.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,9 +26,17 @@ use crate::error::{Error, Result};
 use crate::storage::{CatalogKey, WriteBatch, WriteOp};
 
 tokio::task_local! {
-    /// Set while a retryable write runs: its session's record key and
-    /// the mark its batches carry.
-    static RETRYING: (CatalogKey, Vec<u8>);
+    /// Set while a retryable write runs.
+    static RETRYING: Retrying;
+}
+
+struct Retrying {
+    /// Its session's record key and the mark its batches carry.
+    key: CatalogKey,
+    mark: Vec<u8>,
+    /// The newest commit it made: it waits for that commit's durability
+    /// once, with its reply's record ([`Router::finish_retryable_write`]).
+    pending: AtomicU64,
 }
 
 /// What a session's latest retryable write or transaction came to.
@@ -95,23 +105,41 @@ impl SessionRecord {
 }
 
 /// Runs retryable write `txn_number` of `session`: each batch it commits
-/// marks the session's record in the same atomic batch.
+/// marks the session's record in the same atomic batch, and waits for no
+/// durability; returns what it returned and the newest commit it made,
+/// for [`Router::finish_retryable_write`].
 pub async fn retryable_write<F: std::future::Future>(
     session: &[u8],
     txn_number: i64,
     write: F,
-) -> F::Output {
-    let mark = SessionRecord::new(txn_number, Outcome::Applied).encode();
+) -> (F::Output, u64) {
+    let retrying = Retrying {
+        key: CatalogKey::Session(session.to_vec()),
+        mark: SessionRecord::new(txn_number, Outcome::Applied).encode(),
+        pending: AtomicU64::new(0),
+    };
     RETRYING
-        .scope((CatalogKey::Session(session.to_vec()), mark), write)
+        .scope(retrying, async {
+            let output = write.await;
+            let pending = RETRYING.with(|r| r.pending.load(Ordering::Relaxed));
+            (output, pending)
+        })
         .await
 }
 
 /// Adds the running retryable write's mark to `batch`, if one runs.
 pub(super) fn mark(batch: &mut WriteBatch) {
-    let _ = RETRYING.try_with(|(key, mark)| {
-        batch.push(WriteOp::PutMeta(key.clone(), mark.clone()));
+    let _ = RETRYING.try_with(|r| {
+        batch.push(WriteOp::PutMeta(r.key.clone(), r.mark.clone()));
     });
+}
+
+/// Inside a retryable write, notes that commit `seq` is still to be made
+/// durable and returns true; false outside one.
+pub(super) fn defer_durability(seq: u64) -> bool {
+    RETRYING
+        .try_with(|r| r.pending.fetch_max(seq, Ordering::Relaxed))
+        .is_ok()
 }
 
 impl Router {
@@ -127,22 +155,35 @@ impl Router {
         }
     }
 
-    /// Records the reply of retryable write `txn_number` of `session`,
-    /// so that it survives a crash of the process; it does not wait for
-    /// the journal's sync. Lost with the machine, it leaves the write's
-    /// mark, which still keeps a retry from applying the write again.
-    pub fn record_reply(&self, session: &[u8], txn_number: i64, reply: &Document) -> Result<()> {
-        if !self.store.records_sessions() {
+    /// Ends retryable write `txn_number` of `session`: records its reply
+    /// (unless `reply` is `None`: it failed) and waits, once, until that
+    /// and `pending`, its newest commit, are durable (with `journal`
+    /// false, until they survive a crash of the process).
+    pub async fn finish_retryable_write(
+        &self,
+        session: &[u8],
+        txn_number: i64,
+        reply: Option<&Document>,
+        pending: u64,
+        journal: bool,
+    ) -> Result<()> {
+        let mut seq = pending;
+        if let (Some(reply), true) = (reply, self.store.records_sessions()) {
+            let record = SessionRecord::new(txn_number, Outcome::Replied(reply.clone()));
+            let mut batch = WriteBatch::default();
+            batch.put_meta(CatalogKey::Session(session.to_vec()), record.encode());
+            let recorded = super::write::maybe_blocking(self.inline(true), || {
+                crate::storage::blocking::wait(self.store.apply(batch))
+            })?;
+            seq = seq.max(recorded);
+        }
+        if seq == 0 {
             return Ok(());
         }
-        let record = SessionRecord::new(txn_number, Outcome::Replied(reply.clone()));
-        let mut batch = WriteBatch::default();
-        batch.put_meta(CatalogKey::Session(session.to_vec()), record.encode());
-        super::write::maybe_blocking(self.inline(true), || {
-            let seq = crate::storage::blocking::wait(self.store.apply(batch))?;
-            crate::storage::blocking::wait(self.store.written(seq))
-        })?;
-        Ok(())
+        match journal {
+            true => Ok(self.store.durable(seq).await?),
+            false => Ok(self.store.written(seq).await?),
+        }
     }
 
     /// The write of a committed transaction's record, for its commit batch.
@@ -201,16 +242,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_retryable_write_marks_each_batch() {
+    async fn a_retryable_write_marks_each_batch_and_defers_its_sync() {
         let mut plain = WriteBatch::default();
         mark(&mut plain);
         assert!(plain.is_empty());
-        let marked = retryable_write(b"s1", 4, async {
+        assert!(!defer_durability(3));
+        let (marked, pending) = retryable_write(b"s1", 4, async {
             let mut batch = WriteBatch::default();
             mark(&mut batch);
+            assert!(defer_durability(9) && defer_durability(5));
             batch
         })
         .await;
+        assert_eq!(pending, 9);
         let [WriteOp::PutMeta(CatalogKey::Session(id), value)] = &marked.ops[..] else {
             panic!("{marked:?}");
         };
