@@ -30,6 +30,9 @@ use super::{
 /// Writes of one space, by key; `None` deletes.
 type SpaceWrites = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
+/// One held write: a key and its new value (`None` deletes).
+type Held = (Vec<u8>, Option<Vec<u8>>);
+
 #[derive(Default)]
 struct Pending {
     writes: BTreeMap<Space, SpaceWrites>,
@@ -304,7 +307,7 @@ struct Overlay {
 impl Overlay {
     /// The transaction's writes in `range`, in key order, as they are
     /// now: a scan sees them as they were when it started.
-    fn writes_in(&self, space: Space, range: &KeyRange) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    fn writes_in(&self, space: Space, range: &KeyRange) -> Vec<Held> {
         let pending = self.pending.lock();
         match pending.writes.get(&space) {
             Some(writes) => writes
@@ -359,7 +362,7 @@ impl KvRead for Overlay {
 
 /// `base` with `mine` laid over it, both in scan order: a key in `mine`
 /// replaces (or, with `None`, removes) the same key in `base`.
-fn merge(base: ScanIter, mut mine: Vec<(Vec<u8>, Option<Vec<u8>>)>, reverse: bool) -> ScanIter {
+fn merge(base: ScanIter, mut mine: Vec<Held>, reverse: bool) -> ScanIter {
     if mine.is_empty() {
         return base;
     }
@@ -375,7 +378,7 @@ fn merge(base: ScanIter, mut mine: Vec<(Vec<u8>, Option<Vec<u8>>)>, reverse: boo
 
 struct Merge {
     base: Peekable<ScanIter>,
-    mine: Peekable<std::vec::IntoIter<(Vec<u8>, Option<Vec<u8>>)>>,
+    mine: Peekable<std::vec::IntoIter<Held>>,
     reverse: bool,
 }
 
