@@ -253,7 +253,7 @@ impl Sessions {
                 }
             }
             check_read_concern(body)?;
-            let Some(txn) = router.begin_transaction() else {
+            let Some(txn) = router.begin_transaction(&session, number) else {
                 return Err(Error::new(
                     ErrorCode::IllegalOperation,
                     "This storage backend runs no multi-document transactions; they need \

@@ -11,8 +11,10 @@
 //! kept only for collections created or modified with
 //! `changeStreamPreAndPostImages: {enabled: true}`, as MongoDB does; they
 //! live in the entry under names no event shows ([`PRE_IMAGE`],
-//! [`POST_IMAGE`]).
+//! [`POST_IMAGE`]). A transaction's entries carry its `lsid` and
+//! `txnNumber`, and appear together at its commit.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bson::{doc, Bson, DateTime, Document, RawDocument};
@@ -41,6 +43,8 @@ pub(crate) struct ChangeRecorder {
     /// The elements every insert entry of this recorder starts with,
     /// encoded once: inserts come in large batches.
     insert_prefix: std::sync::OnceLock<Vec<u8>>,
+    /// The transaction the writes belong to, if any.
+    transaction: Option<Arc<super::transaction::Stamp>>,
 }
 
 fn encoding(e: impl std::fmt::Display) -> Error {
@@ -59,16 +63,22 @@ impl ChangeRecorder {
             images: coll.options().keeps_images(),
             wall: DateTime::now(),
             insert_prefix: std::sync::OnceLock::new(),
+            transaction: router.transaction.clone(),
         })
     }
 
     fn entry(&self, operation: &str) -> Document {
-        doc! {
+        let mut entry = doc! {
             "operationType": operation,
             "wallTime": self.wall,
             "ns": self.ns.clone(),
             "collectionUUID": self.uuid.clone(),
+        };
+        if let Some(stamp) = &self.transaction {
+            entry.insert("lsid", stamp.lsid.clone());
+            entry.insert("txnNumber", stamp.txn_number);
         }
+        entry
     }
 
     /// Adds `documentKey`, `{<shard key>: …, _id: …}` as MongoDB

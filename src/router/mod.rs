@@ -186,6 +186,9 @@ pub struct Router {
     operations: Arc<ActiveOps>,
     /// Hot keys and splits for the HTTP side port; `None` without it.
     activity: Option<Arc<activity::Activity>>,
+    /// On a transaction's router, its session and number, which its
+    /// change events carry.
+    transaction: Option<Arc<transaction::Stamp>>,
 }
 
 /// One stored document and where it lives.
@@ -308,6 +311,7 @@ impl Router {
             budgets: Arc::default(),
             operations: Arc::default(),
             activity: None,
+            transaction: None,
         })
     }
 

@@ -16,6 +16,12 @@ use super::{Router, SharedRouter};
 use crate::error::{Error, ErrorCode, Result};
 use crate::storage::{blocking, Transaction as StoreTransaction, WriteBatch};
 
+/// What a transaction's change events carry: `lsid` and `txnNumber`.
+pub(super) struct Stamp {
+    pub lsid: bson::Document,
+    pub txn_number: i64,
+}
+
 /// A running transaction.
 pub struct Transaction {
     router: SharedRouter,
@@ -23,12 +29,20 @@ pub struct Transaction {
 }
 
 impl Router {
-    /// Begins a transaction over everything committed so far; `None` when
-    /// the store keeps no transactions.
-    pub fn begin_transaction(&self) -> Option<Transaction> {
+    /// Begins transaction `number` of `session` over everything committed
+    /// so far; `None` when the store keeps no transactions.
+    pub fn begin_transaction(&self, session: &[u8], number: i64) -> Option<Transaction> {
         let store = self.store.clone().begin()?;
         let mut router = self.clone();
         router.store = store.clone().as_store();
+        let id = bson::Binary {
+            subtype: bson::spec::BinarySubtype::Uuid,
+            bytes: session.to_vec(),
+        };
+        router.transaction = Some(Arc::new(Stamp {
+            lsid: bson::doc! {"id": id},
+            txn_number: number,
+        }));
         Some(Transaction {
             router: Arc::new(router),
             store,

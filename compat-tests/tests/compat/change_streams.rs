@@ -892,3 +892,52 @@ async fn partition_tokens_share_a_collections_changes() {
     )
     .await;
 }
+
+/// A transaction's changes appear at its commit, together and in order,
+/// each with the transaction's `lsid` and `txnNumber`; an aborted one's
+/// never do.
+#[tokio::test]
+async fn a_transaction_shows_its_changes_at_commit_with_its_session() {
+    if skip() {
+        return;
+    }
+    let srv = TestServer::start().await;
+    let c: Collection<Document> = srv.db(DB).collection("txn");
+    c.insert_one(doc! {"_id": 0}).await.unwrap();
+    let mut stream = c.watch().await.unwrap();
+    let mut session = srv.client.start_session().await.unwrap();
+    session.start_transaction().await.unwrap();
+    c.insert_one(doc! {"_id": 99})
+        .session(&mut session)
+        .await
+        .unwrap();
+    session.abort_transaction().await.unwrap();
+    session.start_transaction().await.unwrap();
+    c.insert_one(doc! {"_id": 1})
+        .session(&mut session)
+        .await
+        .unwrap();
+    c.update_one(doc! {"_id": 0}, doc! {"$set": {"x": 1}})
+        .session(&mut session)
+        .await
+        .unwrap();
+    c.insert_one(doc! {"_id": 2}).await.unwrap();
+    session.commit_transaction().await.unwrap();
+    let events = take(&mut stream, 3).await;
+    assert_eq!(id_of(&events[0]), Bson::Int32(2), "{events:?}");
+    assert!(events[0].lsid.is_none() && events[0].txn_number.is_none());
+    let lsid = session.id().clone();
+    for (event, (kind, id)) in events[1..]
+        .iter()
+        .zip([(OperationType::Insert, 1), (OperationType::Update, 0)])
+    {
+        assert_eq!(
+            (&event.operation_type, id_of(event)),
+            (&kind, Bson::Int32(id))
+        );
+        assert_eq!(event.lsid.as_ref(), Some(&lsid), "{event:?}");
+        assert!(event.txn_number.is_some(), "{event:?}");
+    }
+    assert_eq!(events[1].txn_number, events[2].txn_number);
+    assert_eq!(events[1].cluster_time, events[2].cluster_time);
+}
