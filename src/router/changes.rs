@@ -33,6 +33,12 @@ pub const POST_IMAGE: &str = "\u{1}post";
 /// streams that follow one partition.
 pub const HASH: &str = "\u{1}hash";
 
+/// What a transaction's change events carry: `lsid` and `txnNumber`.
+pub(super) struct Stamp {
+    pub lsid: Document,
+    pub txn_number: i64,
+}
+
 /// Builds the change-log entries of one collection's writes.
 pub(crate) struct ChangeRecorder {
     ns: Document,
@@ -44,7 +50,7 @@ pub(crate) struct ChangeRecorder {
     /// encoded once: inserts come in large batches.
     insert_prefix: std::sync::OnceLock<Vec<u8>>,
     /// The transaction the writes belong to, if any.
-    transaction: Option<Arc<super::transaction::Stamp>>,
+    transaction: Option<Arc<Stamp>>,
 }
 
 fn encoding(e: impl std::fmt::Display) -> Error {

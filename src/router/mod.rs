@@ -188,7 +188,7 @@ pub struct Router {
     activity: Option<Arc<activity::Activity>>,
     /// On a transaction's router, its session and number, which its
     /// change events carry.
-    transaction: Option<Arc<transaction::Stamp>>,
+    transaction: Option<Arc<changes::Stamp>>,
 }
 
 /// One stored document and where it lives.

@@ -11,16 +11,11 @@
 
 use std::sync::Arc;
 
+use super::changes::Stamp;
 use super::write::maybe_blocking;
 use super::{Router, SharedRouter};
 use crate::error::{Error, ErrorCode, Result};
 use crate::storage::{blocking, Transaction as StoreTransaction, WriteBatch};
-
-/// What a transaction's change events carry: `lsid` and `txnNumber`.
-pub(super) struct Stamp {
-    pub lsid: bson::Document,
-    pub txn_number: i64,
-}
 
 /// A running transaction.
 pub struct Transaction {

@@ -522,6 +522,29 @@ impl KvStore {
     }
 }
 
+impl KvStore {
+    /// The catalog entries in `range`, each named by what `name` takes
+    /// from its key (`None`: a key out of place).
+    fn catalog_entries<T: Send + 'static>(
+        &self,
+        range: KeyRange,
+        name: fn(CatalogKey) -> Option<T>,
+    ) -> StoreFuture<Vec<(T, Vec<u8>)>> {
+        let result = self
+            .engine
+            .scan(Space::Catalog, range, false)
+            .map(|item| {
+                let (k, v) = item?;
+                let named = name(CatalogKey::decode(&k)?);
+                named
+                    .map(|n| (n, v))
+                    .ok_or_else(|| StorageError::Corrupt("catalog key out of place".into()))
+            })
+            .collect();
+        Box::pin(async move { result })
+    }
+}
+
 impl MetaStore for KvStore {
     fn get(&self, key: &CatalogKey) -> StoreFuture<Option<Vec<u8>>> {
         let result = self.engine.get(Space::Catalog, &key.encode());
@@ -529,48 +552,24 @@ impl MetaStore for KvStore {
     }
 
     fn namespaces(&self) -> StoreFuture<Vec<(String, Vec<u8>)>> {
-        let result = self
-            .engine
-            .scan(Space::Catalog, layout::namespace_range(), false)
-            .map(|item| {
-                let (k, v) = item?;
-                match CatalogKey::decode(&k)? {
-                    CatalogKey::Namespace(ns) => Ok((ns, v)),
-                    _ => Err(StorageError::Corrupt("catalog key out of place".into())),
-                }
-            })
-            .collect();
-        Box::pin(async move { result })
+        self.catalog_entries(layout::namespace_range(), |key| match key {
+            CatalogKey::Namespace(ns) => Some(ns),
+            _ => None,
+        })
     }
 
     fn sessions(&self) -> StoreFuture<Vec<(Vec<u8>, Vec<u8>)>> {
-        let result = self
-            .engine
-            .scan(Space::Catalog, layout::session_range(), false)
-            .map(|item| {
-                let (k, v) = item?;
-                match CatalogKey::decode(&k)? {
-                    CatalogKey::Session(id) => Ok((id, v)),
-                    _ => Err(StorageError::Corrupt("catalog key out of place".into())),
-                }
-            })
-            .collect();
-        Box::pin(async move { result })
+        self.catalog_entries(layout::session_range(), |key| match key {
+            CatalogKey::Session(id) => Some(id),
+            _ => None,
+        })
     }
 
     fn databases(&self) -> StoreFuture<Vec<(String, Vec<u8>)>> {
-        let result = self
-            .engine
-            .scan(Space::Catalog, layout::database_range(), false)
-            .map(|item| {
-                let (k, v) = item?;
-                match CatalogKey::decode(&k)? {
-                    CatalogKey::Database(db) => Ok((db, v)),
-                    _ => Err(StorageError::Corrupt("catalog key out of place".into())),
-                }
-            })
-            .collect();
-        Box::pin(async move { result })
+        self.catalog_entries(layout::database_range(), |key| match key {
+            CatalogKey::Database(db) => Some(db),
+            _ => None,
+        })
     }
 }
 
