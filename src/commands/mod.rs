@@ -497,10 +497,13 @@ async fn run(
             done => break done,
         }
     };
+    // A failed retryable write records no reply, but what it committed
+    // is still made durable before the error goes back.
     if let (Some((session, txn)), Err(_)) = (&retry, &reply) {
+        let journal = write_concern.journal;
         let router = &state.router;
         router
-            .finish_retryable_write(session, *txn, None, pending, write_concern.journal)
+            .finish_retryable_write(session, *txn, None, pending, journal)
             .await?;
     }
     // A statement that fails aborts its transaction.
@@ -521,9 +524,9 @@ async fn run(
         reply.insert("writeConcernError", e);
     }
     if let Some((session, txn)) = retry {
-        let router = &state.router;
+        let (router, journal) = (&state.router, write_concern.journal);
         router
-            .finish_retryable_write(&session, txn, Some(&reply), pending, write_concern.journal)
+            .finish_retryable_write(&session, txn, Some(&reply), pending, journal)
             .await?;
         state.retries.record(session, txn, &reply);
     }
